@@ -1,0 +1,144 @@
+//! What an operator learns, and declares, when it opens.
+
+use serde::{Serialize, de::DeserializeOwned};
+
+use crate::bindings::weir::operator::types::Context;
+use crate::{Error, ListState, MapState, Result, ValueState};
+
+/// Given to [`Operator::open`](crate::Operator::open): where the instance runs, its
+/// configuration, and the place to declare its state.
+#[derive(Debug)]
+pub struct OpenContext {
+    operator_name: String,
+    subtask: u32,
+    parallelism: u32,
+    config: String,
+}
+
+impl OpenContext {
+    pub(crate) fn new(context: Context) -> Self {
+        Self {
+            operator_name: context.operator_name,
+            subtask: context.subtask,
+            parallelism: context.parallelism,
+            config: context.config,
+        }
+    }
+
+    /// The operator's name in the job file.
+    pub fn operator_name(&self) -> &str {
+        &self.operator_name
+    }
+
+    /// This subtask's index, `0 .. parallelism()`.
+    pub fn subtask(&self) -> u32 {
+        self.subtask
+    }
+
+    /// How many subtasks run this operator.
+    pub fn parallelism(&self) -> u32 {
+        self.parallelism
+    }
+
+    /// The operator's `config` table from the job file, as a JSON object.
+    pub fn config_json(&self) -> &str {
+        &self.config
+    }
+
+    /// The configuration deserialized from its JSON. An empty configuration reads as `{}`, so
+    /// a struct whose fields all have defaults accepts a missing `config` table.
+    pub fn config<T: DeserializeOwned>(&self) -> Result<T> {
+        let json = match self.config.trim() {
+            "" => "{}",
+            json => json,
+        };
+        serde_json::from_str(json).map_err(|e| {
+            Error::new(format!(
+                "invalid config for operator `{}`: {e}",
+                self.operator_name
+            ))
+        })
+    }
+
+    /// Declares the value state `name`, one `T` per key. Declaring a name twice with the same
+    /// type returns a handle to the same state.
+    pub fn value_state<T>(&mut self, name: &str) -> Result<ValueState<T>>
+    where
+        T: Serialize + DeserializeOwned + Clone + 'static,
+    {
+        ValueState::declare(name)
+    }
+
+    /// Declares the map state `name`, one map from `K` to `V` per key.
+    pub fn map_state<K, V>(&mut self, name: &str) -> Result<MapState<K, V>>
+    where
+        K: Serialize + DeserializeOwned,
+        V: Serialize + DeserializeOwned,
+    {
+        MapState::declare(name)
+    }
+
+    /// Declares the list state `name`, one list of `T` per key.
+    pub fn list_state<T>(&mut self, name: &str) -> Result<ListState<T>>
+    where
+        T: Serialize + DeserializeOwned,
+    {
+        ListState::declare(name)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde::Deserialize;
+
+    use super::*;
+
+    fn context(config: &str) -> OpenContext {
+        OpenContext::new(Context {
+            operator_name: "count".into(),
+            subtask: 1,
+            parallelism: 4,
+            config: config.into(),
+        })
+    }
+
+    #[derive(Debug, Default, Deserialize, PartialEq)]
+    #[serde(default)]
+    struct Config {
+        limit: u32,
+        word: Option<String>,
+    }
+
+    #[test]
+    fn exposes_where_the_instance_runs() {
+        let ctx = context(r#"{"limit": 3}"#);
+        assert_eq!(
+            (ctx.operator_name(), ctx.subtask(), ctx.parallelism()),
+            ("count", 1, 4)
+        );
+        assert_eq!(ctx.config_json(), r#"{"limit": 3}"#);
+    }
+
+    #[test]
+    fn parses_config_and_accepts_an_empty_one() -> Result<()> {
+        assert_eq!(
+            context(r#"{"limit": 3, "word": "x"}"#).config::<Config>()?,
+            Config {
+                limit: 3,
+                word: Some("x".into())
+            }
+        );
+        assert_eq!(context("").config::<Config>()?, Config::default());
+        assert_eq!(context("{}").config::<Config>()?, Config::default());
+        let error = context(r#"{"limit": "many"}"#)
+            .config::<Config>()
+            .expect_err("limit is not a number");
+        assert!(
+            error
+                .message()
+                .starts_with("invalid config for operator `count`"),
+            "{error}"
+        );
+        Ok(())
+    }
+}

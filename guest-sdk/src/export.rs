@@ -1,0 +1,333 @@
+//! The `weir:operator/processor` export: drives an [`Operator`] through the WIT calls.
+
+use std::any::Any;
+use std::cell::RefCell;
+use std::marker::PhantomData;
+
+use crate::bindings::exports::weir::operator::processor::{Batch, Context, Guest};
+use crate::record::BatchRecords;
+use crate::state::batch::{self, NO_SLOT};
+use crate::{Emitter, Error, OpenContext, Operator, Result};
+
+thread_local! {
+    /// The operator of this component instance, from `open` until `close`. Borrowed for the
+    /// whole of a WIT call; user code cannot reach it, so the borrow never overlaps another.
+    static INSTANCE: RefCell<Option<Instance>> = const { RefCell::new(None) };
+}
+
+struct Instance {
+    /// The user's operator; its type is the `T` of `Exports<T>`.
+    operator: Box<dyn Any>,
+    emitter: Emitter,
+}
+
+/// The type `export_operator!` exports: implements the generated `Guest` trait for `T`.
+pub struct Exports<T>(PhantomData<T>);
+
+impl<T: Operator> Guest for Exports<T> {
+    fn open(ctx: Context) -> Result<(), String> {
+        open::<T>(ctx).map_err(String::from)
+    }
+
+    fn process(batch: Batch, key_slots: Vec<u32>) -> Result<Batch, String> {
+        with_instance::<T, _>(|operator, emitter| process(operator, emitter, &batch, &key_slots))
+            .map_err(String::from)
+    }
+
+    fn close() -> Result<Batch, String> {
+        close::<T>().map_err(String::from)
+    }
+}
+
+fn open<T: Operator>(ctx: Context) -> Result<()> {
+    if INSTANCE.with(|cell| {
+        cell.try_borrow()
+            .map_or(true, |instance| instance.is_some())
+    }) {
+        return Err(Error::new(
+            "open called on an operator instance that is already open",
+        ));
+    }
+    batch::reset_declarations()?;
+    let operator = T::open(&mut OpenContext::new(ctx))?;
+    INSTANCE.with(|cell| {
+        let mut instance = cell
+            .try_borrow_mut()
+            .map_err(|_| Error::new("internal: operator instance in use"))?;
+        *instance = Some(Instance {
+            operator: Box::new(operator),
+            emitter: Emitter::new(),
+        });
+        Ok(())
+    })
+}
+
+fn with_instance<T: Operator, R>(f: impl FnOnce(&mut T, &mut Emitter) -> Result<R>) -> Result<R> {
+    INSTANCE.with(|cell| {
+        let mut instance = cell
+            .try_borrow_mut()
+            .map_err(|_| Error::new("internal: operator instance in use"))?;
+        let Instance { operator, emitter } = instance.as_mut().ok_or_else(|| {
+            Error::new("the operator is not open: process called before open or after close")
+        })?;
+        let operator = operator
+            .downcast_mut::<T>()
+            .ok_or_else(|| Error::new("internal: operator instance of another type"))?;
+        f(operator, emitter)
+    })
+}
+
+/// Runs one batch through the operator: every record with its key slot set, then one flush
+/// of the batch's state writes, then the emitted records.
+fn process<T: Operator>(
+    operator: &mut T,
+    out: &mut Emitter,
+    batch: &Batch,
+    key_slots: &[u32],
+) -> Result<Batch> {
+    let records = BatchRecords::new(batch)?;
+    let slot_count = slot_count(key_slots, records.len())?;
+    let scope = batch::begin(slot_count)?;
+    for (record, &slot) in records.zip(key_slots) {
+        batch::set_current_slot(slot);
+        if let Err(error) = record.and_then(|record| operator.process(&record, out)) {
+            out.discard();
+            return Err(error);
+        }
+    }
+    if let Err(error) = scope.finish() {
+        out.discard();
+        return Err(error);
+    }
+    out.take_batch()
+}
+
+/// The number of distinct keys of a batch, checking that `key_slots` is what the WIT says:
+/// one slot per record, numbered from 0 in order of first appearance (so below the record
+/// count), `u32::MAX` for records without key.
+fn slot_count(key_slots: &[u32], records: usize) -> Result<u32> {
+    if key_slots.len() != records {
+        return Err(Error::new(format!(
+            "malformed batch: {} key slots for {records} records",
+            key_slots.len()
+        )));
+    }
+    let mut count = 0;
+    for &slot in key_slots {
+        if slot == NO_SLOT {
+            continue;
+        }
+        if slot as usize >= records {
+            return Err(Error::new(format!(
+                "malformed batch: key slot {slot} in a batch of {records} records"
+            )));
+        }
+        count = count.max(slot + 1);
+    }
+    Ok(count)
+}
+
+fn close<T: Operator>() -> Result<Batch> {
+    let result = with_instance::<T, _>(|operator, out| match operator.close(out) {
+        Ok(()) => out.take_batch(),
+        Err(error) => {
+            out.discard();
+            Err(error)
+        }
+    });
+    // The instance is done: drop the operator (running its `Drop`, if any).
+    INSTANCE.with(|cell| {
+        cell.try_borrow_mut()
+            .map(|mut instance| instance.take())
+            .ok()
+    });
+    result
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::record::{HAS_KEY, HAS_TIMESTAMP};
+    use crate::state::fake::FakeHost;
+    use crate::{Record, ValueState};
+
+    /// Counts per key; fails on the value "fail"; emits a final record on close.
+    struct Counter {
+        count: ValueState<u64>,
+    }
+
+    impl Operator for Counter {
+        fn open(ctx: &mut OpenContext) -> Result<Self> {
+            Ok(Self {
+                count: ctx.value_state("count")?,
+            })
+        }
+
+        fn process(&mut self, record: &Record<'_>, out: &mut Emitter) -> Result<()> {
+            if record.value == b"fail" {
+                return Err(Error::new("saw fail"));
+            }
+            let n = self.count.get()?.unwrap_or(0) + 1;
+            self.count.set(&n)?;
+            let value = record.value_str()?;
+            out.emit_with(record.key, record.timestamp, |data| {
+                data.extend_from_slice(format!("{value}={n}").as_bytes());
+                Ok(())
+            })
+        }
+
+        fn close(&mut self, out: &mut Emitter) -> Result<()> {
+            out.emit(None, b"closed");
+            Ok(())
+        }
+    }
+
+    type Exported = Exports<Counter>;
+
+    fn context() -> Context {
+        Context {
+            operator_name: "counter".into(),
+            subtask: 0,
+            parallelism: 1,
+            config: "{}".into(),
+        }
+    }
+
+    /// A batch of keyed records `(key, value)`, and its key slots.
+    fn batch(records: &[(Option<&str>, &str)]) -> (Batch, Vec<u32>) {
+        let mut out = Emitter::new();
+        let mut keys: Vec<&str> = Vec::new();
+        let mut slots = Vec::new();
+        for &(key, value) in records {
+            out.emit(key.map(str::as_bytes), value.as_bytes());
+            slots.push(key.map_or(NO_SLOT, |key| {
+                let slot = keys.iter().position(|k| *k == key).unwrap_or_else(|| {
+                    keys.push(key);
+                    keys.len() - 1
+                });
+                slot as u32
+            }));
+        }
+        (out.take_batch().expect("a small batch"), slots)
+    }
+
+    fn values(batch: &Batch) -> Vec<String> {
+        BatchRecords::new(batch)
+            .expect("a valid batch")
+            .map(|record| {
+                record
+                    .expect("a valid record")
+                    .value_str()
+                    .expect("UTF-8")
+                    .to_owned()
+            })
+            .collect()
+    }
+
+    #[test]
+    fn drives_an_operator_through_open_process_and_close() -> Result<(), String> {
+        let host = FakeHost::install();
+        Exported::open(context())?;
+        let (input, slots) = batch(&[(Some("a"), "x"), (Some("b"), "y"), (Some("a"), "z")]);
+        let output = Exported::process(input, slots)?;
+        assert_eq!(values(&output), ["x=1", "y=1", "z=2"]);
+        assert_eq!(output.flags, [HAS_KEY; 3]);
+        assert_eq!(host.calls().read_values, 1);
+        assert_eq!(host.calls().apply, 1);
+
+        let (input, slots) = batch(&[(Some("a"), "w")]);
+        assert_eq!(values(&Exported::process(input, slots)?), ["w=3"]);
+        assert_eq!((host.calls().read_values, host.calls().apply), (2, 2));
+
+        let closed = Exported::close()?;
+        assert_eq!(values(&closed), ["closed"]);
+        assert_eq!(closed.flags, [0]);
+        let after = Exported::process(batch(&[]).0, Vec::new()).expect_err("closed");
+        assert!(after.contains("not open"), "{after}");
+        Ok(())
+    }
+
+    #[test]
+    fn errors_discard_the_batch() -> Result<(), String> {
+        let host = FakeHost::install();
+        Exported::open(context())?;
+        let (input, slots) = batch(&[(Some("a"), "x"), (Some("b"), "fail")]);
+        assert_eq!(
+            Exported::process(input, slots).expect_err("fails on `fail`"),
+            "saw fail"
+        );
+        assert_eq!(host.calls().apply, 0);
+        let (input, slots) = batch(&[(Some("a"), "x")]);
+        assert_eq!(
+            values(&Exported::process(input, slots)?),
+            ["x=1"],
+            "no output or state left over"
+        );
+        Ok(())
+    }
+
+    fn empty_batch() -> Batch {
+        Batch {
+            data: Vec::new(),
+            key_ends: Vec::new(),
+            value_ends: Vec::new(),
+            flags: Vec::new(),
+            timestamps: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn keyless_records_get_a_clear_error() -> Result<(), String> {
+        FakeHost::install();
+        Exported::open(context())?;
+        let (input, slots) = batch(&[(None, "x")]);
+        let error = Exported::process(input, slots).expect_err("keyless");
+        assert!(
+            error.contains("state access needs a keyed record; key the stream with key_by"),
+            "{error}"
+        );
+        Ok(())
+    }
+
+    #[test]
+    fn lifecycle_mistakes_are_errors_not_traps() -> Result<(), String> {
+        FakeHost::install();
+        let (input, slots) = batch(&[(Some("a"), "x")]);
+        let error = Exported::process(input, slots).expect_err("not open");
+        assert!(error.contains("process called before open"), "{error}");
+        Exported::open(context())?;
+        assert!(Exported::open(context()).is_err_and(|e| e.contains("already open")));
+        Ok(())
+    }
+
+    #[test]
+    fn malformed_key_slots_are_errors() -> Result<(), String> {
+        FakeHost::install();
+        Exported::open(context())?;
+        let (input, _) = batch(&[(Some("a"), "x")]);
+        assert!(Exported::process(input.clone(), vec![]).is_err_and(|e| e.contains("1 records")));
+        assert!(Exported::process(input, vec![7]).is_err_and(|e| e.contains("key slot 7")));
+        assert_eq!(slot_count(&[0, NO_SLOT, 1, 0], 4), Ok(2));
+        assert_eq!(slot_count(&[NO_SLOT], 1), Ok(0));
+        Ok(())
+    }
+
+    #[test]
+    fn timestamps_pass_through_the_record() -> Result<(), String> {
+        FakeHost::install();
+        Exported::open(context())?;
+        let mut input = empty_batch();
+        input.data = b"kv".to_vec();
+        input.key_ends = vec![1];
+        input.value_ends = vec![2];
+        input.flags = vec![HAS_KEY | HAS_TIMESTAMP];
+        input.timestamps = vec![42];
+        let output = Exported::process(input, vec![0])?;
+        assert_eq!(values(&output), ["v=1"]);
+        assert_eq!(
+            (output.flags[0], output.timestamps[0]),
+            (HAS_KEY | HAS_TIMESTAMP, 42)
+        );
+        Ok(())
+    }
+}

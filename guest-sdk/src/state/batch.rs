@@ -1,0 +1,293 @@
+//! The per-batch machinery behind every state handle: the current key slot, the typed value
+//! caches, the log of pending writes, and the flush at the end of a batch.
+//!
+//! A batch costs at most one `read-values` crossing per value state it reads and one `apply`
+//! crossing for all its writes, however many records it has:
+//!
+//! - Value states are cached per batch, typed and indexed by key slot. The first read of a
+//!   slot whose value is unknown fetches the values of *all* slots of the batch at once;
+//!   each slot is decoded on its first read. Writes only touch the cache and mark the slot
+//!   dirty.
+//! - Map and list writes are appended to one shared [`OpLog`]. A map or list read first sends
+//!   the pending log (read-your-writes), then reads.
+//! - At the end of the batch, every dirty value slot is appended to the log as a `value-set`
+//!   or `value-remove`, and the whole log goes to the host in one `apply`. Value states are
+//!   disjoint from map and list states, so their writes commute with the logged ones.
+
+use std::any::{Any, TypeId};
+use std::cell::{Cell, RefCell};
+
+use crate::bindings::weir::operator::state::{StateId, StateKind};
+use crate::state::host::{StateHost, WitHost};
+use crate::state::op_log::OpLog;
+use crate::{Error, Result};
+
+/// The key slot of a record without key, and the slot outside of `process`.
+pub(crate) const NO_SLOT: u32 = u32::MAX;
+
+thread_local! {
+    /// The key slot of the record being processed; `NO_SLOT` outside of `process` and for a
+    /// record without key. A `Cell` of its own (not in `RUNTIME`) because it is set once per
+    /// record.
+    static CURRENT_SLOT: Cell<u32> = const { Cell::new(NO_SLOT) };
+    /// Whether a batch is being processed, to tell a keyless record from a state call in
+    /// `open` or `close`.
+    static IN_BATCH: Cell<bool> = const { Cell::new(false) };
+    /// Everything else. A component instance is single-threaded, so this is the one runtime
+    /// of the instance. It is borrowed only inside SDK functions that never call user code,
+    /// so a borrow never overlaps another.
+    static RUNTIME: RefCell<Runtime> = RefCell::new(Runtime::new(Box::new(WitHost)));
+}
+
+/// A value state's typed cache, with its type erased so that one runtime holds all of them.
+pub(crate) trait ValueSlots: Any {
+    /// Appends the dirty slots' writes to `log` and forgets the batch's values.
+    fn flush_into(&mut self, state: StateId, log: &mut OpLog) -> Result<()>;
+    /// Forgets the batch's values without writing anything.
+    fn reset(&mut self);
+}
+
+struct ValueEntry {
+    id: StateId,
+    type_id: TypeId,
+    cache: Box<dyn ValueSlots>,
+    /// Whether the cache holds anything of the current batch (it is then in `touched`).
+    touched: bool,
+}
+
+pub(crate) struct Runtime {
+    pub(crate) host: Box<dyn StateHost>,
+    /// Pending map and list writes; value writes join them at the end of the batch.
+    pub(crate) log: OpLog,
+    /// Encoding buffer for the map key of a read, reused.
+    pub(crate) scratch: Vec<u8>,
+    values: Vec<ValueEntry>,
+    /// Indices into `values` of the caches used in the current batch.
+    touched: Vec<usize>,
+    /// `0 .. slot_count`: the `slots` argument of `read-values`, kept across batches.
+    all_slots: Vec<u32>,
+    slot_count: u32,
+}
+
+/// What a value state's cache needs to read from the host.
+pub(crate) struct ValueFetch<'a> {
+    pub(crate) host: &'a mut dyn StateHost,
+    pub(crate) state: StateId,
+    /// Every slot of the batch, `0 .. slot_count`.
+    pub(crate) slots: &'a [u32],
+}
+
+impl Runtime {
+    fn new(host: Box<dyn StateHost>) -> Self {
+        Self {
+            host,
+            log: OpLog::default(),
+            scratch: Vec::new(),
+            values: Vec::new(),
+            touched: Vec::new(),
+            all_slots: Vec::new(),
+            slot_count: 0,
+        }
+    }
+
+    /// Declares a state with the host.
+    pub(crate) fn declare(&mut self, name: &str, kind: StateKind) -> Result<StateId> {
+        self.host
+            .declare(name, kind)
+            .map_err(|e| Error::new(format!("declaring {} state `{name}`: {e}", kind_name(kind))))
+    }
+
+    /// Declares a value state and returns the index of its typed cache. Declaring the same
+    /// name again with the same type shares the cache; with another type, it is an error.
+    pub(crate) fn declare_value<C: ValueSlots>(
+        &mut self,
+        name: &str,
+        new_cache: impl FnOnce() -> C,
+    ) -> Result<usize> {
+        let id = self.declare(name, StateKind::Value)?;
+        let type_id = TypeId::of::<C>();
+        if let Some(index) = self.values.iter().position(|entry| entry.id == id) {
+            return if self.values[index].type_id == type_id {
+                Ok(index)
+            } else {
+                Err(Error::new(format!(
+                    "value state `{name}` is already declared with another value type"
+                )))
+            };
+        }
+        self.values.push(ValueEntry {
+            id,
+            type_id,
+            cache: Box::new(new_cache()),
+            touched: false,
+        });
+        Ok(self.values.len() - 1)
+    }
+
+    /// The typed cache at `index` (sized for the batch) and what it needs to fetch values.
+    pub(crate) fn value_cache<C: ValueSlots>(
+        &mut self,
+        index: usize,
+    ) -> Result<(&mut C, u32, ValueFetch<'_>)> {
+        let entry = self
+            .values
+            .get_mut(index)
+            .ok_or_else(|| Error::new("internal: unknown value state handle"))?;
+        if !entry.touched {
+            entry.touched = true;
+            self.touched.push(index);
+        }
+        let cache = (entry.cache.as_mut() as &mut dyn Any)
+            .downcast_mut::<C>()
+            .ok_or_else(|| Error::new("internal: value state handle of another type"))?;
+        if self.all_slots.len() != self.slot_count as usize {
+            self.all_slots.clear();
+            self.all_slots.extend(0..self.slot_count);
+        }
+        let fetch = ValueFetch {
+            host: self.host.as_mut(),
+            state: entry.id,
+            slots: &self.all_slots,
+        };
+        Ok((cache, self.slot_count, fetch))
+    }
+
+    /// Sends the pending map and list writes (before a map or list read).
+    pub(crate) fn flush_log(&mut self) -> Result<()> {
+        self.log.flush(self.host.as_mut())
+    }
+
+    /// Appends the dirty value slots to the log and sends it: the one `apply` of a batch.
+    fn finish_batch(&mut self) -> Result<()> {
+        let mut result = Ok(());
+        for index in self.touched.drain(..) {
+            let entry = &mut self.values[index];
+            entry.touched = false;
+            if result.is_ok() {
+                result = entry.cache.flush_into(entry.id, &mut self.log);
+            } else {
+                entry.cache.reset();
+            }
+        }
+        match result {
+            Ok(()) => self.log.flush(self.host.as_mut()),
+            Err(error) => {
+                self.log.clear();
+                Err(error)
+            }
+        }
+    }
+
+    /// Drops everything the batch cached or logged.
+    fn abort_batch(&mut self) {
+        for index in self.touched.drain(..) {
+            let entry = &mut self.values[index];
+            entry.touched = false;
+            entry.cache.reset();
+        }
+        self.log.clear();
+    }
+}
+
+fn kind_name(kind: StateKind) -> &'static str {
+    match kind {
+        StateKind::Value => "value",
+        StateKind::Map => "map",
+        StateKind::List => "list",
+    }
+}
+
+/// Runs `f` on the runtime. Fails instead of panicking should the runtime be borrowed already,
+/// which the SDK never does (it never calls user code while borrowing).
+pub(crate) fn with_runtime<R>(f: impl FnOnce(&mut Runtime) -> Result<R>) -> Result<R> {
+    RUNTIME.with(|cell| {
+        let mut runtime = cell
+            .try_borrow_mut()
+            .map_err(|_| Error::new("internal: state runtime used re-entrantly"))?;
+        f(&mut runtime)
+    })
+}
+
+/// The key slot of the record being processed, or the error explaining why there is none.
+pub(crate) fn current_slot(state_name: &str) -> Result<u32> {
+    let slot = CURRENT_SLOT.get();
+    if slot != NO_SLOT {
+        return Ok(slot);
+    }
+    Err(Error::new(if IN_BATCH.get() {
+        format!(
+            "state `{state_name}`: state access needs a keyed record; key the stream with key_by \
+             before this operator (this record has no key)"
+        )
+    } else {
+        format!(
+            "state `{state_name}`: state can only be read or written while processing a record, \
+             not in open or close"
+        )
+    }))
+}
+
+/// Sets the key slot of the record about to be processed.
+pub(crate) fn set_current_slot(slot: u32) {
+    CURRENT_SLOT.set(slot);
+}
+
+/// A batch being processed. Ends with [`BatchScope::finish`]; dropped unfinished (an error
+/// in `process`), it discards the batch's cached values and pending writes.
+pub(crate) struct BatchScope {
+    finished: bool,
+}
+
+/// Starts a batch whose key slots are `0 .. slot_count`.
+pub(crate) fn begin(slot_count: u32) -> Result<BatchScope> {
+    with_runtime(|runtime| {
+        runtime.abort_batch();
+        runtime.slot_count = slot_count;
+        Ok(())
+    })?;
+    IN_BATCH.set(true);
+    CURRENT_SLOT.set(NO_SLOT);
+    Ok(BatchScope { finished: false })
+}
+
+impl BatchScope {
+    /// Writes the batch's state changes to the host in one `apply`.
+    pub(crate) fn finish(mut self) -> Result<()> {
+        self.finished = true;
+        end_records();
+        with_runtime(Runtime::finish_batch)
+    }
+}
+
+impl Drop for BatchScope {
+    fn drop(&mut self) {
+        if !self.finished {
+            end_records();
+            // Only fails if the runtime is borrowed, which cannot be the case between records.
+            let _ = with_runtime(|runtime| {
+                runtime.abort_batch();
+                Ok(())
+            });
+        }
+    }
+}
+
+fn end_records() {
+    IN_BATCH.set(false);
+    CURRENT_SLOT.set(NO_SLOT);
+}
+
+/// Forgets all declared states (a new `open`).
+pub(crate) fn reset_declarations() -> Result<()> {
+    with_runtime(|runtime| {
+        runtime.abort_batch();
+        runtime.values.clear();
+        Ok(())
+    })
+}
+
+/// Replaces the host (native tests use an in-memory fake).
+#[cfg(test)]
+pub(crate) fn install_host(host: Box<dyn StateHost>) {
+    RUNTIME.with(|cell| *cell.borrow_mut() = Runtime::new(host));
+}

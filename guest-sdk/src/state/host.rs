@@ -1,0 +1,113 @@
+//! The host's state functions, behind a trait so that the batch machinery can be unit-tested
+//! natively against an in-memory fake.
+
+use crate::bindings::weir::operator::state::{
+    self as wit, Entries, Op, StateId, StateKind, Values,
+};
+use crate::bindings::weir::operator::types::Blobs;
+use crate::{Error, Result};
+
+/// The imported `weir:operator/state` interface, one method per WIT function.
+///
+/// Errors are the host's messages; callers add which state failed.
+pub(crate) trait StateHost {
+    fn declare(&mut self, name: &str, kind: StateKind) -> Result<StateId, String>;
+    fn read_values(&mut self, state: StateId, slots: &[u32]) -> Result<Values, String>;
+    fn apply(&mut self, ops: &[Op], data: &[u8]) -> Result<(), String>;
+    fn map_get(
+        &mut self,
+        state: StateId,
+        slot: u32,
+        map_key: &[u8],
+    ) -> Result<Option<Vec<u8>>, String>;
+    fn map_entries(
+        &mut self,
+        state: StateId,
+        slot: u32,
+        after: Option<&[u8]>,
+        limit: u32,
+    ) -> Result<Entries, String>;
+    fn list_read(&mut self, state: StateId, slot: u32) -> Result<Blobs, String>;
+}
+
+/// The real host, through the generated imports.
+pub(crate) struct WitHost;
+
+impl StateHost for WitHost {
+    fn declare(&mut self, name: &str, kind: StateKind) -> Result<StateId, String> {
+        wit::declare(name, kind)
+    }
+
+    fn read_values(&mut self, state: StateId, slots: &[u32]) -> Result<Values, String> {
+        wit::read_values(state, slots)
+    }
+
+    fn apply(&mut self, ops: &[Op], data: &[u8]) -> Result<(), String> {
+        wit::apply(ops, data)
+    }
+
+    fn map_get(
+        &mut self,
+        state: StateId,
+        slot: u32,
+        map_key: &[u8],
+    ) -> Result<Option<Vec<u8>>, String> {
+        wit::map_get(state, slot, map_key)
+    }
+
+    fn map_entries(
+        &mut self,
+        state: StateId,
+        slot: u32,
+        after: Option<&[u8]>,
+        limit: u32,
+    ) -> Result<Entries, String> {
+        wit::map_entries(state, slot, after, limit)
+    }
+
+    fn list_read(&mut self, state: StateId, slot: u32) -> Result<Blobs, String> {
+        wit::list_read(state, slot)
+    }
+}
+
+/// Item `index` of `blobs`, or an error naming the malformed reply.
+pub(crate) fn blob(blobs: &Blobs, index: usize) -> Result<&[u8]> {
+    let start = match index {
+        0 => Some(0),
+        _ => blobs.ends.get(index - 1).map(|&end| end as usize),
+    };
+    let end = blobs.ends.get(index).map(|&end| end as usize);
+    start
+        .zip(end)
+        .and_then(|(start, end)| blobs.data.get(start..end))
+        .ok_or_else(|| {
+            Error::new(format!(
+                "malformed reply from the host: item {index} of {} is outside its {} bytes",
+                blobs.ends.len(),
+                blobs.data.len()
+            ))
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn blob_slices_items_back_to_back() -> Result<()> {
+        let blobs = Blobs {
+            data: b"abcdef".to_vec(),
+            ends: vec![1, 1, 6],
+        };
+        assert_eq!(blob(&blobs, 0)?, b"a");
+        assert_eq!(blob(&blobs, 1)?, b"");
+        assert_eq!(blob(&blobs, 2)?, b"bcdef");
+        assert!(blob(&blobs, 3).is_err());
+        let broken = Blobs {
+            data: b"ab".to_vec(),
+            ends: vec![2, 1],
+        };
+        assert!(blob(&broken, 1).is_err());
+        Ok(())
+    }
+}

@@ -1,0 +1,262 @@
+//! Map state: a typed map per key, kept by the host.
+
+use std::fmt;
+use std::marker::PhantomData;
+use std::sync::Arc;
+
+use serde::{Serialize, de::DeserializeOwned};
+
+use crate::bindings::weir::operator::state::{OpKind, StateId, StateKind};
+use crate::bindings::weir::operator::types::Blobs;
+use crate::codec;
+use crate::state::batch::{self, Runtime};
+use crate::state::host;
+use crate::state::op_log::WriteBytes;
+use crate::{Error, Result};
+
+/// How many entries one `map-entries` call returns at most.
+const PAGE: u32 = 1024;
+
+/// A map from `K` to `V` per key, declared with
+/// [`OpenContext::map_state`](crate::OpenContext::map_state).
+///
+/// Every call acts on the map of the record's key. Map keys and values are stored
+/// CBOR-encoded, and the host orders entries by the bytes of the encoded key: unsigned
+/// integers sort numerically, strings by length first, then bytewise.
+///
+/// Writes (`insert`, `remove`, `clear`) are queued and sent in one host call with the other
+/// writes of the batch. A read (`get`, `contains_key`, `entries`, `keys`) first sends the
+/// queued writes, so it sees them, then calls the host: reads cost one crossing each (plus
+/// one per 1024 entries for `entries` and `keys`).
+pub struct MapState<K, V> {
+    id: StateId,
+    name: Arc<str>,
+    _types: PhantomData<fn() -> (K, V)>,
+}
+
+impl<K, V> Clone for MapState<K, V> {
+    fn clone(&self) -> Self {
+        Self {
+            id: self.id,
+            name: self.name.clone(),
+            _types: PhantomData,
+        }
+    }
+}
+
+impl<K, V> fmt::Debug for MapState<K, V> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("MapState")
+            .field("name", &self.name)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<K: Serialize + DeserializeOwned, V: Serialize + DeserializeOwned> MapState<K, V> {
+    pub(crate) fn declare(name: &str) -> Result<Self> {
+        let id = batch::with_runtime(|runtime| runtime.declare(name, StateKind::Map))?;
+        Ok(Self {
+            id,
+            name: name.into(),
+            _types: PhantomData,
+        })
+    }
+
+    /// The state's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The value under `key`, if any.
+    pub fn get(&self, key: &K) -> Result<Option<V>> {
+        self.read(|runtime, slot| {
+            Self::get_raw(runtime, self.id, slot, key)?
+                .map(|bytes| codec::decode(&bytes))
+                .transpose()
+        })
+    }
+
+    /// Whether the map has an entry under `key`.
+    pub fn contains_key(&self, key: &K) -> Result<bool> {
+        self.read(|runtime, slot| Ok(Self::get_raw(runtime, self.id, slot, key)?.is_some()))
+    }
+
+    /// Puts `value` under `key`, replacing any previous value.
+    pub fn insert(&self, key: &K, value: &V) -> Result<()> {
+        self.write(
+            OpKind::MapPut,
+            Some(&mut |data: &mut Vec<u8>| codec::encode_into(key, data)),
+            Some(&mut |data: &mut Vec<u8>| codec::encode_into(value, data)),
+        )
+    }
+
+    /// Removes the entry under `key`, if any.
+    pub fn remove(&self, key: &K) -> Result<()> {
+        self.write(
+            OpKind::MapRemove,
+            Some(&mut |data: &mut Vec<u8>| codec::encode_into(key, data)),
+            None,
+        )
+    }
+
+    /// Removes every entry.
+    pub fn clear(&self) -> Result<()> {
+        self.write(OpKind::MapClear, None, None)
+    }
+
+    /// Every entry, in the order of the encoded keys.
+    pub fn entries(&self) -> Result<Vec<(K, V)>> {
+        let mut entries = Vec::new();
+        self.pages(|keys, values, index| {
+            entries.push((
+                codec::decode(host::blob(keys, index)?)?,
+                codec::decode(host::blob(values, index)?)?,
+            ));
+            Ok(())
+        })?;
+        Ok(entries)
+    }
+
+    /// Every key, in the order of their encodings.
+    pub fn keys(&self) -> Result<Vec<K>> {
+        let mut keys = Vec::new();
+        self.pages(|page_keys, _, index| {
+            keys.push(codec::decode(host::blob(page_keys, index)?)?);
+            Ok(())
+        })?;
+        Ok(keys)
+    }
+
+    fn get_raw(runtime: &mut Runtime, id: StateId, slot: u32, key: &K) -> Result<Option<Vec<u8>>> {
+        runtime.scratch.clear();
+        codec::encode_into(key, &mut runtime.scratch)?;
+        runtime
+            .host
+            .map_get(id, slot, &runtime.scratch)
+            .map_err(|e| Error::new(format!("reading: {e}")))
+    }
+
+    /// Calls `item(keys, values, index)` for every entry, page by page.
+    fn pages(&self, mut item: impl FnMut(&Blobs, &Blobs, usize) -> Result<()>) -> Result<()> {
+        self.read(|runtime, slot| {
+            let mut after: Option<Vec<u8>> = None;
+            loop {
+                let page = runtime
+                    .host
+                    .map_entries(self.id, slot, after.as_deref(), PAGE)
+                    .map_err(|e| Error::new(format!("reading entries: {e}")))?;
+                let count = page.keys.ends.len();
+                if page.values.ends.len() != count || count > PAGE as usize {
+                    return Err(Error::new(format!(
+                        "malformed reply from the host: {count} keys and {} values for a page of {PAGE}",
+                        page.values.ends.len()
+                    )));
+                }
+                for index in 0..count {
+                    item(&page.keys, &page.values, index)?;
+                }
+                if count < PAGE as usize {
+                    return Ok(());
+                }
+                after = Some(host::blob(&page.keys, count - 1)?.to_vec());
+            }
+        })
+    }
+
+    /// Sends the queued writes, then runs `f` with the record's key slot.
+    fn read<R>(&self, f: impl FnOnce(&mut Runtime, u32) -> Result<R>) -> Result<R> {
+        let slot = batch::current_slot(&self.name)?;
+        batch::with_runtime(|runtime| {
+            runtime.flush_log()?;
+            f(runtime, slot)
+        })
+        .map_err(|e| e.context(format_args!("map state `{}`", self.name)))
+    }
+
+    fn write(
+        &self,
+        kind: OpKind,
+        key: Option<WriteBytes<'_>>,
+        value: Option<WriteBytes<'_>>,
+    ) -> Result<()> {
+        let slot = batch::current_slot(&self.name)?;
+        batch::with_runtime(|runtime| runtime.log.push(kind, self.id, slot, key, value))
+            .map_err(|e| e.context(format_args!("map state `{}`", self.name)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::state::batch::{begin, set_current_slot};
+    use crate::state::fake::FakeHost;
+
+    #[test]
+    fn reads_see_the_batch_own_writes() -> Result<()> {
+        let host = FakeHost::install();
+        let map = MapState::<String, u64>::declare("m")?;
+        let scope = begin(2)?;
+        set_current_slot(0);
+        map.insert(&"a".to_owned(), &1)?;
+        map.insert(&"b".to_owned(), &2)?;
+        assert_eq!(host.calls().apply, 0, "writes are queued");
+        assert_eq!(map.get(&"a".to_owned())?, Some(1));
+        assert_eq!(
+            host.calls().apply,
+            1,
+            "a read sends the queued writes first"
+        );
+        map.remove(&"a".to_owned())?;
+        assert!(!map.contains_key(&"a".to_owned())?);
+        assert_eq!(map.entries()?, [("b".to_owned(), 2)]);
+        assert_eq!(
+            host.calls().apply,
+            2,
+            "nothing new to send before `entries`"
+        );
+
+        set_current_slot(1);
+        assert_eq!(map.keys()?, Vec::<String>::new(), "maps are per key");
+        map.insert(&"z".to_owned(), &26)?;
+        map.clear()?;
+        scope.finish()?;
+        assert!(!host.0.borrow().maps.contains_key(&(0, 1)));
+        Ok(())
+    }
+
+    #[test]
+    fn entries_pages_through_large_maps() -> Result<()> {
+        let host = FakeHost::install();
+        let map = MapState::<u32, u32>::declare("big")?;
+        let scope = begin(1)?;
+        set_current_slot(0);
+        for i in 0..2500 {
+            map.insert(&i, &(i * 2))?;
+        }
+        let entries = map.entries()?;
+        assert_eq!(entries.len(), 2500);
+        assert!(
+            entries
+                .iter()
+                .enumerate()
+                .all(|(i, &(k, v))| k == i as u32 && v == k * 2)
+        );
+        assert_eq!(host.calls().map_entries, 3);
+        assert_eq!(map.keys()?.len(), 2500);
+        scope.finish()
+    }
+
+    #[test]
+    fn keyless_records_are_errors() -> Result<()> {
+        FakeHost::install();
+        let map = MapState::<String, u64>::declare("m")?;
+        let scope = begin(0)?;
+        set_current_slot(batch::NO_SLOT);
+        assert!(map.insert(&"a".into(), &1).is_err());
+        assert!(
+            map.get(&"a".into())
+                .is_err_and(|e| e.message().contains("keyed record"))
+        );
+        scope.finish()
+    }
+}

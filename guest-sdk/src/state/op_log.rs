@@ -1,0 +1,176 @@
+//! The log of state writes sent to the host in one `apply` call.
+
+use crate::bindings::weir::operator::state::{Op, OpKind, StateId};
+use crate::state::host::StateHost;
+use crate::{Error, Result};
+
+/// Pending writes: operations and their bytes, laid out as the WIT `apply` arguments.
+///
+/// Both vectors are cleared, not dropped, after each `apply`, so a steady state reuses them.
+#[derive(Default)]
+pub(crate) struct OpLog {
+    ops: Vec<Op>,
+    data: Vec<u8>,
+}
+
+/// Writes an operation's map key or value into the log's data.
+pub(crate) type WriteBytes<'a> = &'a mut dyn FnMut(&mut Vec<u8>) -> Result<()>;
+
+impl OpLog {
+    /// Appends one operation: `key` writes its map key (if the kind takes one), then `value`
+    /// writes its value (if the kind takes one). If either fails, the log is unchanged.
+    pub(crate) fn push(
+        &mut self,
+        kind: OpKind,
+        state: StateId,
+        slot: u32,
+        key: Option<WriteBytes<'_>>,
+        value: Option<WriteBytes<'_>>,
+    ) -> Result<()> {
+        let start = self.data.len();
+        match self.write(key, value) {
+            Ok((key_end, value_end)) => {
+                self.ops.push(Op {
+                    kind,
+                    state,
+                    slot,
+                    key_end,
+                    value_end,
+                });
+                Ok(())
+            }
+            Err(error) => {
+                self.data.truncate(start);
+                Err(error)
+            }
+        }
+    }
+
+    fn write(
+        &mut self,
+        key: Option<WriteBytes<'_>>,
+        value: Option<WriteBytes<'_>>,
+    ) -> Result<(u32, u32)> {
+        if let Some(key) = key {
+            key(&mut self.data)?;
+        }
+        let key_end = self.offset()?;
+        if let Some(value) = value {
+            value(&mut self.data)?;
+        }
+        Ok((key_end, self.offset()?))
+    }
+
+    fn offset(&self) -> Result<u32> {
+        u32::try_from(self.data.len()).map_err(|_| {
+            Error::new("the state writes of one batch exceed 4 GiB; use smaller batches")
+        })
+    }
+
+    /// Sends the pending writes to the host in one `apply` call, if there are any, and empties
+    /// the log (also on error: the host applied a prefix, and the job fails).
+    pub(crate) fn flush(&mut self, host: &mut dyn StateHost) -> Result<()> {
+        if self.ops.is_empty() {
+            return Ok(());
+        }
+        let result = host.apply(&self.ops, &self.data);
+        self.clear();
+        result.map_err(|e| Error::new(format!("applying state writes: {e}")))
+    }
+
+    /// Drops the pending writes.
+    pub(crate) fn clear(&mut self) {
+        self.ops.clear();
+        self.data.clear();
+    }
+
+    #[cfg(test)]
+    pub(crate) fn parts(&self) -> (&[Op], &[u8]) {
+        (&self.ops, &self.data)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::codec;
+
+    fn bytes(b: &'static [u8]) -> impl FnMut(&mut Vec<u8>) -> Result<()> {
+        move |data| {
+            data.extend_from_slice(b);
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn lays_out_keys_and_values_back_to_back() -> Result<()> {
+        let mut log = OpLog::default();
+        log.push(
+            OpKind::MapPut,
+            3,
+            0,
+            Some(&mut bytes(b"key")),
+            Some(&mut bytes(b"value")),
+        )?;
+        log.push(OpKind::MapRemove, 3, 1, Some(&mut bytes(b"k")), None)?;
+        log.push(OpKind::MapClear, 3, 2, None, None)?;
+        log.push(
+            OpKind::ListAppend,
+            4,
+            0,
+            None,
+            Some(&mut |d: &mut Vec<u8>| codec::encode_into("x", d)),
+        )?;
+        log.push(
+            OpKind::ValueSet,
+            5,
+            7,
+            None,
+            Some(&mut |d: &mut Vec<u8>| codec::encode_into(&1u64, d)),
+        )?;
+        log.push(OpKind::ValueRemove, 5, 8, None, None)?;
+
+        let (ops, data) = log.parts();
+        assert_eq!(data, b"keyvaluek\x61x\x01");
+        let layout: Vec<_> = ops
+            .iter()
+            .map(|op| (op.kind, op.state, op.slot, op.key_end, op.value_end))
+            .collect();
+        assert_eq!(
+            layout,
+            [
+                (OpKind::MapPut, 3, 0, 3, 8),
+                (OpKind::MapRemove, 3, 1, 9, 9),
+                (OpKind::MapClear, 3, 2, 9, 9),
+                (OpKind::ListAppend, 4, 0, 9, 11),
+                (OpKind::ValueSet, 5, 7, 11, 12),
+                (OpKind::ValueRemove, 5, 8, 12, 12),
+            ]
+        );
+        Ok(())
+    }
+
+    #[test]
+    fn a_failed_write_leaves_the_log_unchanged() -> Result<()> {
+        let mut log = OpLog::default();
+        log.push(OpKind::ListAppend, 1, 0, None, Some(&mut bytes(b"ok")))?;
+        let mut failing = |data: &mut Vec<u8>| {
+            data.extend_from_slice(b"partial");
+            Err(Error::new("cannot encode"))
+        };
+        assert!(
+            log.push(
+                OpKind::MapPut,
+                1,
+                0,
+                Some(&mut bytes(b"k")),
+                Some(&mut failing)
+            )
+            .is_err()
+        );
+        let (ops, data) = log.parts();
+        assert_eq!(ops.len(), 1);
+        assert_eq!(data, b"ok");
+        Ok(())
+    }
+}

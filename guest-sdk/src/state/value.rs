@@ -1,0 +1,387 @@
+//! Value state: one typed value per key.
+
+use std::fmt;
+use std::marker::PhantomData;
+use std::sync::Arc;
+
+use serde::{Serialize, de::DeserializeOwned};
+
+use crate::bindings::weir::operator::state::{OpKind, StateId, Values};
+use crate::codec;
+use crate::state::batch::{self, ValueFetch, ValueSlots};
+use crate::state::host;
+use crate::state::op_log::OpLog;
+use crate::{Error, Result};
+
+/// One value of type `T` per key, declared with
+/// [`OpenContext::value_state`](crate::OpenContext::value_state).
+///
+/// Every call acts on the key of the record being processed. Within a batch, values live in
+/// a typed cache: the first read fetches the values of every key of the batch in one host
+/// call, `get` clones from the cache, and writes are sent once per key at the end of the
+/// batch, CBOR-encoded. Reading and writing the same key many times in a batch is therefore
+/// cheap.
+pub struct ValueState<T> {
+    index: usize,
+    name: Arc<str>,
+    _type: PhantomData<fn() -> T>,
+}
+
+impl<T> Clone for ValueState<T> {
+    fn clone(&self) -> Self {
+        Self {
+            index: self.index,
+            name: self.name.clone(),
+            _type: PhantomData,
+        }
+    }
+}
+
+impl<T> fmt::Debug for ValueState<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ValueState")
+            .field("name", &self.name)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<T: Serialize + DeserializeOwned + Clone + 'static> ValueState<T> {
+    pub(crate) fn declare(name: &str) -> Result<Self> {
+        let name: Arc<str> = name.into();
+        let index = batch::with_runtime(|runtime| {
+            runtime.declare_value(&name, || ValueCache::<T>::new(name.clone()))
+        })?;
+        Ok(Self {
+            index,
+            name,
+            _type: PhantomData,
+        })
+    }
+
+    /// The state's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The current key's value, if it has one.
+    pub fn get(&self) -> Result<Option<T>> {
+        self.with_cache(|cache, slot, fetch| Ok(cache.load(slot, fetch)?.cloned()))
+    }
+
+    /// Sets the current key's value.
+    pub fn set(&self, value: &T) -> Result<()> {
+        self.with_cache(|cache, slot, _| cache.store(slot, Some(value.clone())))
+    }
+
+    /// Removes the current key's value.
+    pub fn remove(&self) -> Result<()> {
+        self.with_cache(|cache, slot, _| cache.store(slot, None))
+    }
+
+    /// Replaces the current key's value with `f(current)`; `None` removes it. The value is
+    /// moved out of the cache and back, not cloned.
+    pub fn update(&self, f: impl FnOnce(Option<T>) -> Option<T>) -> Result<()> {
+        let current = self.with_cache(|cache, slot, fetch| cache.take(slot, fetch))?;
+        // `f` runs outside of the runtime, so it may use other state handles.
+        let new = f(current);
+        self.with_cache(|cache, slot, _| cache.store(slot, new))
+    }
+
+    fn with_cache<R>(
+        &self,
+        f: impl FnOnce(&mut ValueCache<T>, u32, ValueFetch<'_>) -> Result<R>,
+    ) -> Result<R> {
+        let slot = batch::current_slot(&self.name)?;
+        batch::with_runtime(|runtime| {
+            let (cache, slot_count, fetch) = runtime.value_cache::<ValueCache<T>>(self.index)?;
+            cache.ensure_slots(slot_count);
+            f(cache, slot, fetch)
+        })
+        .map_err(|e| e.context(format_args!("value state `{}`", self.name)))
+    }
+}
+
+/// What the cache knows of a slot's value.
+enum Cached<T> {
+    /// Not read yet: in the fetched values if they were fetched, else at the host.
+    Unknown,
+    Absent,
+    Present(T),
+}
+
+struct Slot<T> {
+    value: Cached<T>,
+    /// Written in this batch: sent at the end of the batch.
+    dirty: bool,
+}
+
+/// The typed values of one value state for the slots of the current batch.
+pub(crate) struct ValueCache<T> {
+    /// The state's name, for errors at the end of the batch.
+    name: Arc<str>,
+    slots: Vec<Slot<T>>,
+    /// The encoded values of every slot, once fetched in this batch.
+    fetched: Option<Values>,
+}
+
+impl<T: Serialize + DeserializeOwned + 'static> ValueCache<T> {
+    fn new(name: Arc<str>) -> Self {
+        Self {
+            name,
+            slots: Vec::new(),
+            fetched: None,
+        }
+    }
+
+    fn ensure_slots(&mut self, slot_count: u32) {
+        let slot_count = slot_count as usize;
+        if self.slots.len() < slot_count {
+            self.slots.resize_with(slot_count, || Slot {
+                value: Cached::Unknown,
+                dirty: false,
+            });
+        }
+    }
+
+    fn slot(&mut self, slot: u32) -> Result<&mut Slot<T>> {
+        let count = self.slots.len();
+        self.slots.get_mut(slot as usize).ok_or_else(|| {
+            Error::new(format!(
+                "internal: key slot {slot} outside the batch's {count} slots"
+            ))
+        })
+    }
+
+    /// The slot's value, fetching the batch's values and decoding this slot's if needed.
+    fn load(&mut self, slot: u32, fetch: ValueFetch<'_>) -> Result<Option<&T>> {
+        if matches!(self.slot(slot)?.value, Cached::Unknown) {
+            let value = self.decode_fetched(slot, fetch)?;
+            self.slot(slot)?.value = value;
+        }
+        Ok(match &self.slot(slot)?.value {
+            Cached::Present(value) => Some(value),
+            Cached::Absent | Cached::Unknown => None,
+        })
+    }
+
+    /// Moves the slot's value out; the caller stores the new one.
+    fn take(&mut self, slot: u32, fetch: ValueFetch<'_>) -> Result<Option<T>> {
+        self.load(slot, fetch)?;
+        Ok(
+            match std::mem::replace(&mut self.slot(slot)?.value, Cached::Absent) {
+                Cached::Present(value) => Some(value),
+                Cached::Absent | Cached::Unknown => None,
+            },
+        )
+    }
+
+    /// Sets (`Some`) or removes (`None`) the slot's value, to be written at the end of the batch.
+    fn store(&mut self, slot: u32, value: Option<T>) -> Result<()> {
+        let slot = self.slot(slot)?;
+        slot.value = value.map_or(Cached::Absent, Cached::Present);
+        slot.dirty = true;
+        Ok(())
+    }
+
+    fn decode_fetched(&mut self, slot: u32, fetch: ValueFetch<'_>) -> Result<Cached<T>> {
+        let fetched = match &mut self.fetched {
+            Some(fetched) => fetched,
+            none => {
+                let values = fetch
+                    .host
+                    .read_values(fetch.state, fetch.slots)
+                    .map_err(|e| Error::new(format!("reading values: {e}")))?;
+                if values.present.len() != fetch.slots.len()
+                    || values.items.ends.len() != fetch.slots.len()
+                {
+                    return Err(Error::new(format!(
+                        "malformed reply from the host: {} values for {} keys",
+                        values.present.len(),
+                        fetch.slots.len()
+                    )));
+                }
+                none.insert(values)
+            }
+        };
+        let index = slot as usize;
+        if !fetched.present.get(index).copied().unwrap_or(false) {
+            return Ok(Cached::Absent);
+        }
+        let bytes = host::blob(&fetched.items, index)?;
+        Ok(Cached::Present(
+            codec::decode(bytes).map_err(|e| e.context("decoding the stored value"))?,
+        ))
+    }
+}
+
+impl<T: Serialize + DeserializeOwned + 'static> ValueSlots for ValueCache<T> {
+    fn flush_into(&mut self, state: StateId, log: &mut OpLog) -> Result<()> {
+        let mut result = Ok(());
+        for (index, slot) in self.slots.iter().enumerate().filter(|(_, slot)| slot.dirty) {
+            // Slots are indexed by `u32` key slots, so the index fits in a `u32`.
+            let slot_index = index as u32;
+            result = match &slot.value {
+                Cached::Present(value) => log.push(
+                    OpKind::ValueSet,
+                    state,
+                    slot_index,
+                    None,
+                    Some(&mut |data: &mut Vec<u8>| codec::encode_into(value, data)),
+                ),
+                Cached::Absent => log.push(OpKind::ValueRemove, state, slot_index, None, None),
+                Cached::Unknown => Ok(()),
+            };
+            if result.is_err() {
+                break;
+            }
+        }
+        self.reset();
+        result.map_err(|e| e.context(format_args!("value state `{}`", self.name)))
+    }
+
+    fn reset(&mut self) {
+        self.slots.clear();
+        self.fetched = None;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::state::batch::{begin, set_current_slot};
+    use crate::state::fake::FakeHost;
+
+    #[test]
+    fn a_batch_reads_once_per_state_and_writes_once() -> Result<()> {
+        let host = FakeHost::install();
+        let count = ValueState::<u64>::declare("count")?;
+        let other = ValueState::<String>::declare("other")?;
+
+        for round in 1..=2u64 {
+            let scope = begin(3)?;
+            for slot in [0, 1, 0, 2, 0] {
+                set_current_slot(slot);
+                let n = count.get()?.unwrap_or(0) + 1;
+                count.set(&n)?;
+            }
+            set_current_slot(1);
+            other.set(&format!("round {round}"))?;
+            scope.finish()?;
+        }
+
+        let calls = host.calls();
+        // One read per batch for `count`; `other` is only written, so never read.
+        assert_eq!((calls.read_values, calls.apply), (2, 2));
+        let store = host.0.borrow();
+        assert_eq!(store.read_slots, [vec![0, 1, 2], vec![0, 1, 2]]);
+        // Each batch writes each dirty slot once.
+        assert_eq!(store.applied[1].len(), 4);
+        assert_eq!(codec::decode::<u64>(&store.values[&(0, 0)])?, 6);
+        assert_eq!(codec::decode::<u64>(&store.values[&(0, 1)])?, 2);
+        assert_eq!(codec::decode::<u64>(&store.values[&(0, 2)])?, 2);
+        assert_eq!(codec::decode::<String>(&store.values[&(1, 1)])?, "round 2");
+        Ok(())
+    }
+
+    #[test]
+    fn remove_and_update_write_through_the_cache() -> Result<()> {
+        let host = FakeHost::install();
+        let state = ValueState::<Vec<u32>>::declare("items")?;
+        let seen = ValueState::<u32>::declare("seen")?;
+        let scope = begin(2)?;
+        set_current_slot(0);
+        state.update(|items| {
+            // The closure may use other state.
+            seen.set(&1).expect("seen is writable inside update");
+            Some(items.unwrap_or_default().into_iter().chain([7]).collect())
+        })?;
+        state.update(|items| {
+            items.map(|mut items| {
+                items.push(8);
+                items
+            })
+        })?;
+        assert_eq!(state.get()?, Some(vec![7, 8]));
+        set_current_slot(1);
+        state.set(&vec![1])?;
+        state.remove()?;
+        assert_eq!(state.get()?, None);
+        scope.finish()?;
+
+        let store = host.0.borrow();
+        assert_eq!(codec::decode::<Vec<u32>>(&store.values[&(0, 0)])?, [7, 8]);
+        assert!(!store.values.contains_key(&(0, 1)));
+        assert!(store.applied[0].contains(&(OpKind::ValueRemove, 0, 1)));
+        Ok(())
+    }
+
+    #[test]
+    fn a_failed_batch_writes_nothing() -> Result<()> {
+        let host = FakeHost::install();
+        let state = ValueState::<u64>::declare("count")?;
+        let scope = begin(1)?;
+        set_current_slot(0);
+        state.set(&5)?;
+        drop(scope);
+        assert_eq!(host.calls().apply, 0);
+
+        // The next batch starts from what the host holds.
+        let scope = begin(1)?;
+        set_current_slot(0);
+        assert_eq!(state.get()?, None);
+        scope.finish()?;
+        Ok(())
+    }
+
+    #[test]
+    fn keyless_records_and_calls_outside_process_are_errors() -> Result<()> {
+        FakeHost::install();
+        let state = ValueState::<u64>::declare("count")?;
+        let outside = state.get().expect_err("no batch");
+        assert!(
+            outside.message().contains("not in open or close"),
+            "{outside}"
+        );
+
+        let scope = begin(0)?;
+        set_current_slot(batch::NO_SLOT);
+        let keyless = state.set(&1).expect_err("keyless record");
+        assert!(
+            keyless
+                .message()
+                .contains("state access needs a keyed record; key the stream with key_by"),
+            "{keyless}"
+        );
+        assert!(keyless.message().contains("`count`"), "{keyless}");
+        scope.finish()
+    }
+
+    #[test]
+    fn declaring_a_name_twice_needs_the_same_type() -> Result<()> {
+        FakeHost::install();
+        let first = ValueState::<u64>::declare("count")?;
+        let again = ValueState::<u64>::declare("count")?;
+        assert_eq!(first.index, again.index);
+        let error = ValueState::<String>::declare("count").expect_err("another type");
+        assert!(error.message().contains("another value type"), "{error}");
+        Ok(())
+    }
+
+    #[test]
+    fn undecodable_stored_values_are_errors_naming_the_state() -> Result<()> {
+        let host = FakeHost::install();
+        let state = ValueState::<String>::declare("name")?;
+        host.0.borrow_mut().values.insert((0, 0), vec![0xff]);
+        let scope = begin(1)?;
+        set_current_slot(0);
+        let error = state.get().expect_err("garbage");
+        assert!(
+            error
+                .message()
+                .starts_with("value state `name`: decoding the stored value"),
+            "{error}"
+        );
+        drop(scope);
+        Ok(())
+    }
+}

@@ -1,0 +1,173 @@
+//! Keyed count, Wasm against native, in one run.
+//!
+//! The same pipeline twice: generator (10 M records over 1 M keys) -> key-by -> counter
+//! (parallelism 1) -> discard. Once the counter is the example component
+//! (`examples/wordcount/counter`), once the same logic compiled into the host, over the same
+//! runtime and the same state backend. Prints records/s for each and their ratio.
+//!
+//! `cargo bench -p weir-host --bench keyed_count [-- RECORDS KEYS]`
+
+#[path = "../../tests/support/mod.rs"]
+mod support;
+
+use std::io::Write;
+use std::sync::Arc;
+use std::time::Instant;
+
+use bytes::Bytes;
+use weir_host::connectors::{DiscardSink, GeneratorSource};
+use weir_host::engine::{ComponentCache, Engine, EngineOptions};
+use weir_host::guest::WasmOperatorFactory;
+use weir_host::job::{KeyBy, Pipeline, RunOptions, Stage, run};
+use weir_host::operator::{
+    FailureKind, GuestLimits, OperatorError, OperatorFactory, OperatorInstance, SubtaskContext,
+};
+use weir_host::partition::KeyGroups;
+use weir_host::record::{RecordBatch, RecordRef};
+use weir_host::state::{KeyRef, KeyedStateBackend, StateId, StateKind};
+
+/// The counter, compiled natively: per record, read the CBOR count, add one, write it back,
+/// emit `key<TAB>count`, exactly as the component does.
+struct NativeCounter {
+    state: KeyedStateBackend,
+    count: StateId,
+    ctx: SubtaskContext,
+    encoded: Vec<u8>,
+}
+
+impl OperatorInstance for NativeCounter {
+    fn process(&mut self, batch: RecordBatch) -> Result<RecordBatch, OperatorError> {
+        let mut out = RecordBatch::with_capacity(batch.len(), batch.data_len() * 2);
+        let mut value = Vec::with_capacity(32);
+        for (i, record) in batch.iter().enumerate() {
+            let fail = |m: String| self.ctx.error(FailureKind::Returned, m);
+            let key = record.key.ok_or_else(|| fail("no key".into()))?;
+            let key = KeyRef::new(key, batch.hashes()[i]);
+            let previous: u64 = match self
+                .state
+                .value_get(self.count, key)
+                .map_err(|e| fail(e.to_string()))?
+            {
+                Some(bytes) => {
+                    ciborium::from_reader(&bytes[..]).map_err(|e| fail(e.to_string()))?
+                }
+                None => 0,
+            };
+            let next = previous + 1;
+            self.encoded.clear();
+            ciborium::into_writer(&next, &mut self.encoded).map_err(|e| fail(e.to_string()))?;
+            self.state
+                .value_set(self.count, key, Bytes::copy_from_slice(&self.encoded))
+                .map_err(|e| fail(e.to_string()))?;
+            value.clear();
+            value.extend_from_slice(key.bytes);
+            let _ = write!(value, "\t{next}");
+            out.push(RecordRef::keyed(key.bytes, &value));
+        }
+        Ok(out)
+    }
+
+    fn close(&mut self) -> Result<RecordBatch, OperatorError> {
+        Ok(RecordBatch::new())
+    }
+
+    fn state(&self) -> &KeyedStateBackend {
+        &self.state
+    }
+}
+
+struct NativeCounterFactory;
+
+impl OperatorFactory for NativeCounterFactory {
+    fn instantiate(
+        &self,
+        ctx: &SubtaskContext,
+    ) -> Result<Box<dyn OperatorInstance>, OperatorError> {
+        let mut state = KeyedStateBackend::new(ctx.key_groups, ctx.range);
+        let count = state
+            .declare("count", StateKind::Value)
+            .map_err(|e| ctx.error(FailureKind::Open, e.to_string()))?;
+        state.seal_declarations();
+        Ok(Box::new(NativeCounter {
+            state,
+            count,
+            ctx: ctx.clone(),
+            encoded: Vec::new(),
+        }))
+    }
+}
+
+fn pipeline(factory: Arc<dyn OperatorFactory>, records: u64, keys: u64) -> Pipeline {
+    Pipeline {
+        name: "keyed-count".into(),
+        key_groups: KeyGroups::default(),
+        batch_size: 1024,
+        source: Box::new(GeneratorSource::new(records, keys)),
+        stages: vec![Stage {
+            name: "count".into(),
+            factory,
+            parallelism: 1,
+            key_by: Some(KeyBy::RecordKey),
+            config_json: "{}".into(),
+            limits: GuestLimits {
+                memory_bytes: 2 << 30,
+                ..GuestLimits::default()
+            },
+        }],
+        sink: Box::new(DiscardSink),
+    }
+}
+
+fn measure(
+    runtime: &tokio::runtime::Runtime,
+    factory: Arc<dyn OperatorFactory>,
+    records: u64,
+    keys: u64,
+) -> f64 {
+    let started = Instant::now();
+    let summary = runtime
+        .block_on(run(pipeline(factory, records, keys), RunOptions::default()))
+        .unwrap_or_else(|e| panic!("benchmark job failed: {e}"));
+    let secs = started.elapsed().as_secs_f64();
+    assert_eq!(
+        summary.sink_records, records,
+        "every record reached the sink"
+    );
+    records as f64 / secs
+}
+
+fn main() {
+    let args: Vec<u64> = std::env::args()
+        .skip(1)
+        .filter_map(|a| a.parse().ok())
+        .collect();
+    let records = args.first().copied().unwrap_or(10_000_000);
+    let keys = args.get(1).copied().unwrap_or(1_000_000);
+    let engine = Engine::new(EngineOptions {
+        cache: Some(ComponentCache::new(support::cache_dir())),
+    })
+    .expect("engine");
+    let component = engine
+        .load(&support::component("weir-example-counter"))
+        .expect("counter component");
+    let wasm: Arc<dyn OperatorFactory> =
+        Arc::new(WasmOperatorFactory::new(engine.clone(), component));
+    let native: Arc<dyn OperatorFactory> = Arc::new(NativeCounterFactory);
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+
+    println!("keyed count: {records} records over {keys} keys, batch 1024, parallelism 1");
+    // Warm-up: page in code and grow allocator arenas for both, so neither pays first.
+    measure(&runtime, wasm.clone(), records / 10, keys / 10);
+    measure(&runtime, native.clone(), records / 10, keys / 10);
+    let wasm_rate = measure(&runtime, wasm, records, keys);
+    let native_rate = measure(&runtime, native, records, keys);
+    println!("bench: wasm_records_per_sec = {wasm_rate:.0} records/s");
+    println!("bench: native_records_per_sec = {native_rate:.0} records/s");
+    println!(
+        "bench: wasm_native_ratio = {:.3} ratio",
+        wasm_rate / native_rate
+    );
+}

@@ -1,0 +1,88 @@
+//! The `weir` command line.
+//!
+//! Output meant for the user goes to standard output (`validate`) or standard error (the run
+//! summary, since a job may write its records to standard output). Exit codes: 0 success,
+//! 1 the job or check failed, 2 the input (job file, component, arguments) is unusable.
+
+mod run;
+mod validate;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+/// Weir runs stateful stream operators compiled to WebAssembly components.
+#[derive(Debug, Parser)]
+#[command(name = "weir", version, about)]
+pub struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Run a job file to the end of its input.
+    Run(run::RunArgs),
+    /// Check that a component implements Weir's operator world.
+    Validate {
+        /// The component (.wasm) to check.
+        component: PathBuf,
+    },
+}
+
+/// A failure with the exit code it maps to.
+#[derive(Debug)]
+pub struct Failure {
+    pub code: u8,
+    pub error: anyhow::Error,
+}
+
+impl Failure {
+    /// The input is unusable (exit code 2).
+    pub fn input(error: impl Into<anyhow::Error>) -> Self {
+        Self {
+            code: 2,
+            error: error.into(),
+        }
+    }
+
+    /// The job or check failed (exit code 1).
+    pub fn failed(error: impl Into<anyhow::Error>) -> Self {
+        Self {
+            code: 1,
+            error: error.into(),
+        }
+    }
+}
+
+/// Entry point of the `weir` binary.
+pub fn main() -> ExitCode {
+    let cli = Cli::parse();
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn,weir=info")),
+        )
+        .init();
+    let result = match cli.command {
+        Command::Run(args) => run::run(args),
+        Command::Validate { component } => validate::validate(&component),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(failure) => {
+            eprintln!("error: {:#}", failure.error);
+            ExitCode::from(failure.code)
+        }
+    }
+}
+
+/// The engine used by the CLI: with the default on-disk component cache.
+fn engine() -> Result<crate::engine::Engine, Failure> {
+    crate::engine::Engine::new(crate::engine::EngineOptions {
+        cache: crate::engine::ComponentCache::default_location(),
+    })
+    .map_err(Failure::failed)
+}

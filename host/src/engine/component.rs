@@ -1,0 +1,181 @@
+//! Loading operator components and checking them against Weir's world.
+
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use wasmtime::component::Component;
+
+use super::{ComponentCache, Engine};
+use crate::bindings::{OperatorPre, PROCESSOR_EXPORT, WEIR_IMPORTS};
+use crate::guest::GuestState;
+
+/// Why a component could not be loaded.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum LoadError {
+    #[error("cannot read component {path}: {source}")]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error(
+        "{path} is not a WebAssembly component ({what}); build operators with `cargo build --target wasm32-wasip2` or another component toolchain"
+    )]
+    NotAComponent { path: PathBuf, what: &'static str },
+    #[error("{path} is not a valid WebAssembly component: {reason}")]
+    Invalid { path: PathBuf, reason: String },
+    #[error("{path} does not implement the world weir:operator/operator@0.1.0: {}", problems.join("; "))]
+    WrongWorld {
+        path: PathBuf,
+        problems: Vec<String>,
+    },
+}
+
+/// A loaded, type-checked component, ready to instantiate once per subtask.
+#[derive(Clone)]
+pub struct OperatorComponent {
+    pre: OperatorPre<GuestState>,
+    path: PathBuf,
+}
+
+impl std::fmt::Debug for OperatorComponent {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("OperatorComponent")
+            .field("path", &self.path)
+            .finish_non_exhaustive()
+    }
+}
+
+impl OperatorComponent {
+    pub fn pre(&self) -> &OperatorPre<GuestState> {
+        &self.pre
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+}
+
+pub(super) fn load(engine: &Engine, path: &Path) -> Result<OperatorComponent, LoadError> {
+    let bytes = std::fs::read(path).map_err(|source| LoadError::Read {
+        path: path.to_owned(),
+        source,
+    })?;
+    check_header(path, &bytes)?;
+    let started = Instant::now();
+    let (component, cached) = compile_or_reuse(engine, path, &bytes)?;
+    check_world(engine, path, &component)?;
+    let instance_pre =
+        engine
+            .linker()
+            .instantiate_pre(&component)
+            .map_err(|e| LoadError::WrongWorld {
+                path: path.to_owned(),
+                problems: vec![format!("{e:#}")],
+            })?;
+    let pre = OperatorPre::new(instance_pre).map_err(|e| LoadError::WrongWorld {
+        path: path.to_owned(),
+        problems: vec![format!("{e:#}")],
+    })?;
+    tracing::debug!(path = %path.display(), cached, elapsed_ms = started.elapsed().as_secs_f64() * 1e3, "component loaded");
+    Ok(OperatorComponent {
+        pre,
+        path: path.to_owned(),
+    })
+}
+
+/// Distinguishes "not Wasm at all" and "a core module" from a component before compiling, so
+/// the message says what the file is.
+fn check_header(path: &Path, bytes: &[u8]) -> Result<(), LoadError> {
+    let not = |what| {
+        Err(LoadError::NotAComponent {
+            path: path.to_owned(),
+            what,
+        })
+    };
+    if bytes.len() < 8 || &bytes[..4] != b"\0asm" {
+        return not("it does not start with the WebAssembly magic bytes");
+    }
+    match bytes[4..8] {
+        [0x0d, 0x00, 0x01, 0x00] => Ok(()),
+        [0x01, 0x00, 0x00, 0x00] => not("it is a core WebAssembly module, not a component"),
+        _ => not("unknown WebAssembly version or layer"),
+    }
+}
+
+fn compile_or_reuse(
+    engine: &Engine,
+    path: &Path,
+    bytes: &[u8],
+) -> Result<(Component, bool), LoadError> {
+    let key = engine
+        .cache()
+        .map(|_| ComponentCache::key(engine.wasmtime(), bytes));
+    if let (Some(cache), Some(key)) = (engine.cache(), &key)
+        && let Some(component) = cache.get(engine.wasmtime(), key)
+    {
+        return Ok((component, true));
+    }
+    let component = Component::new(engine.wasmtime(), bytes).map_err(|e| LoadError::Invalid {
+        path: path.to_owned(),
+        reason: format!("{e:#}"),
+    })?;
+    if let (Some(cache), Some(key)) = (engine.cache(), &key) {
+        cache.put(key, &component);
+    }
+    Ok((component, false))
+}
+
+/// Names what is missing or foreign, before the linker's type check gives a terser message.
+fn check_world(engine: &Engine, path: &Path, component: &Component) -> Result<(), LoadError> {
+    let ty = component.component_type();
+    let wasmtime = engine.wasmtime();
+    let mut problems = Vec::new();
+    if ty.get_export(wasmtime, PROCESSOR_EXPORT).is_none() {
+        let exports: Vec<_> = ty
+            .exports(wasmtime)
+            .map(|(name, _)| name.to_owned())
+            .collect();
+        problems.push(format!(
+            "it does not export `{PROCESSOR_EXPORT}` (it exports: {})",
+            if exports.is_empty() {
+                "nothing".to_owned()
+            } else {
+                exports.join(", ")
+            }
+        ));
+    }
+    for (name, _) in ty.imports(wasmtime) {
+        if WEIR_IMPORTS.contains(&name) || name.starts_with("wasi:") {
+            continue;
+        }
+        let why = if name.starts_with("weir:") {
+            "which this Weir version does not provide"
+        } else {
+            "which Weir does not provide to operators"
+        };
+        problems.push(format!("it imports `{name}`, {why}"));
+    }
+    if problems.is_empty() {
+        Ok(())
+    } else {
+        Err(LoadError::WrongWorld {
+            path: path.to_owned(),
+            problems,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn header_check_names_what_the_file_is() {
+        let p = Path::new("x.wasm");
+        let msg = |b: &[u8]| check_header(p, b).expect_err("refused").to_string();
+        assert!(msg(b"hello world").contains("magic bytes"));
+        assert!(msg(b"\0asm\x01\0\0\0").contains("core WebAssembly module"));
+        assert!(check_header(p, b"\0asm\x0d\0\x01\0").is_ok());
+    }
+}

@@ -1,0 +1,120 @@
+//! The WebAssembly engine, set up once per process.
+//!
+//! - [`Engine`]: wasmtime configured for components with epoch interruption, the [`Linker`]
+//!   with WASI and Weir's imports, the component cache and the epoch ticker.
+//! - [`cache`]: the on-disk cache of precompiled components.
+//! - [`component`]: loading a component and checking that it implements Weir's world.
+
+pub mod cache;
+pub mod component;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use wasmtime::component::{HasSelf, Linker};
+
+pub use cache::ComponentCache;
+pub use component::{LoadError, OperatorComponent};
+
+use crate::bindings::Operator;
+use crate::guest::GuestState;
+
+/// How often the engine's epoch advances: the granularity of the CPU-time limit.
+pub const EPOCH_TICK: Duration = Duration::from_millis(10);
+
+/// Options for [`Engine::new`].
+#[derive(Clone, Debug, Default)]
+pub struct EngineOptions {
+    /// Where precompiled components are cached; `None` disables the cache.
+    pub cache: Option<ComponentCache>,
+}
+
+/// wasmtime's engine and linker for Weir operators, shared by every subtask of every job.
+#[derive(Clone)]
+pub struct Engine {
+    engine: wasmtime::Engine,
+    linker: Arc<Linker<GuestState>>,
+    cache: Option<ComponentCache>,
+    /// Keeps the epoch ticker running while any clone of this engine lives.
+    _ticker: Arc<EpochTicker>,
+}
+
+impl std::fmt::Debug for Engine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Engine")
+            .field("cache", &self.cache)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Engine {
+    pub fn new(options: EngineOptions) -> anyhow::Result<Self> {
+        let mut config = wasmtime::Config::new();
+        config
+            .wasm_component_model(true)
+            // Bounds guest CPU time: a store traps once its deadline (in ticks) passes.
+            .epoch_interruption(true)
+            .cranelift_opt_level(wasmtime::OptLevel::Speed)
+            .parallel_compilation(true);
+        let engine = wasmtime::Engine::new(&config)?;
+        let mut linker = Linker::new(&engine);
+        wasmtime_wasi::p2::add_to_linker_sync(&mut linker)?;
+        Operator::add_to_linker::<_, HasSelf<GuestState>>(&mut linker, |s| s)?;
+        let ticker = EpochTicker::start(engine.clone());
+        Ok(Self {
+            engine,
+            linker: Arc::new(linker),
+            cache: options.cache,
+            _ticker: Arc::new(ticker),
+        })
+    }
+
+    pub fn wasmtime(&self) -> &wasmtime::Engine {
+        &self.engine
+    }
+
+    pub fn linker(&self) -> &Linker<GuestState> {
+        &self.linker
+    }
+
+    pub fn cache(&self) -> Option<&ComponentCache> {
+        self.cache.as_ref()
+    }
+
+    /// Loads, checks and prepares a component for instantiation.
+    pub fn load(&self, path: &std::path::Path) -> Result<OperatorComponent, LoadError> {
+        component::load(self, path)
+    }
+}
+
+/// A thread that advances the engine's epoch every [`EPOCH_TICK`] until dropped.
+struct EpochTicker {
+    stop: Arc<AtomicBool>,
+}
+
+impl EpochTicker {
+    fn start(engine: wasmtime::Engine) -> Self {
+        let stop = Arc::new(AtomicBool::new(false));
+        let flag = stop.clone();
+        std::thread::Builder::new()
+            .name("weir-epoch".into())
+            .spawn(move || {
+                while !flag.load(Ordering::Relaxed) {
+                    std::thread::sleep(EPOCH_TICK);
+                    engine.increment_epoch();
+                }
+            })
+            // Without the ticker no CPU limit could fire; failing to spawn one thread at
+            // start-up means the process is out of resources anyway.
+            .map(drop)
+            .unwrap_or_else(|e| tracing::error!("cannot start the epoch ticker: {e}"));
+        Self { stop }
+    }
+}
+
+impl Drop for EpochTicker {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+    }
+}

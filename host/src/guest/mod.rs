@@ -1,0 +1,75 @@
+//! Running operator components: the store's data and the host side of Weir's imports.
+//!
+//! - [`GuestState`]: what a wasmtime `Store` holds for one subtask: WASI (no ambient
+//!   authority), limits, the keyed state backend and the current batch's key slots.
+//! - [`slots`]: [`KeySlots`], the distinct keys of the batch being processed; state calls name
+//!   keys by slot.
+//! - [`state_host`], [`log_host`]: the `state` and `log` imports.
+//! - [`wasm_operator`]: [`WasmOperator`], an [`crate::operator::OperatorInstance`] backed by a
+//!   component instance.
+
+pub mod log_host;
+pub mod slots;
+pub mod state_host;
+pub mod wasm_operator;
+
+use std::sync::Arc;
+
+use wasmtime::StoreLimits;
+use wasmtime_wasi::{ResourceTable, WasiCtx, WasiCtxView, WasiView};
+
+pub use slots::KeySlots;
+pub use wasm_operator::{WasmOperator, WasmOperatorFactory};
+
+use crate::ids::{CheckpointId, OperatorName, SubtaskIndex};
+use crate::state::KeyedStateBackend;
+
+/// Who is logging, attached to every guest log line.
+#[derive(Clone, Debug)]
+pub struct LogContext {
+    pub job: Arc<str>,
+    pub operator: OperatorName,
+    pub subtask: SubtaskIndex,
+}
+
+/// The data of one subtask's wasmtime store.
+pub struct GuestState {
+    /// WASI with nothing granted: no preopened directories, no environment, no arguments, no
+    /// sockets, no standard input; output streams are discarded. Clocks and random numbers
+    /// are WASI's defaults, which Rust's std needs (hash map seeds).
+    wasi: WasiCtx,
+    table: ResourceTable,
+    pub(crate) limits: StoreLimits,
+    pub(crate) backend: KeyedStateBackend,
+    pub(crate) slots: KeySlots,
+    pub(crate) log: LogContext,
+    /// The checkpoint that current writes belong to, for log lines.
+    pub(crate) checkpoint: CheckpointId,
+}
+
+impl GuestState {
+    pub fn new(backend: KeyedStateBackend, limits: StoreLimits, log: LogContext) -> Self {
+        Self {
+            wasi: WasiCtx::builder().build(),
+            table: ResourceTable::new(),
+            limits,
+            checkpoint: backend.epoch(),
+            backend,
+            slots: KeySlots::default(),
+            log,
+        }
+    }
+
+    pub fn backend(&self) -> &KeyedStateBackend {
+        &self.backend
+    }
+}
+
+impl WasiView for GuestState {
+    fn ctx(&mut self) -> WasiCtxView<'_> {
+        WasiCtxView {
+            ctx: &mut self.wasi,
+            table: &mut self.table,
+        }
+    }
+}

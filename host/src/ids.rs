@@ -1,0 +1,34 @@
+//! Identifiers that cross module boundaries, as newtypes so that a subtask index is never
+//! passed where a key group is expected.
+
+use std::fmt;
+
+/// The index of one parallel instance of an operator, `0 .. parallelism`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct SubtaskIndex(pub u32);
+
+impl fmt::Display for SubtaskIndex {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+/// A checkpoint's number. Writes made after checkpoint `n - 1` belong to checkpoint `n`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct CheckpointId(pub u64);
+
+impl fmt::Display for CheckpointId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+/// Names one operator of a job (its position in the chain) for messages and metrics.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct OperatorName(pub String);
+
+impl fmt::Display for OperatorName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.fmt(f)
+    }
+}

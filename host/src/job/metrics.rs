@@ -1,0 +1,122 @@
+//! Counters of a running job, and the summary printed at its end.
+
+use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+/// Records in and out of each subtask of one operator.
+#[derive(Debug)]
+pub struct OperatorMetrics {
+    pub name: String,
+    pub records_in: Vec<AtomicU64>,
+    pub records_out: Vec<AtomicU64>,
+}
+
+/// Counters shared by the tasks of one job; read by the progress display and the summary.
+#[derive(Debug)]
+pub struct JobMetrics {
+    pub source_records: AtomicU64,
+    pub sink_records: AtomicU64,
+    pub operators: Vec<OperatorMetrics>,
+}
+
+impl JobMetrics {
+    pub fn new<'a>(operators: impl IntoIterator<Item = (&'a str, u32)>) -> Self {
+        let counters = |n: u32| (0..n).map(|_| AtomicU64::new(0)).collect();
+        Self {
+            source_records: AtomicU64::new(0),
+            sink_records: AtomicU64::new(0),
+            operators: operators
+                .into_iter()
+                .map(|(name, parallelism)| OperatorMetrics {
+                    name: name.to_owned(),
+                    records_in: counters(parallelism),
+                    records_out: counters(parallelism),
+                })
+                .collect(),
+        }
+    }
+
+    pub fn summary(&self, job: &str, elapsed: Duration) -> RunSummary {
+        let sum = |v: &[AtomicU64]| v.iter().map(|c| c.load(Ordering::Relaxed)).sum();
+        RunSummary {
+            job: job.to_owned(),
+            elapsed,
+            source_records: self.source_records.load(Ordering::Relaxed),
+            sink_records: self.sink_records.load(Ordering::Relaxed),
+            operators: self
+                .operators
+                .iter()
+                .map(|o| OperatorSummary {
+                    name: o.name.clone(),
+                    parallelism: o.records_in.len() as u32,
+                    records_in: sum(&o.records_in),
+                    records_out: sum(&o.records_out),
+                })
+                .collect(),
+        }
+    }
+}
+
+/// What one operator did in a run.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct OperatorSummary {
+    pub name: String,
+    pub parallelism: u32,
+    pub records_in: u64,
+    pub records_out: u64,
+}
+
+/// What a run did, printed at its end.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct RunSummary {
+    pub job: String,
+    pub elapsed: Duration,
+    pub source_records: u64,
+    pub sink_records: u64,
+    pub operators: Vec<OperatorSummary>,
+}
+
+impl fmt::Display for RunSummary {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let secs = self.elapsed.as_secs_f64();
+        writeln!(f, "job `{}` finished in {secs:.2} s", self.job)?;
+        let width = self
+            .operators
+            .iter()
+            .map(|o| o.name.len())
+            .max()
+            .unwrap_or(0)
+            .max(8);
+        writeln!(
+            f,
+            "  {:<width$}  {:>11}  {:>12}  {:>12}",
+            "operator", "parallelism", "records in", "records out"
+        )?;
+        writeln!(
+            f,
+            "  {:<width$}  {:>11}  {:>12}  {:>12}",
+            "(source)", "", "", self.source_records
+        )?;
+        for o in &self.operators {
+            writeln!(
+                f,
+                "  {:<width$}  {:>11}  {:>12}  {:>12}",
+                o.name, o.parallelism, o.records_in, o.records_out
+            )?;
+        }
+        writeln!(
+            f,
+            "  {:<width$}  {:>11}  {:>12}  {:>12}",
+            "(sink)", "", self.sink_records, ""
+        )?;
+        if secs > 0.0 {
+            write!(
+                f,
+                "  {:.0} source records/s",
+                self.source_records as f64 / secs
+            )?;
+        }
+        Ok(())
+    }
+}

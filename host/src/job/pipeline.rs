@@ -1,0 +1,97 @@
+//! [`Pipeline`]: a job ready to run.
+
+use std::sync::Arc;
+
+use super::spec::{JobSpec, KeyBy, SinkSpec, SourceSpec};
+use crate::connectors::{
+    ConnectorError, DiscardSink, FileSink, GeneratorSource, JsonLinesSource, Sink, Source,
+    StdoutSink, TextLinesSource,
+};
+use crate::engine::{Engine, LoadError};
+use crate::guest::WasmOperatorFactory;
+use crate::operator::{GuestLimits, OperatorFactory};
+use crate::partition::KeyGroups;
+
+/// One operator of the chain.
+#[derive(Clone)]
+pub struct Stage {
+    pub name: String,
+    pub factory: Arc<dyn OperatorFactory>,
+    pub parallelism: u32,
+    /// How the stage's input is partitioned; `None` spreads batches round robin.
+    pub key_by: Option<KeyBy>,
+    pub config_json: String,
+    pub limits: GuestLimits,
+}
+
+/// A source, a chain of stages and a sink.
+pub struct Pipeline {
+    pub name: String,
+    pub key_groups: KeyGroups,
+    pub batch_size: usize,
+    pub source: Box<dyn Source>,
+    pub stages: Vec<Stage>,
+    pub sink: Box<dyn Sink>,
+}
+
+/// Why a job could not be prepared.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum PrepareError {
+    #[error("operator `{operator}`: {source}")]
+    Load { operator: String, source: LoadError },
+    #[error("source: {0}")]
+    Source(ConnectorError),
+    #[error("sink: {0}")]
+    Sink(ConnectorError),
+}
+
+impl Pipeline {
+    /// Loads every component (once per operator, shared by its subtasks) and opens the
+    /// source and sink.
+    pub fn from_spec(spec: &JobSpec, engine: &Engine) -> Result<Self, PrepareError> {
+        let mut stages = Vec::with_capacity(spec.operators.len());
+        for op in &spec.operators {
+            let component = engine
+                .load(&op.component)
+                .map_err(|source| PrepareError::Load {
+                    operator: op.name.clone(),
+                    source,
+                })?;
+            stages.push(Stage {
+                name: op.name.clone(),
+                factory: Arc::new(WasmOperatorFactory::new(engine.clone(), component)),
+                parallelism: op.parallelism,
+                key_by: op.key_by.clone(),
+                config_json: op.config_json.clone(),
+                limits: op.limits,
+            });
+        }
+        let source: Box<dyn Source> = match &spec.source {
+            SourceSpec::TextLines { path } => {
+                Box::new(TextLinesSource::open(path).map_err(PrepareError::Source)?)
+            }
+            SourceSpec::JsonLines { path, key_pointer } => Box::new(
+                JsonLinesSource::open(path, key_pointer.clone()).map_err(PrepareError::Source)?,
+            ),
+            SourceSpec::Generator { records, keys } => {
+                Box::new(GeneratorSource::new(*records, *keys))
+            }
+        };
+        let sink: Box<dyn Sink> = match &spec.sink {
+            SinkSpec::Stdout => Box::new(StdoutSink::new()),
+            SinkSpec::File { path } => {
+                Box::new(FileSink::create(path).map_err(PrepareError::Sink)?)
+            }
+            SinkSpec::Discard => Box::new(DiscardSink),
+        };
+        Ok(Self {
+            name: spec.name.clone(),
+            key_groups: spec.key_groups,
+            batch_size: spec.batch_size,
+            source,
+            stages,
+            sink,
+        })
+    }
+}

@@ -1,0 +1,546 @@
+//! The job file: its TOML form ([`JobFile`]) and the checked, resolved form ([`JobSpec`]).
+//!
+//! ```toml
+//! [job]
+//! name = "wordcount"
+//! max_parallelism = 128          # key groups; optional, default 128
+//!
+//! [source]
+//! kind = "text-lines"            # or "json-lines", "generator"
+//! path = "input.txt"             # relative to the job file
+//!
+//! [[operators]]
+//! name = "tokenize"
+//! component = "tokenizer.wasm"   # relative to the job file
+//! parallelism = 1
+//!
+//! [[operators]]
+//! name = "count"
+//! component = "counter.wasm"
+//! parallelism = 3
+//! key_by = "key"                 # partition this operator's input by record key
+//! config = { min_length = 1 }    # handed to the operator as JSON
+//!
+//! [sink]
+//! kind = "file"                  # or "stdout", "discard"
+//! path = "out.txt"
+//! ```
+//!
+//! Unknown fields are errors, reported with line and column; checks that need more than the
+//! syntax (paths, ranges, names) report which section and field is wrong.
+
+use std::collections::HashSet;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use crate::operator::GuestLimits;
+use crate::partition::KeyGroups;
+
+/// The most key groups a job may have.
+pub const MAX_KEY_GROUPS: u32 = 32_768;
+
+/// A job file as written.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct JobFile {
+    pub job: JobSection,
+    pub source: SourceFile,
+    #[serde(default)]
+    pub operators: Vec<OperatorFile>,
+    pub sink: SinkFile,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct JobSection {
+    pub name: String,
+    pub max_parallelism: Option<u32>,
+    /// Records per batch handed to an operator.
+    pub batch_size: Option<usize>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(tag = "kind", rename_all = "kebab-case", deny_unknown_fields)]
+pub enum SourceFile {
+    TextLines {
+        path: PathBuf,
+    },
+    JsonLines {
+        path: PathBuf,
+        /// A JSON pointer (RFC 6901) into each line whose value becomes the record key.
+        key_pointer: Option<String>,
+    },
+    Generator {
+        records: u64,
+        keys: u64,
+    },
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OperatorFile {
+    pub name: String,
+    pub component: PathBuf,
+    #[serde(default = "one")]
+    pub parallelism: u32,
+    pub key_by: Option<KeyByFile>,
+    #[serde(default)]
+    pub config: toml::Table,
+    #[serde(default)]
+    pub limits: LimitsFile,
+}
+
+fn one() -> u32 {
+    1
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+pub enum KeyByFile {
+    /// `key_by = "key"`: the key the upstream operator (or source) set.
+    Named(String),
+    /// `key_by = { json_pointer = "/user" }`: a field of the JSON value.
+    Pointer { json_pointer: String },
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LimitsFile {
+    pub memory_mb: Option<usize>,
+    pub cpu_ms_per_call: Option<u64>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(tag = "kind", rename_all = "kebab-case", deny_unknown_fields)]
+pub enum SinkFile {
+    Stdout,
+    File { path: PathBuf },
+    Discard,
+}
+
+/// A checked job, paths resolved against the job file's folder.
+#[derive(Clone, Debug)]
+pub struct JobSpec {
+    pub name: String,
+    pub key_groups: KeyGroups,
+    pub batch_size: usize,
+    pub source: SourceSpec,
+    pub operators: Vec<OperatorSpec>,
+    pub sink: SinkSpec,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub enum SourceSpec {
+    TextLines {
+        path: PathBuf,
+    },
+    JsonLines {
+        path: PathBuf,
+        key_pointer: Option<String>,
+    },
+    Generator {
+        records: u64,
+        keys: u64,
+    },
+}
+
+#[derive(Clone, Debug)]
+pub struct OperatorSpec {
+    pub name: String,
+    pub component: PathBuf,
+    pub parallelism: u32,
+    pub key_by: Option<KeyBy>,
+    pub config_json: String,
+    pub limits: GuestLimits,
+}
+
+/// How an operator's input is partitioned among its subtasks.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum KeyBy {
+    /// By the record's key.
+    RecordKey,
+    /// By the value at a JSON pointer in the record's (JSON) value, which becomes its key.
+    JsonPointer(String),
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub enum SinkSpec {
+    Stdout,
+    File { path: PathBuf },
+    Discard,
+}
+
+/// A job file that cannot be run, with what and where.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum SpecError {
+    #[error("cannot read job file {path}: {source}")]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("job file {path}: {message}")]
+    Syntax { path: PathBuf, message: String },
+    #[error("job file {path}: {location}: {message}")]
+    Invalid {
+        path: PathBuf,
+        location: String,
+        message: String,
+    },
+}
+
+/// Default records per batch: large enough to amortise a guest call (~0.5 µs), small enough
+/// to keep batches in cache.
+pub const DEFAULT_BATCH_SIZE: usize = 1024;
+
+impl JobSpec {
+    /// Reads, parses and checks a job file.
+    pub fn load(path: &Path) -> Result<Self, SpecError> {
+        let text = std::fs::read_to_string(path).map_err(|source| SpecError::Read {
+            path: path.to_owned(),
+            source,
+        })?;
+        let base = path.parent().unwrap_or(Path::new("."));
+        Self::parse(&text, path, base)
+    }
+
+    /// Parses and checks job-file text; `path` names it in errors and `base` resolves
+    /// relative paths.
+    pub fn parse(text: &str, path: &Path, base: &Path) -> Result<Self, SpecError> {
+        let file: JobFile = toml::from_str(text).map_err(|e| SpecError::Syntax {
+            path: path.to_owned(),
+            message: e.to_string().trim_end().to_owned(),
+        })?;
+        Checker { path, base }.check(file)
+    }
+}
+
+struct Checker<'a> {
+    path: &'a Path,
+    base: &'a Path,
+}
+
+impl Checker<'_> {
+    fn invalid(&self, location: impl Into<String>, message: impl Into<String>) -> SpecError {
+        SpecError::Invalid {
+            path: self.path.to_owned(),
+            location: location.into(),
+            message: message.into(),
+        }
+    }
+
+    fn resolve(&self, p: &Path) -> PathBuf {
+        if p.is_absolute() {
+            p.to_owned()
+        } else {
+            self.base.join(p)
+        }
+    }
+
+    fn existing_file(
+        &self,
+        location: &str,
+        p: &Path,
+        what: &str,
+        hint: &str,
+    ) -> Result<PathBuf, SpecError> {
+        let resolved = self.resolve(p);
+        if resolved.is_file() {
+            Ok(resolved)
+        } else {
+            Err(self.invalid(
+                location,
+                format!(
+                    "{what} {} does not exist (looked for {}){hint}",
+                    p.display(),
+                    resolved.display()
+                ),
+            ))
+        }
+    }
+
+    fn check(&self, file: JobFile) -> Result<JobSpec, SpecError> {
+        let job = &file.job;
+        if job.name.trim().is_empty() {
+            return Err(self.invalid("[job] name", "must not be empty"));
+        }
+        let max = job.max_parallelism.unwrap_or(KeyGroups::DEFAULT_COUNT);
+        if !(1..=MAX_KEY_GROUPS).contains(&max) {
+            return Err(self.invalid(
+                "[job] max_parallelism",
+                format!("{max} is out of range: use 1 to {MAX_KEY_GROUPS}"),
+            ));
+        }
+        let batch_size = job.batch_size.unwrap_or(DEFAULT_BATCH_SIZE);
+        if !(1..=1 << 20).contains(&batch_size) {
+            return Err(self.invalid(
+                "[job] batch_size",
+                format!("{batch_size} is out of range: use 1 to 1048576"),
+            ));
+        }
+        if file.operators.is_empty() {
+            return Err(self.invalid("[[operators]]", "a job needs at least one operator"));
+        }
+        let source = self.check_source(file.source)?;
+        let mut names = HashSet::new();
+        let mut operators = Vec::new();
+        for (i, op) in file.operators.into_iter().enumerate() {
+            let at = format!("operators[{i}] (`{}`)", op.name);
+            if op.name.trim().is_empty() {
+                return Err(self.invalid(format!("operators[{i}] name"), "must not be empty"));
+            }
+            if !names.insert(op.name.clone()) {
+                return Err(
+                    self.invalid(format!("{at} name"), "another operator has the same name")
+                );
+            }
+            operators.push(self.check_operator(&at, op, max)?);
+        }
+        let sink = match file.sink {
+            SinkFile::Stdout => SinkSpec::Stdout,
+            SinkFile::Discard => SinkSpec::Discard,
+            SinkFile::File { path } => {
+                let resolved = self.resolve(&path);
+                let parent = resolved.parent().filter(|p| !p.as_os_str().is_empty());
+                if let Some(parent) = parent
+                    && !parent.is_dir()
+                {
+                    return Err(self.invalid(
+                        "[sink] path",
+                        format!(
+                            "the folder {} of the output file does not exist",
+                            parent.display()
+                        ),
+                    ));
+                }
+                SinkSpec::File { path: resolved }
+            }
+        };
+        Ok(JobSpec {
+            name: file.job.name,
+            key_groups: KeyGroups::new(max),
+            batch_size,
+            source,
+            operators,
+            sink,
+        })
+    }
+
+    fn check_source(&self, source: SourceFile) -> Result<SourceSpec, SpecError> {
+        Ok(match source {
+            SourceFile::TextLines { path } => SourceSpec::TextLines {
+                path: self.existing_file("[source] path", &path, "input file", "")?,
+            },
+            SourceFile::JsonLines { path, key_pointer } => {
+                if let Some(p) = &key_pointer
+                    && !(p.is_empty() || p.starts_with('/'))
+                {
+                    return Err(self.invalid(
+                        "[source] key_pointer",
+                        format!("{p:?} is not a JSON pointer: it must be empty or start with '/'"),
+                    ));
+                }
+                SourceSpec::JsonLines {
+                    path: self.existing_file("[source] path", &path, "input file", "")?,
+                    key_pointer,
+                }
+            }
+            SourceFile::Generator { records, keys } => {
+                if keys == 0 {
+                    return Err(self.invalid("[source] keys", "must be at least 1"));
+                }
+                SourceSpec::Generator { records, keys }
+            }
+        })
+    }
+
+    fn check_operator(
+        &self,
+        at: &str,
+        op: OperatorFile,
+        max: u32,
+    ) -> Result<OperatorSpec, SpecError> {
+        if !(1..=max).contains(&op.parallelism) {
+            return Err(self.invalid(
+                format!("{at} parallelism"),
+                format!(
+                    "{} is out of range: use 1 to max_parallelism ({max})",
+                    op.parallelism
+                ),
+            ));
+        }
+        let component = self.existing_file(
+            &format!("{at} component"),
+            &op.component,
+            "component",
+            "; build the operator first (for the examples: scripts/build-guests)",
+        )?;
+        let key_by = match op.key_by {
+            None => None,
+            Some(KeyByFile::Named(name)) if name == "key" => Some(KeyBy::RecordKey),
+            Some(KeyByFile::Named(other)) => {
+                return Err(self.invalid(
+                    format!("{at} key_by"),
+                    format!(
+                        "unknown key_by {other:?}: use \"key\" or {{ json_pointer = \"/field\" }}"
+                    ),
+                ));
+            }
+            Some(KeyByFile::Pointer { json_pointer }) => {
+                if !(json_pointer.is_empty() || json_pointer.starts_with('/')) {
+                    return Err(self.invalid(
+                        format!("{at} key_by.json_pointer"),
+                        format!("{json_pointer:?} is not a JSON pointer: it must be empty or start with '/'"),
+                    ));
+                }
+                Some(KeyBy::JsonPointer(json_pointer))
+            }
+        };
+        let config_json = serde_json::to_string(&op.config).map_err(|e| {
+            self.invalid(
+                format!("{at} config"),
+                format!("cannot be expressed as JSON: {e}"),
+            )
+        })?;
+        let defaults = GuestLimits::default();
+        let limits = GuestLimits {
+            memory_bytes: op
+                .limits
+                .memory_mb
+                .map_or(defaults.memory_bytes, |mb| mb << 20),
+            cpu_time_per_call: op
+                .limits
+                .cpu_ms_per_call
+                .map_or(defaults.cpu_time_per_call, Duration::from_millis),
+        };
+        if limits.memory_bytes < 1 << 20 {
+            return Err(self.invalid(format!("{at} limits.memory_mb"), "must be at least 1"));
+        }
+        Ok(OperatorSpec {
+            name: op.name,
+            component,
+            parallelism: op.parallelism,
+            key_by,
+            config_json,
+            limits,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(text: &str, dir: &Path) -> Result<JobSpec, String> {
+        JobSpec::parse(text, Path::new("job.toml"), dir).map_err(|e| e.to_string())
+    }
+
+    fn fixture() -> tempfile::TempDir {
+        let dir = tempfile::tempdir().expect("tempdir");
+        std::fs::write(dir.path().join("in.txt"), "a b\n").expect("write");
+        std::fs::write(dir.path().join("op.wasm"), b"").expect("write");
+        dir
+    }
+
+    const GOOD: &str = r#"
+        [job]
+        name = "wc"
+        [source]
+        kind = "text-lines"
+        path = "in.txt"
+        [[operators]]
+        name = "count"
+        component = "op.wasm"
+        parallelism = 3
+        key_by = "key"
+        config = { a = 1, b = "x" }
+        [sink]
+        kind = "file"
+        path = "out.txt"
+    "#;
+
+    #[test]
+    fn a_good_file_resolves_paths_and_defaults() {
+        let dir = fixture();
+        let spec = parse(GOOD, dir.path()).expect("valid");
+        assert_eq!(spec.key_groups.count(), 128);
+        assert_eq!(spec.batch_size, DEFAULT_BATCH_SIZE);
+        assert_eq!(
+            spec.source,
+            SourceSpec::TextLines {
+                path: dir.path().join("in.txt")
+            }
+        );
+        let op = &spec.operators[0];
+        assert_eq!(
+            (op.parallelism, op.key_by.clone()),
+            (3, Some(KeyBy::RecordKey))
+        );
+        assert_eq!(
+            serde_json::from_str::<serde_json::Value>(&op.config_json).expect("json"),
+            serde_json::json!({"a": 1, "b": "x"})
+        );
+        assert_eq!(
+            spec.sink,
+            SinkSpec::File {
+                path: dir.path().join("out.txt")
+            }
+        );
+    }
+
+    #[test]
+    fn an_unknown_field_is_reported_with_its_line() {
+        let dir = fixture();
+        let err = parse(
+            &GOOD.replace("parallelism = 3", "paralelism = 3"),
+            dir.path(),
+        )
+        .expect_err("bad");
+        assert!(err.contains("unknown field `paralelism`"), "{err}");
+        assert!(err.contains("line 10"), "{err}");
+        let err = parse(
+            &GOOD.replace("kind = \"file\"", "kind = \"file\"\nmode = 1"),
+            dir.path(),
+        )
+        .expect_err("bad");
+        assert!(err.contains("unknown field `mode`"), "{err}");
+    }
+
+    #[test]
+    fn a_missing_component_names_the_operator_and_the_path() {
+        let dir = fixture();
+        let err = parse(&GOOD.replace("op.wasm", "nope.wasm"), dir.path()).expect_err("bad");
+        assert!(err.contains("operators[0] (`count`) component"), "{err}");
+        assert!(err.contains("nope.wasm does not exist"), "{err}");
+    }
+
+    #[test]
+    fn semantic_errors_say_where() {
+        let dir = fixture();
+        let cases = [
+            ("parallelism = 3", "parallelism = 0", "parallelism"),
+            ("key_by = \"key\"", "key_by = \"value\"", "unknown key_by"),
+            (
+                "path = \"in.txt\"",
+                "path = \"missing.txt\"",
+                "[source] path",
+            ),
+            (
+                "name = \"wc\"",
+                "name = \"wc\"\nmax_parallelism = 0",
+                "max_parallelism",
+            ),
+            (
+                "kind = \"text-lines\"",
+                "kind = \"kafka\"",
+                "unknown variant `kafka`",
+            ),
+        ];
+        for (from, to, expected) in cases {
+            let err = parse(&GOOD.replace(from, to), dir.path()).expect_err(to);
+            assert!(err.contains(expected), "{to}: {err}");
+        }
+    }
+}

@@ -1,0 +1,49 @@
+//! [`OperatorError`]: a failed operator, named by operator and subtask.
+
+use std::fmt;
+
+use crate::ids::{OperatorName, SubtaskIndex};
+
+/// How an operator failed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum FailureKind {
+    /// The component could not be instantiated.
+    Instantiate,
+    /// `open` returned an error.
+    Open,
+    /// `process` or `close` returned an error.
+    Returned,
+    /// The guest trapped (a panic, an unreachable, a bad memory access).
+    Trap,
+    /// One call ran longer than the CPU-time limit.
+    CpuLimit,
+    /// The guest tried to grow its memory past the limit.
+    MemoryLimit,
+    /// The guest returned a malformed batch.
+    BadOutput,
+}
+
+impl fmt::Display for FailureKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            FailureKind::Instantiate => "could not be instantiated",
+            FailureKind::Open => "failed to open",
+            FailureKind::Returned => "returned an error",
+            FailureKind::Trap => "trapped",
+            FailureKind::CpuLimit => "exceeded its CPU time limit",
+            FailureKind::MemoryLimit => "exceeded its memory limit",
+            FailureKind::BadOutput => "returned a malformed batch",
+        })
+    }
+}
+
+/// An operator subtask failed; the job fails with this error.
+#[derive(Clone, Debug, thiserror::Error, PartialEq, Eq)]
+#[error("operator `{operator}` subtask {subtask} {kind}: {message}")]
+pub struct OperatorError {
+    pub operator: OperatorName,
+    pub subtask: SubtaskIndex,
+    pub kind: FailureKind,
+    pub message: String,
+}

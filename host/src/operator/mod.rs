@@ -1,0 +1,81 @@
+//! What the runtime runs in a subtask: an [`OperatorInstance`], made by an
+//! [`OperatorFactory`] once per subtask.
+//!
+//! Wasm components ([`crate::guest::WasmOperatorFactory`]) are the real thing; the trait also
+//! lets benchmarks and tests run an operator compiled into the host over the same runtime and
+//! state backend, which is how Wasm is compared with native code.
+
+mod error;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+pub use error::{FailureKind, OperatorError};
+
+use crate::ids::{OperatorName, SubtaskIndex};
+use crate::partition::{KeyGroupRange, KeyGroups};
+use crate::record::RecordBatch;
+use crate::state::KeyedStateBackend;
+
+/// Resource bounds of one guest instance.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct GuestLimits {
+    /// Linear memory of the instance, all memories together.
+    pub memory_bytes: usize,
+    /// CPU time one call into the guest may take before it is interrupted.
+    pub cpu_time_per_call: Duration,
+}
+
+impl Default for GuestLimits {
+    fn default() -> Self {
+        Self {
+            memory_bytes: 512 << 20,
+            cpu_time_per_call: Duration::from_secs(10),
+        }
+    }
+}
+
+/// Everything a subtask's operator instance is told about where it runs.
+#[derive(Clone, Debug)]
+pub struct SubtaskContext {
+    pub job: Arc<str>,
+    pub operator: OperatorName,
+    pub subtask: SubtaskIndex,
+    pub parallelism: u32,
+    pub key_groups: KeyGroups,
+    /// The key groups this subtask owns.
+    pub range: KeyGroupRange,
+    /// The operator's configuration, as a JSON object.
+    pub config_json: String,
+    pub limits: GuestLimits,
+}
+
+impl SubtaskContext {
+    /// An error of this subtask.
+    pub fn error(&self, kind: FailureKind, message: impl Into<String>) -> OperatorError {
+        OperatorError {
+            operator: self.operator.clone(),
+            subtask: self.subtask,
+            kind,
+            message: message.into(),
+        }
+    }
+}
+
+/// One running instance of an operator, owned by one subtask task.
+pub trait OperatorInstance: Send {
+    /// Processes a batch and returns the records it emits.
+    fn process(&mut self, batch: RecordBatch) -> Result<RecordBatch, OperatorError>;
+
+    /// Ends the input; returns the records emitted at the end.
+    fn close(&mut self) -> Result<RecordBatch, OperatorError>;
+
+    /// The instance's keyed state.
+    fn state(&self) -> &KeyedStateBackend;
+}
+
+/// Makes one [`OperatorInstance`] per subtask.
+pub trait OperatorFactory: Send + Sync {
+    fn instantiate(&self, ctx: &SubtaskContext)
+    -> Result<Box<dyn OperatorInstance>, OperatorError>;
+}

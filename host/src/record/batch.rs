@@ -1,0 +1,253 @@
+//! [`RecordBatch`]: the host's form of the WIT `batch` record.
+//!
+//! The layout is the WIT one (see `wit/operator.wit`): all keys and values back to back in one
+//! buffer, plus per-record end offsets, flags and timestamps. A batch moves into a guest call
+//! by moving its vectors, with no per-record work. Keyed edges add one column the guest never
+//! sees: each record's [`KeyHash`], computed once where the record is routed.
+
+use crate::bindings::weir::operator::types::Batch;
+use crate::partition::KeyHash;
+
+/// Bit 0 of a record's flags: the record has a key.
+pub const FLAG_HAS_KEY: u8 = 1;
+/// Bit 1 of a record's flags: the record has a timestamp.
+pub const FLAG_HAS_TIMESTAMP: u8 = 2;
+
+/// A batch of records in flat columns.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct RecordBatch {
+    data: Vec<u8>,
+    key_ends: Vec<u32>,
+    value_ends: Vec<u32>,
+    flags: Vec<u8>,
+    timestamps: Vec<i64>,
+    /// Key hashes, one per record, when the batch went through a keyed edge; empty otherwise.
+    hashes: Vec<KeyHash>,
+}
+
+/// One record of a batch, borrowed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RecordRef<'a> {
+    pub key: Option<&'a [u8]>,
+    pub value: &'a [u8],
+    pub timestamp: Option<i64>,
+}
+
+impl<'a> RecordRef<'a> {
+    pub fn keyed(key: &'a [u8], value: &'a [u8]) -> Self {
+        Self {
+            key: Some(key),
+            value,
+            timestamp: None,
+        }
+    }
+
+    pub fn unkeyed(value: &'a [u8]) -> Self {
+        Self {
+            key: None,
+            value,
+            timestamp: None,
+        }
+    }
+}
+
+impl RecordBatch {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    pub fn with_capacity(records: usize, bytes: usize) -> Self {
+        Self {
+            data: Vec::with_capacity(bytes),
+            key_ends: Vec::with_capacity(records),
+            value_ends: Vec::with_capacity(records),
+            flags: Vec::with_capacity(records),
+            timestamps: Vec::with_capacity(records),
+            hashes: Vec::new(),
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.value_ends.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.value_ends.is_empty()
+    }
+
+    /// Bytes of keys and values held.
+    pub fn data_len(&self) -> usize {
+        self.data.len()
+    }
+
+    /// Appends a record.
+    ///
+    /// # Panics
+    /// If the batch would exceed 4 GiB of data, which the producers' batch size limits rule out.
+    #[inline]
+    pub fn push(&mut self, record: RecordRef<'_>) {
+        self.push_parts(record, None);
+    }
+
+    /// Appends a record whose key hash is already known (keyed edges).
+    #[inline]
+    pub fn push_hashed(&mut self, record: RecordRef<'_>, hash: KeyHash) {
+        self.push_parts(record, Some(hash));
+    }
+
+    #[inline]
+    fn push_parts(&mut self, record: RecordRef<'_>, hash: Option<KeyHash>) {
+        let mut flags = 0;
+        if let Some(key) = record.key {
+            self.data.extend_from_slice(key);
+            flags |= FLAG_HAS_KEY;
+        }
+        self.key_ends.push(offset(self.data.len()));
+        self.data.extend_from_slice(record.value);
+        self.value_ends.push(offset(self.data.len()));
+        if record.timestamp.is_some() {
+            flags |= FLAG_HAS_TIMESTAMP;
+        }
+        self.flags.push(flags);
+        self.timestamps.push(record.timestamp.unwrap_or(0));
+        if let Some(hash) = hash {
+            self.hashes.push(hash);
+        }
+    }
+
+    /// The record at `index`; `index < len()`.
+    #[inline]
+    pub fn get(&self, index: usize) -> RecordRef<'_> {
+        let start = if index == 0 {
+            0
+        } else {
+            self.value_ends[index - 1] as usize
+        };
+        let key_end = self.key_ends[index] as usize;
+        let value_end = self.value_ends[index] as usize;
+        let flags = self.flags[index];
+        RecordRef {
+            key: (flags & FLAG_HAS_KEY != 0).then(|| &self.data[start..key_end]),
+            value: &self.data[key_end..value_end],
+            timestamp: (flags & FLAG_HAS_TIMESTAMP != 0).then(|| self.timestamps[index]),
+        }
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = RecordRef<'_>> {
+        (0..self.len()).map(|i| self.get(i))
+    }
+
+    /// The key hashes of a batch that went through a keyed edge (one per record), else empty.
+    pub fn hashes(&self) -> &[KeyHash] {
+        &self.hashes
+    }
+
+    /// Attaches the key hashes of the records (one per record), computed by a keyed edge.
+    pub fn set_hashes(&mut self, hashes: Vec<KeyHash>) {
+        debug_assert_eq!(hashes.len(), self.len());
+        self.hashes = hashes;
+    }
+
+    /// Empties the batch, keeping its allocations.
+    pub fn clear(&mut self) {
+        self.data.clear();
+        self.key_ends.clear();
+        self.value_ends.clear();
+        self.flags.clear();
+        self.timestamps.clear();
+        self.hashes.clear();
+    }
+
+    /// Checks that a batch built by a guest is well formed: equal column lengths and offsets
+    /// that stay inside the data and never go backwards.
+    pub fn validate(&self) -> Result<(), String> {
+        let n = self.value_ends.len();
+        if self.key_ends.len() != n || self.flags.len() != n || self.timestamps.len() != n {
+            return Err(format!(
+                "malformed batch: {} key ends, {} value ends, {} flags, {} timestamps",
+                self.key_ends.len(),
+                n,
+                self.flags.len(),
+                self.timestamps.len()
+            ));
+        }
+        let mut start = 0u32;
+        for i in 0..n {
+            let (k, v) = (self.key_ends[i], self.value_ends[i]);
+            if k < start || v < k || v as usize > self.data.len() {
+                return Err(format!(
+                    "malformed batch: record {i} spans {start}..{k}..{v} of {} bytes",
+                    self.data.len()
+                ));
+            }
+            start = v;
+        }
+        Ok(())
+    }
+
+    /// Splits into the WIT batch and the hash column.
+    pub fn into_wit(self) -> (Batch, Vec<KeyHash>) {
+        (
+            Batch {
+                data: self.data,
+                key_ends: self.key_ends,
+                value_ends: self.value_ends,
+                flags: self.flags,
+                timestamps: self.timestamps,
+            },
+            self.hashes,
+        )
+    }
+
+    /// A batch produced by a guest; call [`RecordBatch::validate`] before reading it.
+    pub fn from_wit(batch: Batch) -> Self {
+        Self {
+            data: batch.data,
+            key_ends: batch.key_ends,
+            value_ends: batch.value_ends,
+            flags: batch.flags,
+            timestamps: batch.timestamps,
+            hashes: Vec::new(),
+        }
+    }
+}
+
+#[inline]
+fn offset(len: usize) -> u32 {
+    // Producers cut batches far below 4 GiB; a larger one is a bug in the producer.
+    u32::try_from(len).unwrap_or_else(|_| panic!("record batch exceeds 4 GiB ({len} bytes)"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn round_trips_records_with_and_without_keys_and_timestamps() {
+        let mut batch = RecordBatch::new();
+        batch.push(RecordRef::keyed(b"k1", b"v1"));
+        batch.push(RecordRef::unkeyed(b"v2"));
+        batch.push(RecordRef {
+            key: Some(b""),
+            value: b"",
+            timestamp: Some(-5),
+        });
+        assert_eq!(batch.len(), 3);
+        assert_eq!(batch.get(0), RecordRef::keyed(b"k1", b"v1"));
+        assert_eq!(batch.get(1), RecordRef::unkeyed(b"v2"));
+        assert_eq!(batch.get(2).key, Some(&b""[..]));
+        assert_eq!(batch.get(2).timestamp, Some(-5));
+        batch.validate().expect("well formed");
+        let (wit, _) = batch.clone().into_wit();
+        assert_eq!(RecordBatch::from_wit(wit), batch);
+    }
+
+    #[test]
+    fn validate_rejects_offsets_outside_data() {
+        let mut batch = RecordBatch::new();
+        batch.push(RecordRef::keyed(b"k", b"v"));
+        let (mut wit, _) = batch.into_wit();
+        wit.value_ends[0] = 99;
+        assert!(RecordBatch::from_wit(wit).validate().is_err());
+    }
+}

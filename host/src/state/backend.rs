@@ -1,0 +1,513 @@
+//! [`KeyedStateBackend`]: one subtask's keyed state.
+
+use std::collections::HashMap;
+
+use bytes::Bytes;
+
+use super::list::ListBody;
+use super::map::MapBody;
+use super::table::KeyedTable;
+use super::value::ValueBody;
+use super::{StateError, StateId, StateKind};
+use crate::ids::CheckpointId;
+use crate::partition::{KeyGroupRange, KeyGroups, KeyHash};
+
+/// A key as the backend sees it: its bytes and its stable hash (computed once upstream).
+#[derive(Clone, Copy, Debug)]
+pub struct KeyRef<'a> {
+    pub bytes: &'a [u8],
+    pub hash: KeyHash,
+}
+
+impl<'a> KeyRef<'a> {
+    pub fn new(bytes: &'a [u8], hash: KeyHash) -> Self {
+        Self { bytes, hash }
+    }
+}
+
+/// The tables of one declared state, one per key group of the subtask's range.
+#[derive(Debug)]
+enum Tables {
+    Value(Vec<KeyedTable<ValueBody>>),
+    Map(Vec<KeyedTable<MapBody>>),
+    List(Vec<KeyedTable<ListBody>>),
+}
+
+impl Tables {
+    fn new(kind: StateKind, groups: usize) -> Self {
+        fn tables<T>(groups: usize) -> Vec<KeyedTable<T>> {
+            (0..groups).map(|_| KeyedTable::default()).collect()
+        }
+        match kind {
+            StateKind::Value => Tables::Value(tables(groups)),
+            StateKind::Map => Tables::Map(tables(groups)),
+            StateKind::List => Tables::List(tables(groups)),
+        }
+    }
+
+    fn kind(&self) -> StateKind {
+        match self {
+            Tables::Value(_) => StateKind::Value,
+            Tables::Map(_) => StateKind::Map,
+            Tables::List(_) => StateKind::List,
+        }
+    }
+
+    fn stats(&self) -> StateStats {
+        fn sum<T>(tables: &[KeyedTable<T>]) -> StateStats {
+            tables
+                .iter()
+                .fold(StateStats::default(), |acc, t| StateStats {
+                    entries: acc.entries + t.len(),
+                    dirty_keys: acc.dirty_keys + t.dirty().len(),
+                })
+        }
+        match self {
+            Tables::Value(t) => sum(t),
+            Tables::Map(t) => sum(t),
+            Tables::List(t) => sum(t),
+        }
+    }
+}
+
+/// An entry payload type, tied to the [`Tables`] variant that holds it.
+trait Body: Sized + Default {
+    const KIND: StateKind;
+    fn tables(tables: &Tables) -> Option<&Vec<KeyedTable<Self>>>;
+    fn tables_mut(tables: &mut Tables) -> Option<&mut Vec<KeyedTable<Self>>>;
+}
+
+macro_rules! body {
+    ($ty:ty, $variant:ident) => {
+        impl Body for $ty {
+            const KIND: StateKind = StateKind::$variant;
+            fn tables(tables: &Tables) -> Option<&Vec<KeyedTable<Self>>> {
+                match tables {
+                    Tables::$variant(t) => Some(t),
+                    _ => None,
+                }
+            }
+            fn tables_mut(tables: &mut Tables) -> Option<&mut Vec<KeyedTable<Self>>> {
+                match tables {
+                    Tables::$variant(t) => Some(t),
+                    _ => None,
+                }
+            }
+        }
+    };
+}
+body!(ValueBody, Value);
+body!(MapBody, Map);
+body!(ListBody, List);
+
+#[derive(Debug)]
+struct DeclaredState {
+    name: String,
+    tables: Tables,
+}
+
+/// Counts that describe a backend, for summaries and metrics.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct StateStats {
+    /// Entries (keys) across all states, tombstones included.
+    pub entries: usize,
+    /// Keys written since the last snapshot.
+    pub dirty_keys: usize,
+}
+
+/// One subtask's keyed state: every declared state, split by key group.
+///
+/// Every access names a key by its bytes and hash; the backend derives the key group and
+/// refuses keys outside the subtask's range, so a routing bug can never write into another
+/// subtask's state.
+#[derive(Debug)]
+pub struct KeyedStateBackend {
+    groups: KeyGroups,
+    range: KeyGroupRange,
+    states: Vec<DeclaredState>,
+    by_name: HashMap<String, StateId>,
+    /// The checkpoint that the current writes belong to.
+    epoch: CheckpointId,
+    /// Declaring is allowed only while the operator opens.
+    declaring: bool,
+}
+
+impl KeyedStateBackend {
+    /// An empty backend for a subtask owning `range` out of `groups`.
+    pub fn new(groups: KeyGroups, range: KeyGroupRange) -> Self {
+        Self {
+            groups,
+            range,
+            states: Vec::new(),
+            by_name: HashMap::new(),
+            epoch: CheckpointId(1),
+            declaring: true,
+        }
+    }
+
+    pub fn key_groups(&self) -> KeyGroups {
+        self.groups
+    }
+
+    pub fn range(&self) -> KeyGroupRange {
+        self.range
+    }
+
+    /// The checkpoint that current writes belong to.
+    pub fn epoch(&self) -> CheckpointId {
+        self.epoch
+    }
+
+    /// Declares a state, or returns the id of the same state declared before.
+    pub fn declare(&mut self, name: &str, kind: StateKind) -> Result<StateId, StateError> {
+        if let Some(&id) = self.by_name.get(name) {
+            let existing = self.states[id.0 as usize].tables.kind();
+            return if existing == kind {
+                Ok(id)
+            } else {
+                Err(StateError::KindConflict {
+                    name: name.to_owned(),
+                    existing,
+                    requested: kind,
+                })
+            };
+        }
+        if !self.declaring {
+            return Err(StateError::DeclareAfterOpen);
+        }
+        if name.is_empty() || name.chars().count() > 128 {
+            return Err(StateError::InvalidName(name.to_owned()));
+        }
+        let id = StateId(self.states.len() as u32);
+        self.states.push(DeclaredState {
+            name: name.to_owned(),
+            tables: Tables::new(kind, self.range.len()),
+        });
+        self.by_name.insert(name.to_owned(), id);
+        Ok(id)
+    }
+
+    /// Ends the declaration phase; called once the operator has opened.
+    pub fn seal_declarations(&mut self) {
+        self.declaring = false;
+    }
+
+    /// The name of a declared state, for messages.
+    pub fn state_name(&self, state: StateId) -> Option<&str> {
+        self.states.get(state.0 as usize).map(|s| s.name.as_str())
+    }
+
+    /// The id of a declared state.
+    pub fn state_id(&self, name: &str) -> Option<StateId> {
+        self.by_name.get(name).copied()
+    }
+
+    /// Entry and dirty-key counts across all states.
+    pub fn stats(&self) -> StateStats {
+        self.states
+            .iter()
+            .map(|s| s.tables.stats())
+            .fold(StateStats::default(), |a, b| StateStats {
+                entries: a.entries + b.entries,
+                dirty_keys: a.dirty_keys + b.dirty_keys,
+            })
+    }
+
+    /// The offset of the key's group in this subtask's range, or why it is not ours.
+    #[inline]
+    fn group_offset(&self, key: KeyRef<'_>) -> Result<usize, StateError> {
+        let group = self.groups.of(key.hash);
+        self.range
+            .offset(group)
+            .ok_or(StateError::KeyGroupOutOfRange {
+                group,
+                range: self.range,
+            })
+    }
+
+    fn wrong_kind(&self, state: StateId, expected: StateKind) -> StateError {
+        match self.states.get(state.0 as usize) {
+            Some(s) => StateError::WrongKind {
+                name: s.name.clone(),
+                expected,
+                actual: s.tables.kind(),
+            },
+            None => StateError::UnknownState(state.0),
+        }
+    }
+
+    #[inline]
+    fn table<B: Body>(
+        &self,
+        state: StateId,
+        key: KeyRef<'_>,
+    ) -> Result<&KeyedTable<B>, StateError> {
+        let group = self.group_offset(key)?;
+        self.states
+            .get(state.0 as usize)
+            .and_then(|s| B::tables(&s.tables))
+            .map(|t| &t[group])
+            .ok_or_else(|| self.wrong_kind(state, B::KIND))
+    }
+
+    #[inline]
+    fn table_mut<B: Body>(
+        &mut self,
+        state: StateId,
+        key: KeyRef<'_>,
+    ) -> Result<&mut KeyedTable<B>, StateError> {
+        let group = self.group_offset(key)?;
+        let index = state.0 as usize;
+        if !self
+            .states
+            .get(index)
+            .is_some_and(|s| s.tables.kind() == B::KIND)
+        {
+            return Err(self.wrong_kind(state, B::KIND));
+        }
+        self.states
+            .get_mut(index)
+            .and_then(|s| B::tables_mut(&mut s.tables))
+            .map(|t| &mut t[group])
+            .ok_or(StateError::UnknownState(state.0))
+    }
+
+    // ----- value state -----------------------------------------------------------------
+
+    /// The value of `key`, if any.
+    #[inline]
+    pub fn value_get(&self, state: StateId, key: KeyRef<'_>) -> Result<Option<&Bytes>, StateError> {
+        let table = self.table::<ValueBody>(state, key)?;
+        Ok(table.get(key.bytes, key.hash).and_then(|e| e.body.as_ref()))
+    }
+
+    /// Sets the value of `key`.
+    #[inline]
+    pub fn value_set(
+        &mut self,
+        state: StateId,
+        key: KeyRef<'_>,
+        value: Bytes,
+    ) -> Result<(), StateError> {
+        let epoch = self.epoch;
+        let table = self.table_mut::<ValueBody>(state, key)?;
+        table
+            .write(key.bytes, key.hash, epoch, ValueBody::default)
+            .body = Some(value);
+        Ok(())
+    }
+
+    /// Removes the value of `key`; the entry stays as a tombstone until a snapshot records it.
+    pub fn value_remove(&mut self, state: StateId, key: KeyRef<'_>) -> Result<(), StateError> {
+        let epoch = self.epoch;
+        let table = self.table_mut::<ValueBody>(state, key)?;
+        let live = table
+            .get(key.bytes, key.hash)
+            .is_some_and(|e| e.body.is_some());
+        if live && let Some(entry) = table.write_existing(key.bytes, key.hash, epoch) {
+            entry.body = None;
+        }
+        Ok(())
+    }
+
+    // ----- map state -------------------------------------------------------------------
+
+    /// The map of `key`, if it has one.
+    pub fn map(&self, state: StateId, key: KeyRef<'_>) -> Result<Option<&MapBody>, StateError> {
+        let table = self.table::<MapBody>(state, key)?;
+        Ok(table.get(key.bytes, key.hash).map(|e| &e.body))
+    }
+
+    pub fn map_get(
+        &self,
+        state: StateId,
+        key: KeyRef<'_>,
+        map_key: &[u8],
+    ) -> Result<Option<&Bytes>, StateError> {
+        Ok(self.map(state, key)?.and_then(|m| m.get(map_key)))
+    }
+
+    pub fn map_put(
+        &mut self,
+        state: StateId,
+        key: KeyRef<'_>,
+        map_key: &[u8],
+        value: Bytes,
+    ) -> Result<(), StateError> {
+        let epoch = self.epoch;
+        let table = self.table_mut::<MapBody>(state, key)?;
+        table
+            .write(key.bytes, key.hash, epoch, MapBody::default)
+            .body
+            .put(map_key, value, epoch);
+        Ok(())
+    }
+
+    pub fn map_remove(
+        &mut self,
+        state: StateId,
+        key: KeyRef<'_>,
+        map_key: &[u8],
+    ) -> Result<(), StateError> {
+        let epoch = self.epoch;
+        let table = self.table_mut::<MapBody>(state, key)?;
+        let present = table
+            .get(key.bytes, key.hash)
+            .is_some_and(|e| e.body.get(map_key).is_some());
+        if present && let Some(entry) = table.write_existing(key.bytes, key.hash, epoch) {
+            entry.body.remove(map_key, epoch);
+        }
+        Ok(())
+    }
+
+    pub fn map_clear(&mut self, state: StateId, key: KeyRef<'_>) -> Result<(), StateError> {
+        let epoch = self.epoch;
+        let table = self.table_mut::<MapBody>(state, key)?;
+        if let Some(entry) = table.write_existing(key.bytes, key.hash, epoch) {
+            entry.body.clear();
+        }
+        Ok(())
+    }
+
+    // ----- list state ------------------------------------------------------------------
+
+    /// The items of `key`'s list, oldest first (empty if it has none).
+    pub fn list_items(&self, state: StateId, key: KeyRef<'_>) -> Result<&[Bytes], StateError> {
+        let table = self.table::<ListBody>(state, key)?;
+        Ok(table
+            .get(key.bytes, key.hash)
+            .map_or(&[][..], |e| e.body.items.as_slice()))
+    }
+
+    pub fn list_append(
+        &mut self,
+        state: StateId,
+        key: KeyRef<'_>,
+        item: Bytes,
+    ) -> Result<(), StateError> {
+        let epoch = self.epoch;
+        let table = self.table_mut::<ListBody>(state, key)?;
+        table
+            .write(key.bytes, key.hash, epoch, ListBody::default)
+            .body
+            .append(item);
+        Ok(())
+    }
+
+    pub fn list_clear(&mut self, state: StateId, key: KeyRef<'_>) -> Result<(), StateError> {
+        let epoch = self.epoch;
+        let table = self.table_mut::<ListBody>(state, key)?;
+        if let Some(entry) = table.write_existing(key.bytes, key.hash, epoch) {
+            entry.body.clear();
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ids::SubtaskIndex;
+    use crate::partition::hash_key;
+
+    fn key(k: &str) -> KeyRef<'_> {
+        KeyRef::new(k.as_bytes(), hash_key(k.as_bytes()))
+    }
+
+    /// A key whose group falls outside `range`.
+    fn foreign_key(groups: KeyGroups, range: KeyGroupRange) -> String {
+        (0..)
+            .map(|i| format!("k{i}"))
+            .find(|k| !range.contains(groups.of(hash_key(k.as_bytes()))))
+            .expect("some key hashes outside a partial range")
+    }
+
+    #[test]
+    fn values_are_isolated_per_key_and_per_state() {
+        let groups = KeyGroups::default();
+        let mut b = KeyedStateBackend::new(groups, groups.range_of(SubtaskIndex(0), 1));
+        let s1 = b.declare("one", StateKind::Value).expect("declare");
+        let s2 = b.declare("two", StateKind::Value).expect("declare");
+        b.value_set(s1, key("a"), Bytes::from("1a")).expect("set");
+        b.value_set(s2, key("a"), Bytes::from("2a")).expect("set");
+        b.value_set(s1, key("b"), Bytes::from("1b")).expect("set");
+        assert_eq!(
+            b.value_get(s1, key("a")).expect("get").map(|v| &v[..]),
+            Some(&b"1a"[..])
+        );
+        assert_eq!(
+            b.value_get(s2, key("a")).expect("get").map(|v| &v[..]),
+            Some(&b"2a"[..])
+        );
+        assert_eq!(b.value_get(s2, key("b")).expect("get"), None);
+        b.value_remove(s1, key("a")).expect("remove");
+        assert_eq!(b.value_get(s1, key("a")).expect("get"), None);
+        assert_eq!(b.stats().entries, 3, "the removal stays as a tombstone");
+    }
+
+    #[test]
+    fn access_outside_the_subtask_key_groups_is_refused_with_a_clear_error() {
+        let groups = KeyGroups::new(128);
+        let range = groups.range_of(SubtaskIndex(1), 3);
+        let mut b = KeyedStateBackend::new(groups, range);
+        let s = b.declare("count", StateKind::Value).expect("declare");
+        let foreign = foreign_key(groups, range);
+        let err = b
+            .value_set(s, key(&foreign), Bytes::new())
+            .expect_err("refused");
+        assert!(matches!(err, StateError::KeyGroupOutOfRange { .. }));
+        let msg = err.to_string();
+        assert!(
+            msg.contains("outside this subtask's key groups 43..86"),
+            "{msg}"
+        );
+        assert!(b.value_get(s, key(&foreign)).is_err());
+        assert!(b.map_get(s, key(&foreign), b"x").is_err());
+        assert_eq!(b.stats().entries, 0, "nothing was written");
+    }
+
+    #[test]
+    fn declarations_check_kind_and_phase() {
+        let groups = KeyGroups::default();
+        let mut b = KeyedStateBackend::new(groups, groups.range_of(SubtaskIndex(0), 1));
+        let v = b.declare("s", StateKind::Value).expect("declare");
+        assert_eq!(b.declare("s", StateKind::Value), Ok(v));
+        assert!(matches!(
+            b.declare("s", StateKind::Map),
+            Err(StateError::KindConflict { .. })
+        ));
+        assert!(matches!(
+            b.map_get(v, key("a"), b"k"),
+            Err(StateError::WrongKind { .. })
+        ));
+        b.seal_declarations();
+        assert_eq!(
+            b.declare("late", StateKind::List),
+            Err(StateError::DeclareAfterOpen)
+        );
+    }
+
+    #[test]
+    fn maps_and_lists_per_key() {
+        let groups = KeyGroups::default();
+        let mut b = KeyedStateBackend::new(groups, groups.range_of(SubtaskIndex(0), 1));
+        let m = b.declare("m", StateKind::Map).expect("declare");
+        let l = b.declare("l", StateKind::List).expect("declare");
+        b.map_put(m, key("a"), b"x", Bytes::from("1")).expect("put");
+        b.map_put(m, key("b"), b"x", Bytes::from("2")).expect("put");
+        b.map_remove(m, key("a"), b"x").expect("remove");
+        assert_eq!(b.map_get(m, key("a"), b"x").expect("get"), None);
+        assert_eq!(
+            b.map_get(m, key("b"), b"x").expect("get").map(|v| &v[..]),
+            Some(&b"2"[..])
+        );
+        b.list_append(l, key("a"), Bytes::from("i1"))
+            .expect("append");
+        b.list_append(l, key("a"), Bytes::from("i2"))
+            .expect("append");
+        assert_eq!(b.list_items(l, key("a")).expect("items").len(), 2);
+        b.list_clear(l, key("a")).expect("clear");
+        assert!(b.list_items(l, key("a")).expect("items").is_empty());
+        assert!(b.list_items(l, key("b")).expect("items").is_empty());
+    }
+}

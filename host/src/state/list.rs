@@ -1,0 +1,26 @@
+//! The payload of a list-state entry: one key's list.
+
+use bytes::Bytes;
+
+/// One key's list, appended to.
+#[derive(Debug, Default)]
+pub struct ListBody {
+    pub items: Vec<Bytes>,
+    /// How many leading items earlier snapshots already hold; the next increment holds only
+    /// `items[persisted..]`.
+    pub persisted: usize,
+    /// The list was cleared since the last snapshot (one clear event).
+    pub cleared: bool,
+}
+
+impl ListBody {
+    pub fn append(&mut self, item: Bytes) {
+        self.items.push(item);
+    }
+
+    pub fn clear(&mut self) {
+        self.items.clear();
+        self.persisted = 0;
+        self.cleared = true;
+    }
+}

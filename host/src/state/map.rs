@@ -1,0 +1,124 @@
+//! The payload of a map-state entry: one key's map.
+
+use std::collections::BTreeMap;
+use std::ops::Bound;
+
+use bytes::Bytes;
+
+use crate::ids::CheckpointId;
+
+/// One map entry's value and when it was last written; `None` is a tombstone.
+#[derive(Debug)]
+pub struct MapValue {
+    pub value: Option<Bytes>,
+    pub written_in: CheckpointId,
+}
+
+/// One key's map. Ordered by map key so iteration is deterministic and pageable.
+#[derive(Debug, Default)]
+pub struct MapBody {
+    pub entries: BTreeMap<Bytes, MapValue>,
+    /// Map keys written since the last snapshot, each once per epoch.
+    pub changed: Vec<Bytes>,
+    /// The whole map was cleared since the last snapshot: one clear event, after which only
+    /// `changed` entries need writing.
+    pub cleared: bool,
+    /// Live (non-tombstone) entries.
+    pub live: usize,
+}
+
+impl MapBody {
+    pub fn get(&self, map_key: &[u8]) -> Option<&Bytes> {
+        self.entries.get(map_key)?.value.as_ref()
+    }
+
+    pub fn put(&mut self, map_key: &[u8], value: Bytes, epoch: CheckpointId) {
+        if let Some(slot) = self.entries.get_mut(map_key) {
+            if slot.value.is_none() {
+                self.live += 1;
+            }
+            slot.value = Some(value);
+            if slot.written_in != epoch {
+                slot.written_in = epoch;
+                self.changed.push(Bytes::copy_from_slice(map_key));
+            }
+        } else {
+            let map_key = Bytes::copy_from_slice(map_key);
+            self.changed.push(map_key.clone());
+            self.entries.insert(
+                map_key,
+                MapValue {
+                    value: Some(value),
+                    written_in: epoch,
+                },
+            );
+            self.live += 1;
+        }
+    }
+
+    pub fn remove(&mut self, map_key: &[u8], epoch: CheckpointId) {
+        if let Some(slot) = self.entries.get_mut(map_key)
+            && slot.value.is_some()
+        {
+            slot.value = None;
+            self.live -= 1;
+            if slot.written_in != epoch {
+                slot.written_in = epoch;
+                self.changed.push(Bytes::copy_from_slice(map_key));
+            }
+        }
+    }
+
+    /// Clears the map: one clear event; no tombstones are needed for what it removed.
+    pub fn clear(&mut self) {
+        self.entries.clear();
+        self.changed.clear();
+        self.cleared = true;
+        self.live = 0;
+    }
+
+    /// Live entries after `after` (or from the first), in key order.
+    pub fn range_after<'a>(
+        &'a self,
+        after: Option<&[u8]>,
+    ) -> impl Iterator<Item = (&'a Bytes, &'a Bytes)> + 'a {
+        let lower = match after {
+            Some(k) => Bound::Excluded(k),
+            None => Bound::Unbounded,
+        };
+        self.entries
+            .range::<[u8], _>((lower, Bound::Unbounded))
+            .filter_map(|(k, v)| Some((k, v.value.as_ref()?)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn put_remove_clear_and_ordered_paging() {
+        let e = CheckpointId(1);
+        let mut map = MapBody::default();
+        for k in ["c", "a", "b"] {
+            map.put(k.as_bytes(), Bytes::from(k.to_uppercase()), e);
+        }
+        map.put(b"a", Bytes::from_static(b"A2"), e);
+        assert_eq!(
+            map.changed.len(),
+            3,
+            "a second put in one epoch is squashed"
+        );
+        map.remove(b"b", e);
+        assert_eq!(map.live, 2);
+        let keys: Vec<_> = map.range_after(None).map(|(k, _)| k.clone()).collect();
+        assert_eq!(keys, vec![Bytes::from("a"), Bytes::from("c")]);
+        let after_a: Vec<_> = map
+            .range_after(Some(b"a"))
+            .map(|(k, _)| k.clone())
+            .collect();
+        assert_eq!(after_a, vec![Bytes::from("c")]);
+        map.clear();
+        assert!(map.cleared && map.live == 0 && map.range_after(None).next().is_none());
+    }
+}

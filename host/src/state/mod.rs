@@ -1,0 +1,88 @@
+//! The in-memory keyed state backend (DESIGN.md §4).
+//!
+//! State is organised by *state* (declared by name by the operator) and then by *key group*:
+//! every (state, key group) pair has its own hash table, so a snapshot can be laid out by key
+//! group and a rescale can hand whole groups to another subtask.
+//!
+//! Values are [`bytes::Bytes`]: immutable and shared by reference, so that a snapshot pins the
+//! current values of the dirty keys by bumping reference counts, never by copying bytes.
+//!
+//! Dirty tracking records *keys*, not values: every entry remembers the checkpoint in which it
+//! was last written (`written_in`), and a write to an entry whose `written_in` is older than the
+//! current epoch pushes the key onto its group's dirty list once. Ten writes to one key before
+//! a checkpoint leave one dirty key (squashing). A removal keeps the entry as a tombstone
+//! (`None`) until a snapshot has recorded it; clearing a key's map or list is one `cleared`
+//! flag, not one tombstone per element.
+//!
+//! Layout:
+//! - [`backend`]: [`KeyedStateBackend`], the per-subtask registry of states and the only entry
+//!   point; it refuses keys outside the subtask's key groups.
+//! - [`table`]: [`table::KeyedTable`], one (state, key group) hash table with its dirty list.
+//! - [`value`], [`map`], [`list`]: what an entry holds for each kind of state.
+
+pub mod backend;
+pub mod list;
+pub mod map;
+pub mod table;
+pub mod value;
+
+use std::fmt;
+
+pub use backend::{KeyRef, KeyedStateBackend, StateStats};
+
+use crate::partition::{KeyGroup, KeyGroupRange};
+
+/// Identifies a declared state inside one subtask's backend.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct StateId(pub u32);
+
+/// The shape of a state.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum StateKind {
+    Value,
+    Map,
+    List,
+}
+
+impl fmt::Display for StateKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            StateKind::Value => "value",
+            StateKind::Map => "map",
+            StateKind::List => "list",
+        })
+    }
+}
+
+/// Why a state access was refused.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum StateError {
+    #[error(
+        "key group {group} is outside this subtask's key groups {range}: a subtask may only touch the keys routed to it"
+    )]
+    KeyGroupOutOfRange {
+        group: KeyGroup,
+        range: KeyGroupRange,
+    },
+    #[error("no state with id {0} was declared")]
+    UnknownState(u32),
+    #[error("state `{name}` is a {actual} state, not a {expected} state")]
+    WrongKind {
+        name: String,
+        expected: StateKind,
+        actual: StateKind,
+    },
+    #[error(
+        "state `{name}` is already declared as a {existing} state; it cannot also be a {requested} state"
+    )]
+    KindConflict {
+        name: String,
+        existing: StateKind,
+        requested: StateKind,
+    },
+    #[error("states can only be declared while the operator opens")]
+    DeclareAfterOpen,
+    #[error("invalid state name {0:?}: use 1 to 128 characters")]
+    InvalidName(String),
+}

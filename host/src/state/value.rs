@@ -1,0 +1,7 @@
+//! The payload of a value-state entry.
+
+use bytes::Bytes;
+
+/// A value-state entry's value: `None` is a tombstone, kept until a snapshot records the
+/// removal.
+pub type ValueBody = Option<Bytes>;

@@ -1,0 +1,151 @@
+//! Bad input gives a clear error and a non-zero exit, never a panic: a component of the wrong
+//! world, a corrupt `.wasm`, a core module, a job file with an unknown field or a missing
+//! component.
+
+mod support;
+
+use support::{assert_clean_failure, component, toml_path, weir, write_job};
+
+#[test]
+fn validate_accepts_the_example_operators() {
+    for name in ["weir-example-tokenizer", "weir-example-counter"] {
+        let path = component(name);
+        let out = weir(&["validate", path.to_str().expect("utf-8")]);
+        assert!(out.status.success(), "{}", support::stderr(&out));
+        assert!(String::from_utf8_lossy(&out.stdout).contains("implements weir:operator/operator"));
+    }
+}
+
+#[test]
+fn a_component_of_another_world_is_refused_naming_what_is_missing() {
+    // A WASI command (exports wasi:cli/run), not an operator.
+    let path = component("weir-test-not-an-operator");
+    let out = weir(&["validate", path.to_str().expect("utf-8")]);
+    assert_clean_failure(
+        &out,
+        &[
+            "does not implement the world weir:operator/operator@0.1.0",
+            "does not export `weir:operator/processor@0.1.0`",
+            "wasi:cli/run",
+        ],
+    );
+    assert_eq!(out.status.code(), Some(1));
+}
+
+#[test]
+fn corrupt_and_non_component_files_are_refused() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let real = std::fs::read(component("weir-example-counter")).expect("read");
+    let cases: [(&str, Vec<u8>, &str); 3] = [
+        (
+            "text.wasm",
+            b"this is not wasm".to_vec(),
+            "does not start with the WebAssembly magic bytes",
+        ),
+        (
+            "module.wasm",
+            b"\0asm\x01\0\0\0".to_vec(),
+            "core WebAssembly module, not a component",
+        ),
+        (
+            "truncated.wasm",
+            real[..real.len() / 2].to_vec(),
+            "is not a valid WebAssembly component",
+        ),
+    ];
+    for (name, bytes, expected) in cases {
+        let path = dir.path().join(name);
+        std::fs::write(&path, bytes).expect("write");
+        let out = weir(&["validate", path.to_str().expect("utf-8")]);
+        assert_clean_failure(&out, &[expected, name]);
+    }
+}
+
+#[test]
+fn a_job_with_a_corrupt_component_fails_before_running() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    std::fs::write(dir.path().join("in.txt"), "a\n").expect("write");
+    std::fs::write(dir.path().join("bad.wasm"), b"\0asm\x0d\0\x01\0garbage").expect("write");
+    let job = write_job(
+        dir.path(),
+        r#"
+        [job]
+        name = "j"
+        [source]
+        kind = "text-lines"
+        path = "in.txt"
+        [[operators]]
+        name = "broken"
+        component = "bad.wasm"
+        [sink]
+        kind = "stdout"
+        "#,
+    );
+    let out = weir(&["run", job.to_str().expect("utf-8")]);
+    assert_clean_failure(
+        &out,
+        &[
+            "operator `broken`",
+            "bad.wasm",
+            "not a valid WebAssembly component",
+        ],
+    );
+    assert_eq!(out.status.code(), Some(2));
+}
+
+fn job_text(extra_operator_line: &str, component: &str) -> String {
+    format!(
+        r#"
+        [job]
+        name = "j"
+        [source]
+        kind = "text-lines"
+        path = "in.txt"
+        [[operators]]
+        name = "tokenize"
+        component = {component}
+        {extra_operator_line}
+        [sink]
+        kind = "stdout"
+        "#
+    )
+}
+
+#[test]
+fn a_job_file_with_an_unknown_field_names_the_field_and_line() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    std::fs::write(dir.path().join("in.txt"), "a\n").expect("write");
+    let tokenizer = toml_path(&component("weir-example-tokenizer"));
+    let job = write_job(dir.path(), &job_text("paralellism = 2", &tokenizer));
+    let out = weir(&["run", job.to_str().expect("utf-8")]);
+    assert_clean_failure(
+        &out,
+        &["unknown field `paralellism`", "line 10", "job.toml"],
+    );
+    assert_eq!(out.status.code(), Some(2));
+}
+
+#[test]
+fn a_job_file_with_a_missing_component_names_the_operator_and_path() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    std::fs::write(dir.path().join("in.txt"), "a\n").expect("write");
+    let job = write_job(dir.path(), &job_text("", "\"missing/tokenizer.wasm\""));
+    let out = weir(&["run", job.to_str().expect("utf-8")]);
+    assert_clean_failure(
+        &out,
+        &[
+            "operators[0] (`tokenize`) component",
+            "missing/tokenizer.wasm does not exist",
+        ],
+    );
+    assert_eq!(out.status.code(), Some(2));
+}
+
+#[test]
+fn a_missing_job_file_and_bad_arguments_fail_cleanly() {
+    let out = weir(&["run", "/nonexistent/job.toml"]);
+    assert_clean_failure(&out, &["cannot read job file /nonexistent/job.toml"]);
+    let out = weir(&["frobnicate"]);
+    assert!(!out.status.success());
+    assert!(!support::stderr(&out).contains("panicked"));
+}

@@ -1,0 +1,116 @@
+//! A guest that returns an error, traps, runs too long or allocates too much fails the job
+//! with a message naming the operator and subtask, and leaves no partial output.
+
+mod support;
+
+use std::path::Path;
+
+use support::{assert_clean_failure, component, toml_path, weir, write_job};
+
+/// Runs `faulty` (two subtasks, keyed) over words, with `mode` triggered by the word "boom".
+fn run_faulty(dir: &Path, mode: &str, limits: &str) -> std::process::Output {
+    let mut input = String::new();
+    for i in 0..5000 {
+        input.push_str(&format!("w{}\n", i % 50));
+    }
+    input.push_str("boom\n");
+    std::fs::write(dir.join("in.txt"), input).expect("write");
+    let job = write_job(
+        dir,
+        &format!(
+            r#"
+            [job]
+            name = "faulty"
+            [source]
+            kind = "text-lines"
+            path = "in.txt"
+            [[operators]]
+            name = "tokenize"
+            component = {tokenizer}
+            [[operators]]
+            name = "victim"
+            component = {faulty}
+            parallelism = 2
+            key_by = "key"
+            config = {{ mode = "{mode}", word = "boom" }}
+            {limits}
+            [sink]
+            kind = "file"
+            path = "out.txt"
+            "#,
+            tokenizer = toml_path(&component("weir-example-tokenizer")),
+            faulty = toml_path(&component("weir-test-faulty")),
+        ),
+    );
+    weir(&["run", job.to_str().expect("utf-8")])
+}
+
+fn no_output(dir: &Path) {
+    let names: Vec<_> = std::fs::read_dir(dir)
+        .expect("ls")
+        .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+        .collect();
+    assert!(
+        !names.iter().any(|n| n.starts_with("out.txt")),
+        "partial output left: {names:?}"
+    );
+}
+
+#[test]
+fn a_guest_error_fails_the_job_naming_operator_and_subtask() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let out = run_faulty(dir.path(), "error-on", "");
+    assert_clean_failure(
+        &out,
+        &["operator `victim` subtask", "returned an error", "boom"],
+    );
+    no_output(dir.path());
+}
+
+#[test]
+fn a_guest_trap_fails_the_job_naming_operator_and_subtask() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let out = run_faulty(dir.path(), "trap-on", "");
+    assert_clean_failure(&out, &["operator `victim` subtask", "trapped"]);
+    no_output(dir.path());
+}
+
+#[test]
+fn a_guest_that_spins_is_interrupted_by_the_cpu_limit() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let out = run_faulty(dir.path(), "loop-on", "limits = { cpu_ms_per_call = 300 }");
+    assert_clean_failure(
+        &out,
+        &["operator `victim` subtask", "exceeded its CPU time limit"],
+    );
+    no_output(dir.path());
+}
+
+#[test]
+fn a_guest_that_allocates_without_bound_hits_the_memory_limit() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let out = run_faulty(dir.path(), "alloc-on", "limits = { memory_mb = 64 }");
+    assert_clean_failure(
+        &out,
+        &[
+            "operator `victim` subtask",
+            "exceeded its memory limit",
+            "64 MiB",
+        ],
+    );
+    no_output(dir.path());
+}
+
+#[test]
+fn an_unknown_mode_fails_at_open() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let out = run_faulty(dir.path(), "no-such-mode", "");
+    assert_clean_failure(
+        &out,
+        &[
+            "operator `victim` subtask",
+            "failed to open",
+            "no-such-mode",
+        ],
+    );
+}

@@ -1,0 +1,152 @@
+//! A test operator that misbehaves, or exercises state, on demand.
+//!
+//! Its behaviour is chosen by the config JSON `{"mode": "...", "word": "..."}`:
+//!
+//! - `passthrough` (the default): emits every record unchanged.
+//! - `error-on`: passes records through, and returns an error naming the value when a record's
+//!   value is `word`.
+//! - `trap-on`: panics (a trap) on `word`.
+//! - `loop-on`: spins forever on `word` (for CPU limit tests).
+//! - `alloc-on`: allocates without bound on `word` (for memory limit tests).
+//! - `isolation`: keyed; keeps value states `a` and `b`, map state `m` and list state `l`,
+//!   and per record does `a += 1`, `b += 10`, `m[value] += 1`, `l.push(value)`, then emits
+//!   `key\ta\tb\t<m as k=v joined by ;>\t<l joined by |>` so that a test can check that state
+//!   is isolated per key and per operator. Map entries come in the host's order of their
+//!   CBOR-encoded keys: shorter strings first, then bytewise (alphabetical for equal lengths).
+//!
+//! Any other mode fails `open` with an error naming it.
+
+use std::hint::black_box;
+
+use serde::Deserialize;
+use weir_guest::{
+    Emitter, Error, ListState, MapState, OpenContext, Operator, Record, Result, ValueState,
+    export_operator,
+};
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Config {
+    #[serde(default = "passthrough")]
+    mode: String,
+    word: Option<String>,
+}
+
+fn passthrough() -> String {
+    "passthrough".to_owned()
+}
+
+enum Faulty {
+    Passthrough,
+    ErrorOn(String),
+    TrapOn(String),
+    LoopOn(String),
+    AllocOn(String),
+    Isolation(Isolation),
+}
+
+struct Isolation {
+    a: ValueState<u64>,
+    b: ValueState<u64>,
+    m: MapState<String, u64>,
+    l: ListState<String>,
+}
+
+impl Operator for Faulty {
+    fn open(ctx: &mut OpenContext) -> Result<Self> {
+        let config: Config = ctx.config()?;
+        let word = || {
+            config.word.clone().ok_or_else(|| {
+                Error::new(format!(
+                    "mode `{}` needs a `word` in the config",
+                    config.mode
+                ))
+            })
+        };
+        Ok(match config.mode.as_str() {
+            "passthrough" => Self::Passthrough,
+            "error-on" => Self::ErrorOn(word()?),
+            "trap-on" => Self::TrapOn(word()?),
+            "loop-on" => Self::LoopOn(word()?),
+            "alloc-on" => Self::AllocOn(word()?),
+            "isolation" => Self::Isolation(Isolation {
+                a: ctx.value_state("a")?,
+                b: ctx.value_state("b")?,
+                m: ctx.map_state("m")?,
+                l: ctx.list_state("l")?,
+            }),
+            other => {
+                return Err(Error::new(format!(
+                    "unknown mode `{other}`; expected passthrough, error-on, trap-on, loop-on, \
+                     alloc-on or isolation"
+                )));
+            }
+        })
+    }
+
+    fn process(&mut self, record: &Record<'_>, out: &mut Emitter) -> Result<()> {
+        let is = |word: &str| record.value == word.as_bytes();
+        match self {
+            Self::Passthrough => {}
+            Self::ErrorOn(word) if is(word) => {
+                return Err(Error::new(format!(
+                    "faulty operator: error on value `{word}`"
+                )));
+            }
+            Self::TrapOn(word) if is(word) => panic!("faulty operator: trap on value `{word}`"),
+            Self::LoopOn(word) if is(word) => spin(),
+            Self::AllocOn(word) if is(word) => allocate_forever(),
+            Self::Isolation(state) => return state.process(record, out),
+            Self::ErrorOn(_) | Self::TrapOn(_) | Self::LoopOn(_) | Self::AllocOn(_) => {}
+        }
+        out.emit_with_timestamp(record.key, record.value, record.timestamp);
+        Ok(())
+    }
+}
+
+impl Isolation {
+    fn process(&self, record: &Record<'_>, out: &mut Emitter) -> Result<()> {
+        let key = record
+            .key_str()?
+            .ok_or("isolation mode needs keyed records")?;
+        let value = record.value_str()?.to_owned();
+
+        let a = self.a.get()?.unwrap_or(0) + 1;
+        self.a.set(&a)?;
+        let b = self.b.get()?.unwrap_or(0) + 10;
+        self.b.set(&b)?;
+        let seen = self.m.get(&value)?.unwrap_or(0) + 1;
+        self.m.insert(&value, &seen)?;
+        self.l.push(&value)?;
+
+        let map = self
+            .m
+            .entries()?
+            .iter()
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect::<Vec<_>>()
+            .join(";");
+        let list = self.l.get()?.join("|");
+        out.emit_fmt(record.key, format_args!("{key}\t{a}\t{b}\t{map}\t{list}"))
+    }
+}
+
+/// Never returns: a busy loop the optimizer cannot remove.
+fn spin() -> ! {
+    let mut n = 0u64;
+    loop {
+        n = black_box(n.wrapping_add(1));
+    }
+}
+
+/// Never returns: allocates and touches 1 MiB after 1 MiB until allocation fails (an abort,
+/// which is a trap).
+fn allocate_forever() -> ! {
+    let mut blocks: Vec<Vec<u8>> = Vec::new();
+    loop {
+        blocks.push(vec![1; 1 << 20]);
+        black_box(&mut blocks);
+    }
+}
+
+export_operator!(Faulty);

@@ -1,0 +1,94 @@
+//! Shared setup of the end-to-end tests: guest components built from source, once per test
+//! process, and the `weir` binary.
+//!
+//! A test that needs a component never skips: if the build fails, the test fails with the
+//! build's output.
+
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::OnceLock;
+
+/// The repository root.
+pub fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("host/ has a parent")
+        .to_owned()
+}
+
+/// Builds every guest component (a no-op when they are up to date) and returns the folder
+/// that holds them.
+pub fn guest_dir() -> &'static Path {
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
+    DIR.get_or_init(|| {
+        let script = repo().join("scripts/build-guests");
+        let out = Command::new("bash")
+            .arg(&script)
+            .current_dir(repo())
+            .output()
+            .unwrap_or_else(|e| panic!("cannot run {}: {e}", script.display()));
+        assert!(
+            out.status.success(),
+            "building the guest components failed:\n{}\n{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        repo().join("target/wasm32-wasip2/guest")
+    })
+}
+
+/// The path of a guest component by crate name (`weir-example-counter`).
+pub fn component(crate_name: &str) -> PathBuf {
+    let path = guest_dir().join(format!("{}.wasm", crate_name.replace('-', "_")));
+    assert!(path.is_file(), "{} was not built", path.display());
+    path
+}
+
+/// A component cache shared by the tests of this run, so each component compiles once.
+pub fn cache_dir() -> PathBuf {
+    repo().join("target/test-component-cache")
+}
+
+/// Runs `weir` with `args`; the component cache is the tests' shared one.
+pub fn weir(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_weir"))
+        .args(args)
+        .env("WEIR_CACHE_DIR", cache_dir())
+        .env("RUST_LOG", "warn")
+        .output()
+        .expect("weir runs")
+}
+
+/// Standard error as text.
+pub fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+/// Asserts that `weir` failed cleanly: a non-zero exit, an `error:` line containing every
+/// one of `expected`, and no panic.
+pub fn assert_clean_failure(out: &Output, expected: &[&str]) {
+    let err = stderr(out);
+    assert!(
+        !out.status.success(),
+        "expected failure, got success; stderr:\n{err}"
+    );
+    assert!(!err.contains("panicked"), "weir panicked:\n{err}");
+    assert!(err.contains("error:"), "no error line:\n{err}");
+    for e in expected {
+        assert!(err.contains(e), "stderr lacks {e:?}:\n{err}");
+    }
+}
+
+/// Writes a job file into `dir` and returns its path.
+pub fn write_job(dir: &Path, text: &str) -> PathBuf {
+    let path = dir.join("job.toml");
+    std::fs::write(&path, text).expect("write job file");
+    path
+}
+
+/// TOML string literal for a path.
+pub fn toml_path(p: &Path) -> String {
+    format!("{:?}", p.display().to_string())
+}
