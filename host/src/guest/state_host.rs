@@ -3,8 +3,6 @@
 //! Every call names keys by slot of the current batch (see [`super::KeySlots`]); every
 //! failure is a message the guest receives as a WIT error, never a trap.
 
-use bytes::Bytes;
-
 use super::GuestState;
 use crate::bindings::weir::operator::state::{self as wit, OpKind};
 use crate::bindings::weir::operator::types::Blobs;
@@ -77,12 +75,12 @@ impl wit::Host for GuestState {
             let id = StateId(op.state);
             let b = &mut self.backend;
             let result = match op.kind {
-                OpKind::ValueSet => b.value_set(id, key, Bytes::copy_from_slice(value)),
+                OpKind::ValueSet => b.value_set(id, key, value),
                 OpKind::ValueRemove => b.value_remove(id, key),
-                OpKind::MapPut => b.map_put(id, key, map_key, Bytes::copy_from_slice(value)),
+                OpKind::MapPut => b.map_put(id, key, map_key, value),
                 OpKind::MapRemove => b.map_remove(id, key, map_key),
                 OpKind::MapClear => b.map_clear(id, key),
-                OpKind::ListAppend => b.list_append(id, key, Bytes::copy_from_slice(value)),
+                OpKind::ListAppend => b.list_append(id, key, value),
                 OpKind::ListClear => b.list_clear(id, key),
             };
             if let Err(e) = result {

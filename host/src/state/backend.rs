@@ -2,13 +2,11 @@
 
 use std::collections::HashMap;
 
-use bytes::Bytes;
-
 use super::list::ListBody;
 use super::map::MapBody;
 use super::table::KeyedTable;
 use super::value::ValueBody;
-use super::{StateError, StateId, StateKind};
+use super::{StateBytes, StateError, StateId, StateKind};
 use crate::ids::CheckpointId;
 use crate::partition::{KeyGroupRange, KeyGroups, KeyHash};
 
@@ -276,9 +274,11 @@ impl KeyedStateBackend {
 
     /// The value of `key`, if any.
     #[inline]
-    pub fn value_get(&self, state: StateId, key: KeyRef<'_>) -> Result<Option<&Bytes>, StateError> {
+    pub fn value_get(&self, state: StateId, key: KeyRef<'_>) -> Result<Option<&[u8]>, StateError> {
         let table = self.table::<ValueBody>(state, key)?;
-        Ok(table.get(key.bytes, key.hash).and_then(|e| e.body.as_ref()))
+        Ok(table
+            .get(key.bytes, key.hash)
+            .and_then(|e| e.body.as_deref()))
     }
 
     /// Sets the value of `key`.
@@ -287,13 +287,13 @@ impl KeyedStateBackend {
         &mut self,
         state: StateId,
         key: KeyRef<'_>,
-        value: Bytes,
+        value: &[u8],
     ) -> Result<(), StateError> {
         let epoch = self.epoch;
         let table = self.table_mut::<ValueBody>(state, key)?;
         table
             .write(key.bytes, key.hash, epoch, ValueBody::default)
-            .body = Some(value);
+            .body = Some(StateBytes::copy_from_slice(value));
         Ok(())
     }
 
@@ -323,7 +323,7 @@ impl KeyedStateBackend {
         state: StateId,
         key: KeyRef<'_>,
         map_key: &[u8],
-    ) -> Result<Option<&Bytes>, StateError> {
+    ) -> Result<Option<&[u8]>, StateError> {
         Ok(self.map(state, key)?.and_then(|m| m.get(map_key)))
     }
 
@@ -332,7 +332,7 @@ impl KeyedStateBackend {
         state: StateId,
         key: KeyRef<'_>,
         map_key: &[u8],
-        value: Bytes,
+        value: &[u8],
     ) -> Result<(), StateError> {
         let epoch = self.epoch;
         let table = self.table_mut::<MapBody>(state, key)?;
@@ -372,7 +372,7 @@ impl KeyedStateBackend {
     // ----- list state ------------------------------------------------------------------
 
     /// The items of `key`'s list, oldest first (empty if it has none).
-    pub fn list_items(&self, state: StateId, key: KeyRef<'_>) -> Result<&[Bytes], StateError> {
+    pub fn list_items(&self, state: StateId, key: KeyRef<'_>) -> Result<&[StateBytes], StateError> {
         let table = self.table::<ListBody>(state, key)?;
         Ok(table
             .get(key.bytes, key.hash)
@@ -383,7 +383,7 @@ impl KeyedStateBackend {
         &mut self,
         state: StateId,
         key: KeyRef<'_>,
-        item: Bytes,
+        item: &[u8],
     ) -> Result<(), StateError> {
         let epoch = self.epoch;
         let table = self.table_mut::<ListBody>(state, key)?;
@@ -428,17 +428,11 @@ mod tests {
         let mut b = KeyedStateBackend::new(groups, groups.range_of(SubtaskIndex(0), 1));
         let s1 = b.declare("one", StateKind::Value).expect("declare");
         let s2 = b.declare("two", StateKind::Value).expect("declare");
-        b.value_set(s1, key("a"), Bytes::from("1a")).expect("set");
-        b.value_set(s2, key("a"), Bytes::from("2a")).expect("set");
-        b.value_set(s1, key("b"), Bytes::from("1b")).expect("set");
-        assert_eq!(
-            b.value_get(s1, key("a")).expect("get").map(|v| &v[..]),
-            Some(&b"1a"[..])
-        );
-        assert_eq!(
-            b.value_get(s2, key("a")).expect("get").map(|v| &v[..]),
-            Some(&b"2a"[..])
-        );
+        b.value_set(s1, key("a"), b"1a").expect("set");
+        b.value_set(s2, key("a"), b"2a").expect("set");
+        b.value_set(s1, key("b"), b"1b").expect("set");
+        assert_eq!(b.value_get(s1, key("a")).expect("get"), Some(&b"1a"[..]));
+        assert_eq!(b.value_get(s2, key("a")).expect("get"), Some(&b"2a"[..]));
         assert_eq!(b.value_get(s2, key("b")).expect("get"), None);
         b.value_remove(s1, key("a")).expect("remove");
         assert_eq!(b.value_get(s1, key("a")).expect("get"), None);
@@ -452,9 +446,7 @@ mod tests {
         let mut b = KeyedStateBackend::new(groups, range);
         let s = b.declare("count", StateKind::Value).expect("declare");
         let foreign = foreign_key(groups, range);
-        let err = b
-            .value_set(s, key(&foreign), Bytes::new())
-            .expect_err("refused");
+        let err = b.value_set(s, key(&foreign), b"").expect_err("refused");
         assert!(matches!(err, StateError::KeyGroupOutOfRange { .. }));
         let msg = err.to_string();
         assert!(
@@ -493,18 +485,13 @@ mod tests {
         let mut b = KeyedStateBackend::new(groups, groups.range_of(SubtaskIndex(0), 1));
         let m = b.declare("m", StateKind::Map).expect("declare");
         let l = b.declare("l", StateKind::List).expect("declare");
-        b.map_put(m, key("a"), b"x", Bytes::from("1")).expect("put");
-        b.map_put(m, key("b"), b"x", Bytes::from("2")).expect("put");
+        b.map_put(m, key("a"), b"x", b"1").expect("put");
+        b.map_put(m, key("b"), b"x", b"2").expect("put");
         b.map_remove(m, key("a"), b"x").expect("remove");
         assert_eq!(b.map_get(m, key("a"), b"x").expect("get"), None);
-        assert_eq!(
-            b.map_get(m, key("b"), b"x").expect("get").map(|v| &v[..]),
-            Some(&b"2"[..])
-        );
-        b.list_append(l, key("a"), Bytes::from("i1"))
-            .expect("append");
-        b.list_append(l, key("a"), Bytes::from("i2"))
-            .expect("append");
+        assert_eq!(b.map_get(m, key("b"), b"x").expect("get"), Some(&b"2"[..]));
+        b.list_append(l, key("a"), b"i1").expect("append");
+        b.list_append(l, key("a"), b"i2").expect("append");
         assert_eq!(b.list_items(l, key("a")).expect("items").len(), 2);
         b.list_clear(l, key("a")).expect("clear");
         assert!(b.list_items(l, key("a")).expect("items").is_empty());

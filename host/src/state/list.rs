@@ -1,11 +1,11 @@
 //! The payload of a list-state entry: one key's list.
 
-use bytes::Bytes;
+use super::StateBytes;
 
 /// One key's list, appended to.
 #[derive(Debug, Default)]
 pub struct ListBody {
-    pub items: Vec<Bytes>,
+    pub items: Vec<StateBytes>,
     /// How many leading items earlier snapshots already hold; the next increment holds only
     /// `items[persisted..]`.
     pub persisted: usize,
@@ -14,8 +14,8 @@ pub struct ListBody {
 }
 
 impl ListBody {
-    pub fn append(&mut self, item: Bytes) {
-        self.items.push(item);
+    pub fn append(&mut self, item: &[u8]) {
+        self.items.push(StateBytes::copy_from_slice(item));
     }
 
     pub fn clear(&mut self) {

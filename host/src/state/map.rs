@@ -3,23 +3,22 @@
 use std::collections::BTreeMap;
 use std::ops::Bound;
 
-use bytes::Bytes;
-
+use super::StateBytes;
 use crate::ids::CheckpointId;
 
 /// One map entry's value and when it was last written; `None` is a tombstone.
 #[derive(Debug)]
 pub struct MapValue {
-    pub value: Option<Bytes>,
+    pub value: Option<StateBytes>,
     pub written_in: CheckpointId,
 }
 
 /// One key's map. Ordered by map key so iteration is deterministic and pageable.
 #[derive(Debug, Default)]
 pub struct MapBody {
-    pub entries: BTreeMap<Bytes, MapValue>,
+    pub entries: BTreeMap<StateBytes, MapValue>,
     /// Map keys written since the last snapshot, each once per epoch.
-    pub changed: Vec<Bytes>,
+    pub changed: Vec<StateBytes>,
     /// The whole map was cleared since the last snapshot: one clear event, after which only
     /// `changed` entries need writing.
     pub cleared: bool,
@@ -28,11 +27,12 @@ pub struct MapBody {
 }
 
 impl MapBody {
-    pub fn get(&self, map_key: &[u8]) -> Option<&Bytes> {
-        self.entries.get(map_key)?.value.as_ref()
+    pub fn get(&self, map_key: &[u8]) -> Option<&[u8]> {
+        self.entries.get(map_key)?.value.as_deref()
     }
 
-    pub fn put(&mut self, map_key: &[u8], value: Bytes, epoch: CheckpointId) {
+    pub fn put(&mut self, map_key: &[u8], value: &[u8], epoch: CheckpointId) {
+        let value = StateBytes::copy_from_slice(value);
         if let Some(slot) = self.entries.get_mut(map_key) {
             if slot.value.is_none() {
                 self.live += 1;
@@ -40,10 +40,10 @@ impl MapBody {
             slot.value = Some(value);
             if slot.written_in != epoch {
                 slot.written_in = epoch;
-                self.changed.push(Bytes::copy_from_slice(map_key));
+                self.changed.push(StateBytes::copy_from_slice(map_key));
             }
         } else {
-            let map_key = Bytes::copy_from_slice(map_key);
+            let map_key = StateBytes::copy_from_slice(map_key);
             self.changed.push(map_key.clone());
             self.entries.insert(
                 map_key,
@@ -64,7 +64,7 @@ impl MapBody {
             self.live -= 1;
             if slot.written_in != epoch {
                 slot.written_in = epoch;
-                self.changed.push(Bytes::copy_from_slice(map_key));
+                self.changed.push(StateBytes::copy_from_slice(map_key));
             }
         }
     }
@@ -81,14 +81,14 @@ impl MapBody {
     pub fn range_after<'a>(
         &'a self,
         after: Option<&[u8]>,
-    ) -> impl Iterator<Item = (&'a Bytes, &'a Bytes)> + 'a {
+    ) -> impl Iterator<Item = (&'a [u8], &'a [u8])> + 'a {
         let lower = match after {
             Some(k) => Bound::Excluded(k),
             None => Bound::Unbounded,
         };
         self.entries
             .range::<[u8], _>((lower, Bound::Unbounded))
-            .filter_map(|(k, v)| Some((k, v.value.as_ref()?)))
+            .filter_map(|(k, v)| Some((&k[..], v.value.as_deref()?)))
     }
 }
 
@@ -101,9 +101,9 @@ mod tests {
         let e = CheckpointId(1);
         let mut map = MapBody::default();
         for k in ["c", "a", "b"] {
-            map.put(k.as_bytes(), Bytes::from(k.to_uppercase()), e);
+            map.put(k.as_bytes(), k.to_uppercase().as_bytes(), e);
         }
-        map.put(b"a", Bytes::from_static(b"A2"), e);
+        map.put(b"a", b"A2", e);
         assert_eq!(
             map.changed.len(),
             3,
@@ -111,13 +111,13 @@ mod tests {
         );
         map.remove(b"b", e);
         assert_eq!(map.live, 2);
-        let keys: Vec<_> = map.range_after(None).map(|(k, _)| k.clone()).collect();
-        assert_eq!(keys, vec![Bytes::from("a"), Bytes::from("c")]);
+        let keys: Vec<_> = map.range_after(None).map(|(k, _)| k.to_vec()).collect();
+        assert_eq!(keys, vec![b"a".to_vec(), b"c".to_vec()]);
         let after_a: Vec<_> = map
             .range_after(Some(b"a"))
-            .map(|(k, _)| k.clone())
+            .map(|(k, _)| k.to_vec())
             .collect();
-        assert_eq!(after_a, vec![Bytes::from("c")]);
+        assert_eq!(after_a, vec![b"c".to_vec()]);
         map.clear();
         assert!(map.cleared && map.live == 0 && map.range_after(None).next().is_none());
     }

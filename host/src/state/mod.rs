@@ -4,8 +4,9 @@
 //! every (state, key group) pair has its own hash table, so a snapshot can be laid out by key
 //! group and a rescale can hand whole groups to another subtask.
 //!
-//! Values are [`bytes::Bytes`]: immutable and shared by reference, so that a snapshot pins the
-//! current values of the dirty keys by bumping reference counts, never by copying bytes.
+//! Keys and values are [`StateBytes`]: immutable; short ones inline in their entry (no
+//! allocation, no pointer to chase), long ones shared by reference, so that a snapshot pins
+//! the current values of the dirty keys without copying their bytes.
 //!
 //! Dirty tracking records *keys*, not values: every entry remembers the checkpoint in which it
 //! was last written (`written_in`), and a write to an entry whose `written_in` is older than the
@@ -19,8 +20,10 @@
 //!   point; it refuses keys outside the subtask's key groups.
 //! - [`table`]: [`table::KeyedTable`], one (state, key group) hash table with its dirty list.
 //! - [`value`], [`map`], [`list`]: what an entry holds for each kind of state.
+//! - [`bytes`]: [`StateBytes`], how keys and values are held.
 
 pub mod backend;
+pub mod bytes;
 pub mod list;
 pub mod map;
 pub mod table;
@@ -29,6 +32,7 @@ pub mod value;
 use std::fmt;
 
 pub use backend::{KeyRef, KeyedStateBackend, StateStats};
+pub use bytes::StateBytes;
 
 use crate::partition::{KeyGroup, KeyGroupRange};
 

@@ -1,7 +1,8 @@
 //! [`KeyedTable`]: the hash table of one (state, key group) pair, with its dirty list.
 
-use bytes::Bytes;
 use hashbrown::HashTable;
+
+use super::StateBytes;
 
 use crate::ids::CheckpointId;
 use crate::partition::KeyHash;
@@ -9,7 +10,7 @@ use crate::partition::KeyHash;
 /// One key's entry: the key, its hash, when it was last written, and the kind's payload.
 #[derive(Debug)]
 pub struct Entry<T> {
-    pub key: Bytes,
+    pub key: StateBytes,
     /// The stable key hash; kept so the table can grow without rehashing keys.
     pub hash: KeyHash,
     /// The checkpoint whose increment will hold (or holds) this entry's latest write.
@@ -23,7 +24,7 @@ pub struct KeyedTable<T> {
     entries: HashTable<Entry<T>>,
     /// Keys written since the last snapshot, each once (squashing): a key is pushed only when
     /// its entry's `written_in` moves to the current epoch.
-    dirty: Vec<Bytes>,
+    dirty: Vec<StateBytes>,
 }
 
 impl<T> Default for KeyedTable<T> {
@@ -60,7 +61,7 @@ impl<T> KeyedTable<T> {
                 |e| e.hash.table_hash(),
             )
             .or_insert_with(|| Entry {
-                key: Bytes::copy_from_slice(key),
+                key: StateBytes::copy_from_slice(key),
                 hash,
                 // Older than any epoch, so the mark below always records a new key.
                 written_in: CheckpointId(0),
@@ -102,7 +103,7 @@ impl<T> KeyedTable<T> {
     }
 
     /// Keys written since the last snapshot.
-    pub fn dirty(&self) -> &[Bytes] {
+    pub fn dirty(&self) -> &[StateBytes] {
         &self.dirty
     }
 

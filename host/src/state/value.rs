@@ -1,7 +1,7 @@
 //! The payload of a value-state entry.
 
-use bytes::Bytes;
+use super::StateBytes;
 
 /// A value-state entry's value: `None` is a tombstone, kept until a snapshot records the
 /// removal.
-pub type ValueBody = Option<Bytes>;
+pub type ValueBody = Option<StateBytes>;

@@ -1,0 +1,136 @@
+//! [`StateBytes`]: the bytes of a key or value held by the backend.
+//!
+//! Most keys and many values are short (words, ids, counters). A short one is stored inline
+//! in its table entry: no allocation when it is written, no pointer to chase when it is
+//! compared or read, and copying it is as cheap as bumping a reference count. A longer one
+//! is a shared, immutable [`Bytes`], so that a snapshot pins it by reference instead of
+//! copying it.
+
+use std::fmt;
+use std::ops::Deref;
+
+use bytes::Bytes;
+
+/// Longest byte string stored inline.
+pub const INLINE_CAPACITY: usize = 23;
+
+/// A key or value: inline if short, shared if long. Immutable once made.
+#[derive(Clone)]
+pub enum StateBytes {
+    Inline {
+        len: u8,
+        data: [u8; INLINE_CAPACITY],
+    },
+    Shared(Bytes),
+}
+
+impl StateBytes {
+    /// Copies `bytes` (inline if short enough, else into a new shared buffer).
+    #[inline]
+    pub fn copy_from_slice(bytes: &[u8]) -> Self {
+        if bytes.len() <= INLINE_CAPACITY {
+            let mut data = [0; INLINE_CAPACITY];
+            data[..bytes.len()].copy_from_slice(bytes);
+            Self::Inline {
+                len: bytes.len() as u8,
+                data,
+            }
+        } else {
+            Self::Shared(Bytes::copy_from_slice(bytes))
+        }
+    }
+
+    /// The bytes as a shared buffer (copies an inline value; shares a long one).
+    pub fn to_bytes(&self) -> Bytes {
+        match self {
+            Self::Inline { .. } => Bytes::copy_from_slice(self),
+            Self::Shared(bytes) => bytes.clone(),
+        }
+    }
+}
+
+impl Deref for StateBytes {
+    type Target = [u8];
+
+    #[inline]
+    fn deref(&self) -> &[u8] {
+        match self {
+            Self::Inline { len, data } => &data[..*len as usize],
+            Self::Shared(bytes) => bytes,
+        }
+    }
+}
+
+impl AsRef<[u8]> for StateBytes {
+    fn as_ref(&self) -> &[u8] {
+        self
+    }
+}
+
+impl From<Bytes> for StateBytes {
+    fn from(bytes: Bytes) -> Self {
+        if bytes.len() <= INLINE_CAPACITY {
+            Self::copy_from_slice(&bytes)
+        } else {
+            Self::Shared(bytes)
+        }
+    }
+}
+
+impl PartialEq for StateBytes {
+    fn eq(&self, other: &Self) -> bool {
+        **self == **other
+    }
+}
+
+impl Eq for StateBytes {}
+
+impl PartialOrd for StateBytes {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+/// Ordered as byte strings, like `[u8]`, so ordered maps can be searched by `&[u8]`.
+impl Ord for StateBytes {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        (**self).cmp(&**other)
+    }
+}
+
+impl std::hash::Hash for StateBytes {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        (**self).hash(state);
+    }
+}
+
+impl std::borrow::Borrow<[u8]> for StateBytes {
+    fn borrow(&self) -> &[u8] {
+        self
+    }
+}
+
+impl fmt::Debug for StateBytes {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(&Bytes::copy_from_slice(self), f)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn short_bytes_are_inline_and_long_ones_shared() {
+        let short = StateBytes::copy_from_slice(b"word");
+        assert!(matches!(short, StateBytes::Inline { .. }));
+        assert_eq!(&*short, b"word");
+        let long = vec![7u8; INLINE_CAPACITY + 1];
+        let shared = StateBytes::copy_from_slice(&long);
+        assert!(matches!(shared, StateBytes::Shared(_)));
+        assert_eq!(&*shared, &long[..]);
+        assert_eq!(StateBytes::from(Bytes::from_static(b"")).len(), 0);
+        assert_eq!(std::mem::size_of::<StateBytes>(), 32, "as small as a Bytes");
+        assert!(StateBytes::copy_from_slice(b"a") < StateBytes::copy_from_slice(&[b'b'; 40]));
+    }
+}
