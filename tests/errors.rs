@@ -148,4 +148,5 @@ fn a_missing_job_file_and_bad_arguments_fail_cleanly() {
     let out = weir(&["frobnicate"]);
     assert!(!out.status.success());
     assert!(!support::stderr(&out).contains("panicked"));
+    assert_eq!(out.status.code(), Some(2), "clap's usage error");
 }

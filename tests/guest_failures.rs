@@ -71,7 +71,16 @@ fn a_guest_error_fails_the_job_naming_operator_and_subtask() {
 fn a_guest_trap_fails_the_job_naming_operator_and_subtask() {
     let dir = tempfile::tempdir().expect("tempdir");
     let out = run_faulty(dir.path(), "trap-on", "");
-    assert_clean_failure(&out, &["operator `victim` subtask", "trapped"]);
+    // The guest's panic message (its last words on stderr) explains the trap.
+    assert_clean_failure(
+        &out,
+        &[
+            "operator `victim` subtask",
+            "trapped",
+            "panicked at",
+            "faulty operator: trap on value `boom`",
+        ],
+    );
     no_output(dir.path());
 }
 

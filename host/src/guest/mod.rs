@@ -5,10 +5,12 @@
 //! - [`slots`]: [`KeySlots`], the distinct keys of the batch being processed; state calls name
 //!   keys by slot.
 //! - [`state_host`], [`log_host`]: the `state` and `log` imports.
+//! - [`output`]: [`output::GuestOutput`], the guest's stdout and stderr, into the log.
 //! - [`wasm_operator`]: [`WasmOperator`], an [`crate::operator::OperatorInstance`] backed by a
 //!   component instance.
 
 pub mod log_host;
+pub mod output;
 pub mod slots;
 pub mod state_host;
 pub mod wasm_operator;
@@ -18,6 +20,7 @@ use std::sync::Arc;
 use wasmtime::StoreLimits;
 use wasmtime_wasi::{ResourceTable, WasiCtx, WasiCtxView, WasiView};
 
+pub use output::{GuestOutput, Stream};
 pub use slots::KeySlots;
 pub use wasm_operator::{WasmOperator, WasmOperatorFactory};
 
@@ -35,9 +38,11 @@ pub struct LogContext {
 /// The data of one subtask's wasmtime store.
 pub struct GuestState {
     /// WASI with nothing granted: no preopened directories, no environment, no arguments, no
-    /// sockets, no standard input; output streams are discarded. Clocks and random numbers
+    /// sockets, no standard input; stdout and stderr go to the log. Clocks and random numbers
     /// are WASI's defaults, which Rust's std needs (hash map seeds).
     wasi: WasiCtx,
+    /// The guest's standard error, kept to explain traps.
+    pub(crate) stderr: GuestOutput,
     table: ResourceTable,
     pub(crate) limits: StoreLimits,
     pub(crate) backend: KeyedStateBackend,
@@ -49,8 +54,14 @@ pub struct GuestState {
 
 impl GuestState {
     pub fn new(backend: KeyedStateBackend, limits: StoreLimits, log: LogContext) -> Self {
+        let stderr = GuestOutput::new(Stream::Stderr, log.clone());
+        let wasi = WasiCtx::builder()
+            .stdout(GuestOutput::new(Stream::Stdout, log.clone()))
+            .stderr(stderr.clone())
+            .build();
         Self {
-            wasi: WasiCtx::builder().build(),
+            wasi,
+            stderr,
             table: ResourceTable::new(),
             limits,
             checkpoint: backend.epoch(),

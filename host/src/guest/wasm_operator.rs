@@ -119,7 +119,18 @@ impl WasmOperator {
                     self.ctx.limits.memory_bytes >> 20
                 ),
             ),
-            _ => (FailureKind::Trap, format!("{error:?}")),
+            _ => {
+                // What the guest printed last (a Rust panic message), then the trap itself.
+                let printed = self.store.data().stderr.tail();
+                let printed = printed.lines().rev().take(8).collect::<Vec<_>>();
+                let printed: String = printed.into_iter().rev().collect::<Vec<_>>().join("\n");
+                let trap = format!("{error:?}");
+                if printed.is_empty() {
+                    (FailureKind::Trap, trap)
+                } else {
+                    (FailureKind::Trap, format!("{printed}\n{trap}"))
+                }
+            }
         };
         self.ctx.error(kind, message)
     }
