@@ -12,7 +12,6 @@
 #[path = "../../tests/support/mod.rs"]
 mod support;
 
-use std::io::Write;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -55,22 +54,24 @@ impl OperatorInstance for NativeCounter {
         let (columns, hashes) = batch.into_wit();
         self.slots.assign(&columns, &hashes, &mut self.record_slots);
         let batch = RecordBatch::from_wit(columns);
-        // Read phase: every slot's current count.
+        // Read phase: every slot's current count, in one batched lookup.
         self.counts.clear();
-        for slot in 0..self.slots.len() as u32 {
-            let key = self.slots.key(slot).map_err(|e| self.fail(e))?;
-            let count = match self
-                .state
-                .value_get(self.count, key)
-                .map_err(|e| self.fail(e))?
-            {
-                Some(bytes) => {
-                    ciborium::de::from_reader_with_buffer::<u64, _>(bytes, &mut self.scratch)
-                        .map_err(|e| self.fail(e))?
-                }
-                None => 0,
-            };
-            self.counts.push(Some(count));
+        let (state, count, scratch) = (&self.state, self.count, &mut self.scratch);
+        let keys = (0..self.slots.len() as u32).filter_map(|slot| self.slots.key(slot).ok());
+        let mut decode_error = None;
+        state
+            .value_get_many(count, keys, |_, value| {
+                let value = match value {
+                    Some(bytes) => ciborium::de::from_reader_with_buffer::<u64, _>(bytes, scratch)
+                        .map_err(|e| decode_error = Some(e.to_string()))
+                        .unwrap_or(0),
+                    None => 0,
+                };
+                self.counts.push(Some(value));
+            })
+            .map_err(|e| self.fail(e))?;
+        if let Some(e) = decode_error {
+            return Err(self.fail(e));
         }
         // Process phase.
         let mut out = RecordBatch::with_capacity(batch.len(), batch.data_len() * 2);
@@ -82,7 +83,8 @@ impl OperatorInstance for NativeCounter {
             *count = Some(next);
             value.clear();
             value.extend_from_slice(key);
-            let _ = write!(value, "\t{next}");
+            value.push(b'\t');
+            value.extend_from_slice(itoa::Buffer::new().format(next).as_bytes());
             out.push(RecordRef::keyed(key, &value));
         }
         // Write phase: each slot once.

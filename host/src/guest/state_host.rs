@@ -34,21 +34,24 @@ impl wit::Host for GuestState {
     }
 
     fn read_values(&mut self, state: wit::StateId, slots: Vec<u32>) -> Result<wit::Values, String> {
+        for &slot in &slots {
+            self.slots.key(slot)?;
+        }
         let mut data = Vec::new();
         let mut ends = Vec::with_capacity(slots.len());
         let mut present = Vec::with_capacity(slots.len());
-        for slot in slots {
-            let key = self.slots.key(slot)?;
-            match self.backend.value_get(StateId(state), key) {
-                Ok(Some(value)) => {
+        // Every slot was checked above, so none is skipped here.
+        let keys = slots.iter().filter_map(|&slot| self.slots.key(slot).ok());
+        let result = self
+            .backend
+            .value_get_many(StateId(state), keys, |_, value| {
+                if let Some(value) = value {
                     data.extend_from_slice(value);
-                    present.push(true);
                 }
-                Ok(None) => present.push(false),
-                Err(e) => return Err(self.describe(state, e)),
-            }
-            ends.push(data.len() as u32);
-        }
+                present.push(value.is_some());
+                ends.push(data.len() as u32);
+            });
+        result.map_err(|e| self.describe(state, e))?;
         Ok(wit::Values {
             items: Blobs { data, ends },
             present,

@@ -19,18 +19,41 @@ pub struct Entry<T> {
 }
 
 /// The entries of one state in one key group, and the keys written since the last snapshot.
+///
+/// Entries live densely in a vector; the hash table holds only their positions (4 bytes a
+/// bucket). With many keys, a lookup then costs one cache miss (the entry) instead of two (a
+/// bucket far away in a half-empty table of large buckets, then the entry's data), and the
+/// index of a large state stays small enough to sit in cache.
 #[derive(Debug)]
 pub struct KeyedTable<T> {
-    entries: HashTable<Entry<T>>,
+    entries: Vec<Entry<T>>,
+    /// Positions in `entries`, with the entry's hash, so that growing the index never
+    /// reads the entries.
+    index: HashTable<Slot>,
     /// Keys written since the last snapshot, each once (squashing): a key is pushed only when
     /// its entry's `written_in` moves to the current epoch.
     dirty: Vec<StateBytes>,
 }
 
+/// An index bucket: where an entry is, and its table hash.
+#[derive(Clone, Copy, Debug)]
+struct Slot {
+    position: u32,
+    hash: u32,
+}
+
+/// The hash the index uses: 32 bits of the key's table hash, spread over 64 so that
+/// hashbrown's bucket bits and tag bits both come from them.
+#[inline]
+fn index_hash(hash32: u32) -> u64 {
+    u64::from(hash32).wrapping_mul(0x9e37_79b9_7f4a_7c15)
+}
+
 impl<T> Default for KeyedTable<T> {
     fn default() -> Self {
         Self {
-            entries: HashTable::new(),
+            entries: Vec::new(),
+            index: HashTable::new(),
             dirty: Vec::new(),
         }
     }
@@ -38,13 +61,37 @@ impl<T> Default for KeyedTable<T> {
 
 impl<T> KeyedTable<T> {
     #[inline]
+    fn position(&self, key: &[u8], hash: KeyHash) -> Option<usize> {
+        let entries = &self.entries;
+        let hash32 = hash.table_hash() as u32;
+        self.index
+            .find(index_hash(hash32), |slot| {
+                let e = &entries[slot.position as usize];
+                slot.hash == hash32 && e.hash == hash && e.key[..] == *key
+            })
+            .map(|slot| slot.position as usize)
+    }
+
+    /// Starts loading the entry `hash` most likely names into cache, without waiting for it
+    /// and without comparing keys. Called for a whole batch of keys before looking them up,
+    /// it lets the processor fetch many entries from memory at once instead of one after the
+    /// other. Returns a value derived from the load, for the caller to pass to
+    /// [`std::hint::black_box`] so that the load is not optimised away.
+    #[inline]
+    pub fn touch(&self, hash: KeyHash) -> u64 {
+        let hash32 = hash.table_hash() as u32;
+        self.index
+            .find(index_hash(hash32), |slot| slot.hash == hash32)
+            .map_or(0, |slot| self.entries[slot.position as usize].hash.0)
+    }
+
+    #[inline]
     pub fn get(&self, key: &[u8], hash: KeyHash) -> Option<&Entry<T>> {
-        self.entries
-            .find(hash.table_hash(), |e| e.hash == hash && e.key[..] == *key)
+        self.position(key, hash).map(|i| &self.entries[i])
     }
 
     /// The entry of `key` for writing, created with `make` if absent, and marked dirty in
-    /// `epoch`. Only a new key allocates (its copy of the key bytes).
+    /// `epoch`.
     #[inline]
     pub fn write(
         &mut self,
@@ -53,21 +100,29 @@ impl<T> KeyedTable<T> {
         epoch: CheckpointId,
         make: impl FnOnce() -> T,
     ) -> &mut Entry<T> {
-        let entry = self
-            .entries
-            .entry(
-                hash.table_hash(),
-                |e| e.hash == hash && e.key[..] == *key,
-                |e| e.hash.table_hash(),
-            )
-            .or_insert_with(|| Entry {
-                key: StateBytes::copy_from_slice(key),
-                hash,
-                // Older than any epoch, so the mark below always records a new key.
-                written_in: CheckpointId(0),
-                body: make(),
-            })
-            .into_mut();
+        let position = match self.position(key, hash) {
+            Some(i) => i,
+            None => {
+                let i = self.entries.len();
+                self.entries.push(Entry {
+                    key: StateBytes::copy_from_slice(key),
+                    hash,
+                    // Older than any epoch, so the mark below always records a new key.
+                    written_in: CheckpointId(0),
+                    body: make(),
+                });
+                let hash32 = hash.table_hash() as u32;
+                // More than 4 G keys in one key group of one subtask is beyond any memory.
+                let slot = Slot {
+                    position: i as u32,
+                    hash: hash32,
+                };
+                self.index
+                    .insert_unique(index_hash(hash32), slot, |s| index_hash(s.hash));
+                i
+            }
+        };
+        let entry = &mut self.entries[position];
         if entry.written_in != epoch {
             entry.written_in = epoch;
             self.dirty.push(entry.key.clone());
@@ -83,9 +138,8 @@ impl<T> KeyedTable<T> {
         hash: KeyHash,
         epoch: CheckpointId,
     ) -> Option<&mut Entry<T>> {
-        let entry = self
-            .entries
-            .find_mut(hash.table_hash(), |e| e.hash == hash && e.key[..] == *key)?;
+        let position = self.position(key, hash)?;
+        let entry = &mut self.entries[position];
         if entry.written_in != epoch {
             entry.written_in = epoch;
             self.dirty.push(entry.key.clone());

@@ -29,7 +29,13 @@ impl Operator for Counter {
         })?;
         let count = self.count.get()?.unwrap_or(0) + 1;
         self.count.set(&count)?;
-        out.emit_fmt(record.key, format_args!("{word}\t{count}"))
+        // `word<TAB>count`, written straight into the output batch.
+        out.emit_with(record.key, None, |value| {
+            value.extend_from_slice(word.as_bytes());
+            value.push(b'\t');
+            value.extend_from_slice(itoa::Buffer::new().format(count).as_bytes());
+            Ok(())
+        })
     }
 }
 
