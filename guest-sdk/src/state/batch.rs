@@ -16,8 +16,9 @@
 
 use std::any::{Any, TypeId};
 use std::cell::{Cell, RefCell};
+use std::rc::Rc;
 
-use crate::bindings::weir::operator::state::{StateId, StateKind};
+use crate::bindings::weir::operator::state::{StateId, StateKind, Values};
 use crate::state::host::{StateHost, WitHost};
 use crate::state::op_log::OpLog;
 use crate::{Error, Result};
@@ -33,6 +34,9 @@ thread_local! {
     /// Whether a batch is being processed, to tell a keyless record from a state call in
     /// `open` or `close`.
     static IN_BATCH: Cell<bool> = const { Cell::new(false) };
+    /// Counts batches, so that a value cache can tell cheaply whether it holds the current
+    /// batch's values.
+    static GENERATION: Cell<u64> = const { Cell::new(0) };
     /// Everything else. A component instance is single-threaded, so this is the one runtime
     /// of the instance. It is borrowed only inside SDK functions that never call user code,
     /// so a borrow never overlaps another.
@@ -50,7 +54,10 @@ pub(crate) trait ValueSlots: Any {
 struct ValueEntry {
     id: StateId,
     type_id: TypeId,
-    cache: Box<dyn ValueSlots>,
+    /// The typed cache (a `RefCell<C>`), to hand out again to a second declaration.
+    typed: Rc<dyn Any>,
+    /// The same cache, for the flush.
+    cache: Rc<RefCell<dyn ValueSlots>>,
     /// Whether the cache holds anything of the current batch (it is then in `touched`).
     touched: bool,
 }
@@ -67,14 +74,6 @@ pub(crate) struct Runtime {
     /// `0 .. slot_count`: the `slots` argument of `read-values`, kept across batches.
     all_slots: Vec<u32>,
     slot_count: u32,
-}
-
-/// What a value state's cache needs to read from the host.
-pub(crate) struct ValueFetch<'a> {
-    pub(crate) host: &'a mut dyn StateHost,
-    pub(crate) state: StateId,
-    /// Every slot of the batch, `0 .. slot_count`.
-    pub(crate) slots: &'a [u32],
 }
 
 impl Runtime {
@@ -97,38 +96,38 @@ impl Runtime {
             .map_err(|e| Error::new(format!("declaring {} state `{name}`: {e}", kind_name(kind))))
     }
 
-    /// Declares a value state and returns the index of its typed cache. Declaring the same
-    /// name again with the same type shares the cache; with another type, it is an error.
+    /// Declares a value state and returns the index and the typed cache of it. Declaring the
+    /// same name again with the same type shares the cache; with another type, it is an error.
     pub(crate) fn declare_value<C: ValueSlots>(
         &mut self,
         name: &str,
-        new_cache: impl FnOnce() -> C,
-    ) -> Result<usize> {
+        new_cache: impl FnOnce(StateId) -> C,
+    ) -> Result<(usize, Rc<RefCell<C>>)> {
         let id = self.declare(name, StateKind::Value)?;
         let type_id = TypeId::of::<C>();
         if let Some(index) = self.values.iter().position(|entry| entry.id == id) {
-            return if self.values[index].type_id == type_id {
-                Ok(index)
-            } else {
-                Err(Error::new(format!(
+            let entry = &self.values[index];
+            return match entry.typed.clone().downcast::<RefCell<C>>() {
+                Ok(cache) if entry.type_id == type_id => Ok((index, cache)),
+                _ => Err(Error::new(format!(
                     "value state `{name}` is already declared with another value type"
-                )))
+                ))),
             };
         }
+        let cache = Rc::new(RefCell::new(new_cache(id)));
         self.values.push(ValueEntry {
             id,
             type_id,
-            cache: Box::new(new_cache()),
+            typed: cache.clone(),
+            cache: cache.clone(),
             touched: false,
         });
-        Ok(self.values.len() - 1)
+        Ok((self.values.len() - 1, cache))
     }
 
-    /// The typed cache at `index` (sized for the batch) and what it needs to fetch values.
-    pub(crate) fn value_cache<C: ValueSlots>(
-        &mut self,
-        index: usize,
-    ) -> Result<(&mut C, u32, ValueFetch<'_>)> {
+    /// Registers the value cache at `index` for the end of the current batch; returns the
+    /// batch's number of slots.
+    pub(crate) fn join_batch(&mut self, index: usize) -> Result<u32> {
         let entry = self
             .values
             .get_mut(index)
@@ -137,19 +136,28 @@ impl Runtime {
             entry.touched = true;
             self.touched.push(index);
         }
-        let cache = (entry.cache.as_mut() as &mut dyn Any)
-            .downcast_mut::<C>()
-            .ok_or_else(|| Error::new("internal: value state handle of another type"))?;
+        Ok(self.slot_count)
+    }
+
+    /// The values of value state `state` for every slot of the batch: one `read-values`.
+    pub(crate) fn read_values(&mut self, state: StateId) -> Result<Values> {
         if self.all_slots.len() != self.slot_count as usize {
             self.all_slots.clear();
             self.all_slots.extend(0..self.slot_count);
         }
-        let fetch = ValueFetch {
-            host: self.host.as_mut(),
-            state: entry.id,
-            slots: &self.all_slots,
-        };
-        Ok((cache, self.slot_count, fetch))
+        let slots = &self.all_slots;
+        let values = self
+            .host
+            .read_values(state, slots)
+            .map_err(|e| Error::new(format!("reading values: {e}")))?;
+        if values.present.len() != slots.len() || values.items.ends.len() != slots.len() {
+            return Err(Error::new(format!(
+                "malformed reply from the host: {} values for {} keys",
+                values.present.len(),
+                slots.len()
+            )));
+        }
+        Ok(values)
     }
 
     /// Sends the pending map and list writes (before a map or list read).
@@ -163,10 +171,17 @@ impl Runtime {
         for index in self.touched.drain(..) {
             let entry = &mut self.values[index];
             entry.touched = false;
+            // No handle is borrowed between records, so the borrow cannot fail.
+            let Ok(mut cache) = entry.cache.try_borrow_mut() else {
+                result = Err(Error::new(
+                    "internal: value cache borrowed at the end of a batch",
+                ));
+                continue;
+            };
             if result.is_ok() {
-                result = entry.cache.flush_into(entry.id, &mut self.log);
+                result = cache.flush_into(entry.id, &mut self.log);
             } else {
-                entry.cache.reset();
+                cache.reset();
             }
         }
         match result {
@@ -183,7 +198,9 @@ impl Runtime {
         for index in self.touched.drain(..) {
             let entry = &mut self.values[index];
             entry.touched = false;
-            entry.cache.reset();
+            if let Ok(mut cache) = entry.cache.try_borrow_mut() {
+                cache.reset();
+            }
         }
         self.log.clear();
     }
@@ -227,6 +244,12 @@ pub(crate) fn current_slot(state_name: &str) -> Result<u32> {
     }))
 }
 
+/// The number of the current batch (see `GENERATION`).
+#[inline]
+pub(crate) fn generation() -> u64 {
+    GENERATION.get()
+}
+
 /// Sets the key slot of the record about to be processed.
 pub(crate) fn set_current_slot(slot: u32) {
     CURRENT_SLOT.set(slot);
@@ -247,6 +270,7 @@ pub(crate) fn begin(slot_count: u32) -> Result<BatchScope> {
     })?;
     IN_BATCH.set(true);
     CURRENT_SLOT.set(NO_SLOT);
+    GENERATION.set(GENERATION.get() + 1);
     Ok(BatchScope { finished: false })
 }
 

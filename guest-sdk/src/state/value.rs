@@ -1,14 +1,15 @@
 //! Value state: one typed value per key.
 
+use std::cell::RefCell;
 use std::fmt;
-use std::marker::PhantomData;
+use std::rc::Rc;
 use std::sync::Arc;
 
 use serde::{Serialize, de::DeserializeOwned};
 
 use crate::bindings::weir::operator::state::{OpKind, StateId, Values};
 use crate::codec;
-use crate::state::batch::{self, ValueFetch, ValueSlots};
+use crate::state::batch::{self, ValueSlots};
 use crate::state::host;
 use crate::state::op_log::OpLog;
 use crate::{Error, Result};
@@ -24,7 +25,9 @@ use crate::{Error, Result};
 pub struct ValueState<T> {
     index: usize,
     name: Arc<str>,
-    _type: PhantomData<fn() -> T>,
+    /// The typed cache, shared with the runtime (which flushes it at the end of a batch), so
+    /// that a read or write reaches it without going through the runtime.
+    cache: Rc<RefCell<ValueCache<T>>>,
 }
 
 impl<T> Clone for ValueState<T> {
@@ -32,7 +35,7 @@ impl<T> Clone for ValueState<T> {
         Self {
             index: self.index,
             name: self.name.clone(),
-            _type: PhantomData,
+            cache: self.cache.clone(),
         }
     }
 }
@@ -48,14 +51,10 @@ impl<T> fmt::Debug for ValueState<T> {
 impl<T: Serialize + DeserializeOwned + Clone + 'static> ValueState<T> {
     pub(crate) fn declare(name: &str) -> Result<Self> {
         let name: Arc<str> = name.into();
-        let index = batch::with_runtime(|runtime| {
-            runtime.declare_value(&name, || ValueCache::<T>::new(name.clone()))
+        let (index, cache) = batch::with_runtime(|runtime| {
+            runtime.declare_value(&name, |id| ValueCache::<T>::new(name.clone(), id))
         })?;
-        Ok(Self {
-            index,
-            name,
-            _type: PhantomData,
-        })
+        Ok(Self { index, name, cache })
     }
 
     /// The state's name.
@@ -65,39 +64,44 @@ impl<T: Serialize + DeserializeOwned + Clone + 'static> ValueState<T> {
 
     /// The current key's value, if it has one.
     pub fn get(&self) -> Result<Option<T>> {
-        self.with_cache(|cache, slot, fetch| Ok(cache.load(slot, fetch)?.cloned()))
+        self.with_cache(|cache, slot| Ok(cache.load(slot)?.cloned()))
     }
 
     /// Sets the current key's value.
     pub fn set(&self, value: &T) -> Result<()> {
-        self.with_cache(|cache, slot, _| cache.store(slot, Some(value.clone())))
+        self.with_cache(|cache, slot| cache.store(slot, Some(value.clone())))
     }
 
     /// Removes the current key's value.
     pub fn remove(&self) -> Result<()> {
-        self.with_cache(|cache, slot, _| cache.store(slot, None))
+        self.with_cache(|cache, slot| cache.store(slot, None))
     }
 
     /// Replaces the current key's value with `f(current)`; `None` removes it. The value is
     /// moved out of the cache and back, not cloned.
     pub fn update(&self, f: impl FnOnce(Option<T>) -> Option<T>) -> Result<()> {
-        let current = self.with_cache(|cache, slot, fetch| cache.take(slot, fetch))?;
+        let current = self.with_cache(|cache, slot| cache.take(slot))?;
         // `f` runs outside of the runtime, so it may use other state handles.
         let new = f(current);
-        self.with_cache(|cache, slot, _| cache.store(slot, new))
+        self.with_cache(|cache, slot| cache.store(slot, new))
     }
 
-    fn with_cache<R>(
-        &self,
-        f: impl FnOnce(&mut ValueCache<T>, u32, ValueFetch<'_>) -> Result<R>,
-    ) -> Result<R> {
+    /// Runs `f` on this state's cache for the current record's slot. The cache is joined to
+    /// the batch (registered for the flush, sized for its slots) on first use in a batch.
+    fn with_cache<R>(&self, f: impl FnOnce(&mut ValueCache<T>, u32) -> Result<R>) -> Result<R> {
         let slot = batch::current_slot(&self.name)?;
-        batch::with_runtime(|runtime| {
-            let (cache, slot_count, fetch) = runtime.value_cache::<ValueCache<T>>(self.index)?;
-            cache.ensure_slots(slot_count);
-            f(cache, slot, fetch)
-        })
-        .map_err(|e| e.context(format_args!("value state `{}`", self.name)))
+        let mut cache = self.cache.try_borrow_mut().map_err(|_| {
+            Error::new(format!(
+                "value state `{}` used while it is being updated",
+                self.name
+            ))
+        })?;
+        let generation = batch::generation();
+        if cache.generation != generation {
+            let slot_count = batch::with_runtime(|runtime| runtime.join_batch(self.index))?;
+            cache.start_batch(generation, slot_count);
+        }
+        f(&mut cache, slot).map_err(|e| e.context(format_args!("value state `{}`", self.name)))
     }
 }
 
@@ -119,18 +123,30 @@ struct Slot<T> {
 pub(crate) struct ValueCache<T> {
     /// The state's name, for errors at the end of the batch.
     name: Arc<str>,
+    id: StateId,
+    /// The batch the slots belong to (see [`batch::generation`]).
+    generation: u64,
     slots: Vec<Slot<T>>,
     /// The encoded values of every slot, once fetched in this batch.
     fetched: Option<Values>,
 }
 
 impl<T: Serialize + DeserializeOwned + 'static> ValueCache<T> {
-    fn new(name: Arc<str>) -> Self {
+    fn new(name: Arc<str>, id: StateId) -> Self {
         Self {
             name,
+            id,
+            generation: 0,
             slots: Vec::new(),
             fetched: None,
         }
+    }
+
+    /// Forgets the previous batch and makes room for `slot_count` slots.
+    fn start_batch(&mut self, generation: u64, slot_count: u32) {
+        self.reset();
+        self.generation = generation;
+        self.ensure_slots(slot_count);
     }
 
     fn ensure_slots(&mut self, slot_count: u32) {
@@ -153,9 +169,9 @@ impl<T: Serialize + DeserializeOwned + 'static> ValueCache<T> {
     }
 
     /// The slot's value, fetching the batch's values and decoding this slot's if needed.
-    fn load(&mut self, slot: u32, fetch: ValueFetch<'_>) -> Result<Option<&T>> {
+    fn load(&mut self, slot: u32) -> Result<Option<&T>> {
         if matches!(self.slot(slot)?.value, Cached::Unknown) {
-            let value = self.decode_fetched(slot, fetch)?;
+            let value = self.decode_fetched(slot)?;
             self.slot(slot)?.value = value;
         }
         Ok(match &self.slot(slot)?.value {
@@ -165,8 +181,8 @@ impl<T: Serialize + DeserializeOwned + 'static> ValueCache<T> {
     }
 
     /// Moves the slot's value out; the caller stores the new one.
-    fn take(&mut self, slot: u32, fetch: ValueFetch<'_>) -> Result<Option<T>> {
-        self.load(slot, fetch)?;
+    fn take(&mut self, slot: u32) -> Result<Option<T>> {
+        self.load(slot)?;
         Ok(
             match std::mem::replace(&mut self.slot(slot)?.value, Cached::Absent) {
                 Cached::Present(value) => Some(value),
@@ -183,24 +199,12 @@ impl<T: Serialize + DeserializeOwned + 'static> ValueCache<T> {
         Ok(())
     }
 
-    fn decode_fetched(&mut self, slot: u32, fetch: ValueFetch<'_>) -> Result<Cached<T>> {
+    fn decode_fetched(&mut self, slot: u32) -> Result<Cached<T>> {
         let fetched = match &mut self.fetched {
             Some(fetched) => fetched,
             none => {
-                let values = fetch
-                    .host
-                    .read_values(fetch.state, fetch.slots)
-                    .map_err(|e| Error::new(format!("reading values: {e}")))?;
-                if values.present.len() != fetch.slots.len()
-                    || values.items.ends.len() != fetch.slots.len()
-                {
-                    return Err(Error::new(format!(
-                        "malformed reply from the host: {} values for {} keys",
-                        values.present.len(),
-                        fetch.slots.len()
-                    )));
-                }
-                none.insert(values)
+                let id = self.id;
+                none.insert(batch::with_runtime(|runtime| runtime.read_values(id))?)
             }
         };
         let index = slot as usize;

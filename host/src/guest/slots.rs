@@ -10,7 +10,7 @@ use hashbrown::HashTable;
 use crate::bindings::weir::operator::types::Batch;
 use crate::partition::{KeyHash, hash_key};
 use crate::record::FLAG_HAS_KEY;
-use crate::state::KeyRef;
+use crate::state::{EntryHint, KeyRef, StateId};
 
 /// The slot of a record without key.
 pub const NO_SLOT: u32 = u32::MAX;
@@ -24,6 +24,9 @@ pub struct KeySlots {
     hashes: Vec<KeyHash>,
     /// Finds a key's slot while numbering a batch.
     index: HashTable<u32>,
+    /// Per value state read in this batch, where each slot's entry was found, so that the
+    /// batch's writes skip the lookup (see [`EntryHint`]).
+    hints: Vec<(StateId, Vec<Option<EntryHint>>)>,
 }
 
 impl KeySlots {
@@ -35,6 +38,7 @@ impl KeySlots {
         self.ends.clear();
         self.hashes.clear();
         self.index.clear();
+        self.hints.clear();
         record_slots.clear();
         let mut start = 0usize;
         for i in 0..batch.value_ends.len() {
@@ -74,6 +78,27 @@ impl KeySlots {
             };
             record_slots.push(slot);
         }
+    }
+
+    /// Remembers where the entries of `slots` were found for `state` in this batch.
+    pub fn set_hints(&mut self, state: StateId, slots: &[u32], found: &[Option<EntryHint>]) {
+        let mut hints = vec![None; self.len()];
+        for (&slot, &hint) in slots.iter().zip(found) {
+            if let Some(h) = hints.get_mut(slot as usize) {
+                *h = hint;
+            }
+        }
+        match self.hints.iter_mut().find(|(s, _)| *s == state) {
+            Some((_, existing)) => *existing = hints,
+            None => self.hints.push((state, hints)),
+        }
+    }
+
+    /// Where the entry of `slot` was found for `state` in this batch, if it was.
+    #[inline]
+    pub fn hint(&self, state: StateId, slot: u32) -> Option<EntryHint> {
+        let (_, hints) = self.hints.iter().find(|(s, _)| *s == state)?;
+        hints.get(slot as usize).copied().flatten()
     }
 
     /// Number of distinct keys in the batch.

@@ -40,18 +40,21 @@ impl wit::Host for GuestState {
         let mut data = Vec::new();
         let mut ends = Vec::with_capacity(slots.len());
         let mut present = Vec::with_capacity(slots.len());
+        let mut hints = Vec::with_capacity(slots.len());
         // Every slot was checked above, so none is skipped here.
         let keys = slots.iter().filter_map(|&slot| self.slots.key(slot).ok());
         let result = self
             .backend
-            .value_get_many(StateId(state), keys, |_, value| {
+            .value_get_many(StateId(state), keys, |_, value, hint| {
                 if let Some(value) = value {
                     data.extend_from_slice(value);
                 }
                 present.push(value.is_some());
                 ends.push(data.len() as u32);
+                hints.push(hint);
             });
         result.map_err(|e| self.describe(state, e))?;
+        self.slots.set_hints(StateId(state), &slots, &hints);
         Ok(wit::Values {
             items: Blobs { data, ends },
             present,
@@ -78,7 +81,9 @@ impl wit::Host for GuestState {
             let id = StateId(op.state);
             let b = &mut self.backend;
             let result = match op.kind {
-                OpKind::ValueSet => b.value_set(id, key, value),
+                OpKind::ValueSet => {
+                    b.value_set_hinted(id, key, self.slots.hint(id, op.slot), value)
+                }
                 OpKind::ValueRemove => b.value_remove(id, key),
                 OpKind::MapPut => b.map_put(id, key, map_key, value),
                 OpKind::MapRemove => b.map_remove(id, key, map_key),

@@ -104,6 +104,11 @@ struct DeclaredState {
     tables: Tables,
 }
 
+/// Where a key's entry was found in its table: passed back to a write of the same key in the
+/// same batch to skip the lookup. Only a hint: it is checked before use.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct EntryHint(pub u32);
+
 /// Counts that describe a backend, for summaries and metrics.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct StateStats {
@@ -290,7 +295,7 @@ impl KeyedStateBackend {
         &self,
         state: StateId,
         keys: impl Iterator<Item = KeyRef<'k>> + Clone,
-        mut f: impl FnMut(usize, Option<&[u8]>),
+        mut f: impl FnMut(usize, Option<&[u8]>, Option<EntryHint>),
     ) -> Result<(), StateError> {
         let mut touched = 0u64;
         for key in keys.clone() {
@@ -300,8 +305,34 @@ impl KeyedStateBackend {
         }
         std::hint::black_box(touched);
         for (i, key) in keys.enumerate() {
-            f(i, self.value_get(state, key)?);
+            let table = self.table::<ValueBody>(state, key)?;
+            match table.position(key.bytes, key.hash) {
+                Some(position) => {
+                    let value = table.entry_at(position).and_then(|e| e.body.as_deref());
+                    f(i, value, Some(EntryHint(position as u32)));
+                }
+                None => f(i, None, None),
+            }
         }
+        Ok(())
+    }
+
+    /// Sets the value of `key`, trying `hint` (from [`KeyedStateBackend::value_get_many`]
+    /// in the same batch) before looking the key up.
+    #[inline]
+    pub fn value_set_hinted(
+        &mut self,
+        state: StateId,
+        key: KeyRef<'_>,
+        hint: Option<EntryHint>,
+        value: &[u8],
+    ) -> Result<(), StateError> {
+        let epoch = self.epoch;
+        let table = self.table_mut::<ValueBody>(state, key)?;
+        let hint = hint.map(|h| h.0 as usize);
+        table
+            .write_hinted(hint, key.bytes, key.hash, epoch, ValueBody::default)
+            .body = Some(StateBytes::copy_from_slice(value));
         Ok(())
     }
 

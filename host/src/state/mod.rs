@@ -31,7 +31,7 @@ pub mod value;
 
 use std::fmt;
 
-pub use backend::{KeyRef, KeyedStateBackend, StateStats};
+pub use backend::{EntryHint, KeyRef, KeyedStateBackend, StateStats};
 pub use bytes::StateBytes;
 
 use crate::partition::{KeyGroup, KeyGroupRange};

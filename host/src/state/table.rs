@@ -60,8 +60,9 @@ impl<T> Default for KeyedTable<T> {
 }
 
 impl<T> KeyedTable<T> {
+    /// Where `key`'s entry is, if it exists.
     #[inline]
-    fn position(&self, key: &[u8], hash: KeyHash) -> Option<usize> {
+    pub fn position(&self, key: &[u8], hash: KeyHash) -> Option<usize> {
         let entries = &self.entries;
         let hash32 = hash.table_hash() as u32;
         self.index
@@ -83,6 +84,12 @@ impl<T> KeyedTable<T> {
         self.index
             .find(index_hash(hash32), |slot| slot.hash == hash32)
             .map_or(0, |slot| self.entries[slot.position as usize].hash.0)
+    }
+
+    /// The entry at `position` (from [`KeyedTable::position`]).
+    #[inline]
+    pub fn entry_at(&self, position: usize) -> Option<&Entry<T>> {
+        self.entries.get(position)
     }
 
     #[inline]
@@ -121,6 +128,35 @@ impl<T> KeyedTable<T> {
                     .insert_unique(index_hash(hash32), slot, |s| index_hash(s.hash));
                 i
             }
+        };
+        let entry = &mut self.entries[position];
+        if entry.written_in != epoch {
+            entry.written_in = epoch;
+            self.dirty.push(entry.key.clone());
+        }
+        entry
+    }
+
+    /// Like [`KeyedTable::write`], first trying `hint`, a position that a lookup earlier in
+    /// the same batch returned for this key. Positions never change between snapshots, so
+    /// the hint is usually right and saves the hash lookup; it is checked, so a wrong one
+    /// only costs that lookup.
+    #[inline]
+    pub fn write_hinted(
+        &mut self,
+        hint: Option<usize>,
+        key: &[u8],
+        hash: KeyHash,
+        epoch: CheckpointId,
+        make: impl FnOnce() -> T,
+    ) -> &mut Entry<T> {
+        let hit = hint.filter(|&p| {
+            self.entries
+                .get(p)
+                .is_some_and(|e| e.hash == hash && e.key[..] == *key)
+        });
+        let Some(position) = hit else {
+            return self.write(key, hash, epoch, make);
         };
         let entry = &mut self.entries[position];
         if entry.written_in != epoch {
@@ -184,5 +220,34 @@ mod tests {
         table.write(b"a", hash_key(b"a"), e2, || 0);
         assert_eq!(table.dirty().len(), 3, "a new epoch marks the key again");
         assert!(table.write_existing(b"zz", hash_key(b"zz"), e2).is_none());
+    }
+
+    #[test]
+    fn a_wrong_hint_falls_back_to_the_lookup() {
+        let mut table = KeyedTable::<u32>::default();
+        let e = CheckpointId(1);
+        for k in ["a", "b", "c"] {
+            table.write(k.as_bytes(), hash_key(k.as_bytes()), e, || 0);
+        }
+        let b = table.position(b"b", hash_key(b"b")).expect("b exists");
+        table
+            .write_hinted(Some(b), b"b", hash_key(b"b"), e, || 0)
+            .body = 7;
+        // A hint naming another key, or no entry at all, is ignored.
+        table
+            .write_hinted(Some(b), b"c", hash_key(b"c"), e, || 0)
+            .body = 9;
+        table
+            .write_hinted(Some(99), b"d", hash_key(b"d"), e, || 0)
+            .body = 4;
+        let body = |k: &str| {
+            table
+                .get(k.as_bytes(), hash_key(k.as_bytes()))
+                .map(|e| e.body)
+        };
+        assert_eq!(
+            (body("a"), body("b"), body("c"), body("d")),
+            (Some(0), Some(7), Some(9), Some(4))
+        );
     }
 }
