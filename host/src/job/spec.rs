@@ -46,10 +46,10 @@ pub const MAX_KEY_GROUPS: u32 = 32_768;
 #[serde(deny_unknown_fields)]
 pub struct JobFile {
     pub job: JobSection,
-    pub source: SourceFile,
+    pub source: SourceSpec,
     #[serde(default)]
     pub operators: Vec<OperatorFile>,
-    pub sink: SinkFile,
+    pub sink: SinkSpec,
 }
 
 #[derive(Debug, Deserialize)]
@@ -61,9 +61,11 @@ pub struct JobSection {
     pub batch_size: Option<usize>,
 }
 
-#[derive(Debug, Deserialize)]
+/// Where records come from. As parsed, paths are relative to the job file; in a
+/// [`JobSpec`], they are resolved.
+#[derive(Clone, Debug, PartialEq, Deserialize)]
 #[serde(tag = "kind", rename_all = "kebab-case", deny_unknown_fields)]
-pub enum SourceFile {
+pub enum SourceSpec {
     TextLines {
         path: PathBuf,
     },
@@ -112,9 +114,11 @@ pub struct LimitsFile {
     pub cpu_ms_per_call: Option<u64>,
 }
 
-#[derive(Debug, Deserialize)]
+/// Where records go. As parsed, a path is relative to the job file; in a [`JobSpec`], it
+/// is resolved.
+#[derive(Clone, Debug, PartialEq, Deserialize)]
 #[serde(tag = "kind", rename_all = "kebab-case", deny_unknown_fields)]
-pub enum SinkFile {
+pub enum SinkSpec {
     Stdout,
     File { path: PathBuf },
     Discard,
@@ -129,21 +133,6 @@ pub struct JobSpec {
     pub source: SourceSpec,
     pub operators: Vec<OperatorSpec>,
     pub sink: SinkSpec,
-}
-
-#[derive(Clone, Debug, PartialEq)]
-pub enum SourceSpec {
-    TextLines {
-        path: PathBuf,
-    },
-    JsonLines {
-        path: PathBuf,
-        key_pointer: Option<String>,
-    },
-    Generator {
-        records: u64,
-        keys: u64,
-    },
 }
 
 #[derive(Clone, Debug)]
@@ -163,13 +152,6 @@ pub enum KeyBy {
     RecordKey,
     /// By the value at a JSON pointer in the record's (JSON) value, which becomes its key.
     JsonPointer(String),
-}
-
-#[derive(Clone, Debug, PartialEq)]
-pub enum SinkSpec {
-    Stdout,
-    File { path: PathBuf },
-    Discard,
 }
 
 /// A job file that cannot be run, with what and where.
@@ -299,9 +281,9 @@ impl Checker<'_> {
             operators.push(self.check_operator(&at, op, max)?);
         }
         let sink = match file.sink {
-            SinkFile::Stdout => SinkSpec::Stdout,
-            SinkFile::Discard => SinkSpec::Discard,
-            SinkFile::File { path } => {
+            SinkSpec::Stdout => SinkSpec::Stdout,
+            SinkSpec::Discard => SinkSpec::Discard,
+            SinkSpec::File { path } => {
                 let resolved = self.resolve(&path);
                 let parent = resolved.parent().filter(|p| !p.as_os_str().is_empty());
                 if let Some(parent) = parent
@@ -328,12 +310,12 @@ impl Checker<'_> {
         })
     }
 
-    fn check_source(&self, source: SourceFile) -> Result<SourceSpec, SpecError> {
+    fn check_source(&self, source: SourceSpec) -> Result<SourceSpec, SpecError> {
         Ok(match source {
-            SourceFile::TextLines { path } => SourceSpec::TextLines {
+            SourceSpec::TextLines { path } => SourceSpec::TextLines {
                 path: self.existing_file("[source] path", &path, "input file", "")?,
             },
-            SourceFile::JsonLines { path, key_pointer } => {
+            SourceSpec::JsonLines { path, key_pointer } => {
                 if let Some(p) = &key_pointer
                     && !(p.is_empty() || p.starts_with('/'))
                 {
@@ -347,7 +329,7 @@ impl Checker<'_> {
                     key_pointer,
                 }
             }
-            SourceFile::Generator { records, keys } => {
+            SourceSpec::Generator { records, keys } => {
                 if keys == 0 {
                     return Err(self.invalid("[source] keys", "must be at least 1"));
                 }

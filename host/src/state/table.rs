@@ -129,12 +129,7 @@ impl<T> KeyedTable<T> {
                 i
             }
         };
-        let entry = &mut self.entries[position];
-        if entry.written_in != epoch {
-            entry.written_in = epoch;
-            self.dirty.push(entry.key.clone());
-        }
-        entry
+        self.mark(position, epoch)
     }
 
     /// Like [`KeyedTable::write`], first trying `hint`, a position that a lookup earlier in
@@ -158,12 +153,7 @@ impl<T> KeyedTable<T> {
         let Some(position) = hit else {
             return self.write(key, hash, epoch, make);
         };
-        let entry = &mut self.entries[position];
-        if entry.written_in != epoch {
-            entry.written_in = epoch;
-            self.dirty.push(entry.key.clone());
-        }
-        entry
+        self.mark(position, epoch)
     }
 
     /// The entry of `key` for writing if it exists, marked dirty in `epoch`.
@@ -175,12 +165,19 @@ impl<T> KeyedTable<T> {
         epoch: CheckpointId,
     ) -> Option<&mut Entry<T>> {
         let position = self.position(key, hash)?;
+        Some(self.mark(position, epoch))
+    }
+
+    /// The entry at `position`, marked dirty in `epoch`: its key joins the dirty list the
+    /// first time it is written in an epoch.
+    #[inline]
+    fn mark(&mut self, position: usize, epoch: CheckpointId) -> &mut Entry<T> {
         let entry = &mut self.entries[position];
         if entry.written_in != epoch {
             entry.written_in = epoch;
             self.dirty.push(entry.key.clone());
         }
-        Some(entry)
+        entry
     }
 
     /// Number of entries, tombstones included.
