@@ -123,3 +123,58 @@ fn an_unknown_mode_fails_at_open() {
         ],
     );
 }
+
+#[test]
+fn guest_log_lines_land_in_the_host_log_tagged_with_their_origin() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    std::fs::write(dir.path().join("in.txt"), "a b\n").expect("write");
+    let job = write_job(
+        dir.path(),
+        &format!(
+            r#"
+            [job]
+            name = "logging"
+            [source]
+            kind = "text-lines"
+            path = "in.txt"
+            [[operators]]
+            name = "tokenize"
+            component = {tokenizer}
+            [[operators]]
+            name = "chatty"
+            component = {faulty}
+            parallelism = 2
+            key_by = "key"
+            [sink]
+            kind = "file"
+            path = "out.txt"
+            "#,
+            tokenizer = toml_path(&component("weir-example-tokenizer")),
+            faulty = toml_path(&component("weir-test-faulty")),
+        ),
+    );
+    let out = support::weir_logging(
+        &["run", job.to_str().expect("utf-8")],
+        "warn,weir::guest=info",
+    );
+    let err = support::stderr(&out);
+    assert!(out.status.success(), "{err}");
+    for subtask in 0..2 {
+        let line = err
+            .lines()
+            .find(|l| l.contains(&format!("(subtask {subtask} of 2)")))
+            .unwrap_or_else(|| panic!("no log line of subtask {subtask}:\n{err}"));
+        assert!(
+            line.contains("faulty operator opened in mode passthrough"),
+            "{line}"
+        );
+        for field in [
+            "job=\"logging\"",
+            "operator=\"chatty\"",
+            &format!("subtask={subtask}"),
+            "checkpoint=",
+        ] {
+            assert!(line.contains(field), "{field} missing in {line}");
+        }
+    }
+}

@@ -53,10 +53,16 @@ pub fn cache_dir() -> PathBuf {
 
 /// Runs `weir` with `args`; the component cache is the tests' shared one.
 pub fn weir(args: &[&str]) -> Output {
+    weir_logging(args, "warn")
+}
+
+/// Runs `weir` with `args` and the log filter `filter` (`RUST_LOG`).
+pub fn weir_logging(args: &[&str], filter: &str) -> Output {
     Command::new(env!("CARGO_BIN_EXE_weir"))
         .args(args)
         .env("WEIR_CACHE_DIR", cache_dir())
-        .env("RUST_LOG", "warn")
+        .env("RUST_LOG", filter)
+        .env("NO_COLOR", "1")
         .output()
         .expect("weir runs")
 }

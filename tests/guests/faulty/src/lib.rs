@@ -14,7 +14,8 @@
 //!   is isolated per key and per operator. Map entries come in the host's order of their
 //!   CBOR-encoded keys: shorter strings first, then bytewise (alphabetical for equal lengths).
 //!
-//! Any other mode fails `open` with an error naming it.
+//! Any other mode fails `open` with an error naming it. Every mode logs one info line when it
+//! opens, so tests can check where guest log lines land.
 
 use std::hint::black_box;
 
@@ -63,6 +64,12 @@ impl Operator for Faulty {
                 ))
             })
         };
+        weir_guest::info!(
+            "faulty operator opened in mode {} (subtask {} of {})",
+            config.mode,
+            ctx.subtask(),
+            ctx.parallelism()
+        );
         Ok(match config.mode.as_str() {
             "passthrough" => Self::Passthrough,
             "error-on" => Self::ErrorOn(word()?),
