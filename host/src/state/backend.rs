@@ -25,7 +25,7 @@ impl<'a> KeyRef<'a> {
 
 /// The tables of one declared state, one per key group of the subtask's range.
 #[derive(Debug)]
-enum Tables {
+pub(super) enum Tables {
     Value(Vec<KeyedTable<ValueBody>>),
     Map(Vec<KeyedTable<MapBody>>),
     List(Vec<KeyedTable<ListBody>>),
@@ -43,7 +43,7 @@ impl Tables {
         }
     }
 
-    fn kind(&self) -> StateKind {
+    pub(super) fn kind(&self) -> StateKind {
         match self {
             Tables::Value(_) => StateKind::Value,
             Tables::Map(_) => StateKind::Map,
@@ -99,9 +99,9 @@ body!(MapBody, Map);
 body!(ListBody, List);
 
 #[derive(Debug)]
-struct DeclaredState {
-    name: String,
-    tables: Tables,
+pub(super) struct DeclaredState {
+    pub(super) name: String,
+    pub(super) tables: Tables,
 }
 
 /// Where a key's entry was found in its table: passed back to a write of the same key in the
@@ -127,10 +127,10 @@ pub struct StateStats {
 pub struct KeyedStateBackend {
     groups: KeyGroups,
     range: KeyGroupRange,
-    states: Vec<DeclaredState>,
+    pub(super) states: Vec<DeclaredState>,
     by_name: HashMap<String, StateId>,
     /// The checkpoint that the current writes belong to.
-    epoch: CheckpointId,
+    pub(super) epoch: CheckpointId,
     /// Declaring is allowed only while the operator opens.
     declaring: bool,
 }
@@ -177,6 +177,27 @@ impl KeyedStateBackend {
         }
         if !self.declaring {
             return Err(StateError::DeclareAfterOpen);
+        }
+        self.declare_new(name, kind)
+    }
+
+    /// Declares a state, in any phase: restore declares the states it finds in snapshots.
+    pub(super) fn declare_new(
+        &mut self,
+        name: &str,
+        kind: StateKind,
+    ) -> Result<StateId, StateError> {
+        if let Some(&id) = self.by_name.get(name) {
+            let existing = self.states[id.0 as usize].tables.kind();
+            return if existing == kind {
+                Ok(id)
+            } else {
+                Err(StateError::KindConflict {
+                    name: name.to_owned(),
+                    existing,
+                    requested: kind,
+                })
+            };
         }
         if name.is_empty() || name.chars().count() > 128 {
             return Err(StateError::InvalidName(name.to_owned()));

@@ -21,18 +21,27 @@
 //! - [`table`]: [`table::KeyedTable`], one (state, key group) hash table with its dirty list.
 //! - [`value`], [`map`], [`list`]: what an entry holds for each kind of state.
 //! - [`bytes`]: [`StateBytes`], how keys and values are held.
+//! - [`snapshot`]: [`Increment`], what a snapshot pins, and [`KeyedStateBackend::snapshot`] /
+//!   [`KeyedStateBackend::restore`] in the backend.
 
 pub mod backend;
 pub mod bytes;
 pub mod list;
 pub mod map;
+mod restore;
+pub mod snapshot;
 pub mod table;
+mod take;
 pub mod value;
+
+#[cfg(test)]
+mod oracle_tests;
 
 use std::fmt;
 
 pub use backend::{EntryHint, KeyRef, KeyedStateBackend, StateStats};
 pub use bytes::StateBytes;
+pub use snapshot::{Change, GroupIncrement, Increment, StateChanges};
 
 use crate::partition::{KeyGroup, KeyGroupRange};
 

@@ -109,27 +109,36 @@ impl<T> KeyedTable<T> {
     ) -> &mut Entry<T> {
         let position = match self.position(key, hash) {
             Some(i) => i,
-            None => {
-                let i = self.entries.len();
-                self.entries.push(Entry {
-                    key: StateBytes::copy_from_slice(key),
-                    hash,
-                    // Older than any epoch, so the mark below always records a new key.
-                    written_in: CheckpointId(0),
-                    body: make(),
-                });
-                let hash32 = hash.table_hash() as u32;
-                // More than 4 G keys in one key group of one subtask is beyond any memory.
-                let slot = Slot {
-                    position: i as u32,
-                    hash: hash32,
-                };
-                self.index
-                    .insert_unique(index_hash(hash32), slot, |s| index_hash(s.hash));
-                i
-            }
+            // Older than any epoch, so the mark below always records a new key.
+            None => self.insert_new(key, hash, CheckpointId(0), make()),
         };
         self.mark(position, epoch)
+    }
+
+    /// Appends a new entry and indexes it; returns its position.
+    fn insert_new(
+        &mut self,
+        key: &[u8],
+        hash: KeyHash,
+        written_in: CheckpointId,
+        body: T,
+    ) -> usize {
+        let position = self.entries.len();
+        self.entries.push(Entry {
+            key: StateBytes::copy_from_slice(key),
+            hash,
+            written_in,
+            body,
+        });
+        let hash32 = hash.table_hash() as u32;
+        // More than 4 G keys in one key group of one subtask is beyond any memory.
+        let slot = Slot {
+            position: position as u32,
+            hash: hash32,
+        };
+        self.index
+            .insert_unique(index_hash(hash32), slot, |s| index_hash(s.hash));
+        position
     }
 
     /// Like [`KeyedTable::write`], first trying `hint`, a position that a lookup earlier in
@@ -178,6 +187,57 @@ impl<T> KeyedTable<T> {
             self.dirty.push(entry.key.clone());
         }
         entry
+    }
+
+    /// Takes the keys written since the last snapshot (the synchronous phase of a snapshot).
+    pub fn take_dirty(&mut self) -> Vec<StateBytes> {
+        std::mem::take(&mut self.dirty)
+    }
+
+    /// The entry at `position`, for changes that must not mark it dirty (snapshots, restore).
+    #[inline]
+    pub fn entry_at_mut(&mut self, position: usize) -> Option<&mut Entry<T>> {
+        self.entries.get_mut(position)
+    }
+
+    /// Puts an entry restored from a snapshot: not dirty, written in `written_in`.
+    pub fn restore(
+        &mut self,
+        key: &[u8],
+        hash: KeyHash,
+        written_in: CheckpointId,
+        make: impl FnOnce() -> T,
+    ) -> &mut Entry<T> {
+        let position = match self.position(key, hash) {
+            Some(position) => position,
+            None => self.insert_new(key, hash, written_in, make()),
+        };
+        &mut self.entries[position]
+    }
+
+    /// Removes `key`'s entry, if any. The last entry moves into its place (its index slot is
+    /// updated), so positions handed out before are no longer valid.
+    pub fn remove(&mut self, key: &[u8], hash: KeyHash) -> Option<Entry<T>> {
+        let position = self.position(key, hash)?;
+        let hash32 = hash.table_hash() as u32;
+        if let Ok(slot) = self
+            .index
+            .find_entry(index_hash(hash32), |s| s.position as usize == position)
+        {
+            slot.remove();
+        }
+        let removed = self.entries.swap_remove(position);
+        if let Some(moved) = self.entries.get(position) {
+            let moved32 = moved.hash.table_hash() as u32;
+            let last = self.entries.len() as u32;
+            if let Some(slot) = self
+                .index
+                .find_mut(index_hash(moved32), |s| s.position == last)
+            {
+                slot.position = position as u32;
+            }
+        }
+        Some(removed)
     }
 
     /// Number of entries, tombstones included.

@@ -1,0 +1,332 @@
+//! Property tests of the backend's snapshots against a `BTreeMap` oracle: random writes,
+//! snapshots and restores over a tiny key space (to force collisions, overwrites, removals
+//! and clears of the same keys).
+
+use std::collections::BTreeMap;
+
+use proptest::prelude::*;
+
+use super::backend::Tables;
+use super::snapshot::{Change, GroupIncrement, Increment, StateChanges};
+use super::{KeyRef, KeyedStateBackend, StateBytes, StateId, StateKind};
+use crate::ids::{CheckpointId, SubtaskIndex};
+use crate::partition::{KeyGroups, hash_key};
+
+#[derive(Clone, Debug)]
+enum Op {
+    Set(u8, Vec<u8>),
+    Remove(u8),
+    MapPut(u8, u8, Vec<u8>),
+    MapRemove(u8, u8),
+    MapClear(u8),
+    ListAppend(u8, Vec<u8>),
+    ListClear(u8),
+    Snapshot,
+    /// Restore the chain up to the n-th snapshot taken so far (modulo their number).
+    Restore(usize),
+}
+
+fn value() -> impl Strategy<Value = Vec<u8>> {
+    // Short values live inline, long ones are shared: both paths.
+    prop_oneof![
+        (any::<u8>(), 1..4usize).prop_map(|(b, n)| vec![b; n]),
+        any::<u8>().prop_map(|b| vec![b; 40]),
+    ]
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    let key = 0..6u8;
+    let map_key = 0..4u8;
+    prop_oneof![
+        4 => (key.clone(), value()).prop_map(|(k, v)| Op::Set(k, v)),
+        2 => key.clone().prop_map(Op::Remove),
+        3 => (key.clone(), map_key.clone(), value()).prop_map(|(k, m, v)| Op::MapPut(k, m, v)),
+        2 => (key.clone(), map_key).prop_map(|(k, m)| Op::MapRemove(k, m)),
+        1 => key.clone().prop_map(Op::MapClear),
+        3 => (key.clone(), value()).prop_map(|(k, v)| Op::ListAppend(k, v)),
+        1 => key.prop_map(Op::ListClear),
+        2 => Just(Op::Snapshot),
+        1 => any::<usize>().prop_map(Op::Restore),
+    ]
+}
+
+/// Everything a backend holds, comparable.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+struct Dump {
+    values: BTreeMap<Vec<u8>, Vec<u8>>,
+    maps: BTreeMap<Vec<u8>, BTreeMap<Vec<u8>, Vec<u8>>>,
+    lists: BTreeMap<Vec<u8>, Vec<Vec<u8>>>,
+}
+
+fn dump(backend: &KeyedStateBackend) -> Dump {
+    let mut d = Dump::default();
+    for state in &backend.states {
+        match &state.tables {
+            Tables::Value(tables) => {
+                for e in tables.iter().flat_map(|t| t.iter()) {
+                    if let Some(v) = &e.body {
+                        d.values.insert(e.key.to_vec(), v.to_vec());
+                    }
+                }
+            }
+            Tables::Map(tables) => {
+                for e in tables.iter().flat_map(|t| t.iter()) {
+                    let map: BTreeMap<_, _> = e
+                        .body
+                        .range_after(None)
+                        .map(|(k, v)| (k.to_vec(), v.to_vec()))
+                        .collect();
+                    if !map.is_empty() {
+                        d.maps.insert(e.key.to_vec(), map);
+                    }
+                }
+            }
+            Tables::List(tables) => {
+                for e in tables.iter().flat_map(|t| t.iter()) {
+                    if !e.body.items.is_empty() {
+                        let items = e.body.items.iter().map(|i| i.to_vec()).collect();
+                        d.lists.insert(e.key.to_vec(), items);
+                    }
+                }
+            }
+        }
+    }
+    d
+}
+
+fn key_bytes(k: u8) -> Vec<u8> {
+    format!("key-{k}").into_bytes()
+}
+
+struct Ids {
+    v: StateId,
+    m: StateId,
+    l: StateId,
+}
+
+fn new_backend(groups: KeyGroups, subtask: u32, parallelism: u32) -> (KeyedStateBackend, Ids) {
+    let mut b = KeyedStateBackend::new(groups, groups.range_of(SubtaskIndex(subtask), parallelism));
+    let ids = Ids {
+        v: b.declare("v", StateKind::Value).expect("declare"),
+        m: b.declare("m", StateKind::Map).expect("declare"),
+        l: b.declare("l", StateKind::List).expect("declare"),
+    };
+    b.seal_declarations();
+    (b, ids)
+}
+
+fn restored(
+    groups: KeyGroups,
+    chain: &[Increment],
+    subtask: u32,
+    parallelism: u32,
+) -> KeyedStateBackend {
+    let (mut b, _) = new_backend(groups, subtask, parallelism);
+    for increment in chain {
+        b.restore(increment).expect("restore");
+    }
+    b
+}
+
+/// The full snapshot equivalent to `d`: every live entry, every map and list written whole.
+fn full_snapshot(groups: KeyGroups, d: &Dump, checkpoint: CheckpointId) -> Increment {
+    let mut by_group: BTreeMap<u32, Vec<StateChanges>> = BTreeMap::new();
+    let mut push = |key: &[u8], name: &str, kind: StateKind, change: Change| {
+        let states = by_group.entry(groups.of(hash_key(key)).0).or_default();
+        match states.iter_mut().find(|s| s.name == name) {
+            Some(s) => s.changes.push(change),
+            None => states.push(StateChanges {
+                name: name.into(),
+                kind,
+                changes: vec![change],
+            }),
+        }
+    };
+    let bytes = |b: &[u8]| StateBytes::copy_from_slice(b);
+    for (k, v) in &d.values {
+        push(
+            k,
+            "v",
+            StateKind::Value,
+            Change::Value {
+                key: bytes(k),
+                value: Some(bytes(v)),
+            },
+        );
+    }
+    for (k, m) in &d.maps {
+        let entries = m
+            .iter()
+            .map(|(mk, v)| (bytes(mk), Some(bytes(v))))
+            .collect();
+        push(
+            k,
+            "m",
+            StateKind::Map,
+            Change::Map {
+                key: bytes(k),
+                cleared: true,
+                entries,
+            },
+        );
+    }
+    for (k, l) in &d.lists {
+        let appended = l.iter().map(|i| bytes(i)).collect();
+        push(
+            k,
+            "l",
+            StateKind::List,
+            Change::List {
+                key: bytes(k),
+                cleared: true,
+                appended,
+            },
+        );
+    }
+    Increment {
+        checkpoint,
+        groups: by_group
+            .into_iter()
+            .map(|(g, states)| GroupIncrement {
+                group: crate::partition::KeyGroup(g),
+                states,
+            })
+            .collect(),
+    }
+}
+
+fn run(ops: Vec<Op>) -> Result<(), TestCaseError> {
+    // Few key groups, so that several keys share a group and a table.
+    let groups = KeyGroups::new(8);
+    let (mut backend, ids) = new_backend(groups, 0, 1);
+    let mut oracle = Dump::default();
+    let mut chain: Vec<Increment> = Vec::new();
+    let mut at_snapshot: Vec<Dump> = Vec::new();
+    for op in ops {
+        let key_of = |k: u8| key_bytes(k);
+        match op {
+            Op::Set(k, v) => {
+                let key = key_of(k);
+                backend
+                    .value_set(ids.v, KeyRef::new(&key, hash_key(&key)), &v)
+                    .expect("set");
+                oracle.values.insert(key, v);
+            }
+            Op::Remove(k) => {
+                let key = key_of(k);
+                backend
+                    .value_remove(ids.v, KeyRef::new(&key, hash_key(&key)))
+                    .expect("remove");
+                oracle.values.remove(&key);
+            }
+            Op::MapPut(k, m, v) => {
+                let key = key_of(k);
+                backend
+                    .map_put(ids.m, KeyRef::new(&key, hash_key(&key)), &[m], &v)
+                    .expect("put");
+                oracle.maps.entry(key).or_default().insert(vec![m], v);
+            }
+            Op::MapRemove(k, m) => {
+                let key = key_of(k);
+                backend
+                    .map_remove(ids.m, KeyRef::new(&key, hash_key(&key)), &[m])
+                    .expect("remove");
+                if let Some(map) = oracle.maps.get_mut(&key) {
+                    map.remove(&vec![m]);
+                    if map.is_empty() {
+                        oracle.maps.remove(&key);
+                    }
+                }
+            }
+            Op::MapClear(k) => {
+                let key = key_of(k);
+                backend
+                    .map_clear(ids.m, KeyRef::new(&key, hash_key(&key)))
+                    .expect("clear");
+                oracle.maps.remove(&key);
+            }
+            Op::ListAppend(k, v) => {
+                let key = key_of(k);
+                backend
+                    .list_append(ids.l, KeyRef::new(&key, hash_key(&key)), &v)
+                    .expect("append");
+                oracle.lists.entry(key).or_default().push(v);
+            }
+            Op::ListClear(k) => {
+                let key = key_of(k);
+                backend
+                    .list_clear(ids.l, KeyRef::new(&key, hash_key(&key)))
+                    .expect("clear");
+                oracle.lists.remove(&key);
+            }
+            Op::Snapshot => {
+                let increment = backend.snapshot();
+                prop_assert_eq!(increment.checkpoint, CheckpointId(chain.len() as u64 + 1));
+                chain.push(increment);
+                at_snapshot.push(oracle.clone());
+                prop_assert_eq!(backend.stats().dirty_keys, 0);
+            }
+            Op::Restore(n) if !chain.is_empty() => {
+                let n = n % chain.len();
+                let b = restored(groups, &chain[..=n], 0, 1);
+                prop_assert_eq!(&dump(&b), &at_snapshot[n], "restore of snapshot {}", n + 1);
+            }
+            Op::Restore(_) => {}
+        }
+        prop_assert_eq!(&dump(&backend), &oracle, "live state");
+    }
+    if let (Some(last), Some(expected)) = (chain.last(), at_snapshot.last()) {
+        // The chain, a full snapshot and a rescaled restore all give the same state.
+        let from_chain = restored(groups, &chain, 0, 1);
+        prop_assert_eq!(&dump(&from_chain), expected);
+        let full = full_snapshot(groups, expected, last.checkpoint);
+        prop_assert_eq!(
+            &dump(&restored(groups, std::slice::from_ref(&full), 0, 1)),
+            expected
+        );
+        let mut union = Dump::default();
+        for subtask in 0..3 {
+            let part = dump(&restored(groups, &chain, subtask, 3));
+            union.values.extend(part.values);
+            union.maps.extend(part.maps);
+            union.lists.extend(part.lists);
+        }
+        prop_assert_eq!(
+            &union,
+            expected,
+            "three subtasks restoring their key groups"
+        );
+    }
+    Ok(())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
+
+    #[test]
+    fn snapshots_and_restores_match_the_oracle(ops in proptest::collection::vec(op(), 1..120)) {
+        run(ops)?;
+    }
+}
+
+#[test]
+fn a_snapshot_holds_only_what_changed_squashed() {
+    let groups = KeyGroups::new(8);
+    let (mut b, ids) = new_backend(groups, 0, 1);
+    let key = |k: &'static [u8]| KeyRef::new(k, hash_key(k));
+    for i in 0..10u8 {
+        b.value_set(ids.v, key(b"hot"), &[i]).expect("set");
+    }
+    b.value_set(ids.v, key(b"cold"), b"c").expect("set");
+    let first = b.snapshot();
+    assert_eq!(first.changes(), 2, "ten writes to one key are one change");
+    b.value_set(ids.v, key(b"hot"), b"again").expect("set");
+    let second = b.snapshot();
+    assert_eq!(
+        second.changes(),
+        1,
+        "the untouched key is not written again"
+    );
+    assert_eq!(second.checkpoint, CheckpointId(2));
+    assert!(b.snapshot().is_empty());
+}
