@@ -14,7 +14,9 @@ impl fmt::Display for SubtaskIndex {
 }
 
 /// A checkpoint's number. Writes made after checkpoint `n - 1` belong to checkpoint `n`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize,
+)]
 pub struct CheckpointId(pub u64);
 
 impl fmt::Display for CheckpointId {

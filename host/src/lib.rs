@@ -32,7 +32,8 @@
 //! - [`operator`]: the [`operator::OperatorInstance`] trait the runtime drives, for Wasm and
 //!   for native operators (benchmarks), and operator errors.
 //! - [`state`]: the in-memory keyed state backend: per state and key group, dirty keys
-//!   tracked for incremental snapshots.
+//!   tracked; snapshots (increments) and restore.
+//! - [`checkpoint`]: how snapshots are stored (so far: the increment artifact format).
 //! - [`partition`]: key hashing, key groups and their ranges per subtask.
 //! - [`record`]: [`record::RecordBatch`], the flat batch that crosses tasks and the boundary.
 //! - [`connectors`]: sources (text lines, JSON lines, generator) and sinks (stdout, file,
@@ -58,6 +59,7 @@
 #![deny(unsafe_code)]
 
 pub mod bindings;
+pub mod checkpoint;
 pub mod cli;
 pub mod connectors;
 pub mod engine;

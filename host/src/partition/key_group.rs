@@ -7,7 +7,9 @@ use super::KeyHash;
 use crate::ids::SubtaskIndex;
 
 /// One key group, `0 .. max_parallelism`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize,
+)]
 pub struct KeyGroup(pub u32);
 
 impl fmt::Display for KeyGroup {

@@ -116,6 +116,32 @@ impl fmt::Debug for StateBytes {
     }
 }
 
+/// Serialised as a byte string (a CBOR byte string, not an array of numbers).
+impl serde::Serialize for StateBytes {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_bytes(self)
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for StateBytes {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Visitor;
+        impl<'de> serde::de::Visitor<'de> for Visitor {
+            type Value = StateBytes;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a byte string")
+            }
+            fn visit_bytes<E: serde::de::Error>(self, v: &[u8]) -> Result<StateBytes, E> {
+                Ok(StateBytes::copy_from_slice(v))
+            }
+            fn visit_byte_buf<E: serde::de::Error>(self, v: Vec<u8>) -> Result<StateBytes, E> {
+                Ok(StateBytes::from(Bytes::from(v)))
+            }
+        }
+        deserializer.deserialize_bytes(Visitor)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

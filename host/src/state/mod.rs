@@ -50,7 +50,7 @@ use crate::partition::{KeyGroup, KeyGroupRange};
 pub struct StateId(pub u32);
 
 /// The shape of a state.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 pub enum StateKind {
     Value,
     Map,

@@ -9,6 +9,7 @@ use proptest::prelude::*;
 use super::backend::Tables;
 use super::snapshot::{Change, GroupIncrement, Increment, StateChanges};
 use super::{KeyRef, KeyedStateBackend, StateBytes, StateId, StateKind};
+use crate::checkpoint::format;
 use crate::ids::{CheckpointId, SubtaskIndex};
 use crate::partition::{KeyGroups, hash_key};
 
@@ -262,7 +263,11 @@ fn run(ops: Vec<Op>) -> Result<(), TestCaseError> {
             Op::Snapshot => {
                 let increment = backend.snapshot();
                 prop_assert_eq!(increment.checkpoint, CheckpointId(chain.len() as u64 + 1));
-                chain.push(increment);
+                // Every increment goes through the stored format, as it would in a checkpoint.
+                let bytes = format::encode(&increment).expect("encode");
+                let stored = format::decode(&bytes, None).expect("decode");
+                prop_assert_eq!(&stored, &increment);
+                chain.push(stored);
                 at_snapshot.push(oracle.clone());
                 prop_assert_eq!(backend.stats().dirty_keys, 0);
             }

@@ -15,7 +15,7 @@ use crate::ids::CheckpointId;
 use crate::partition::KeyGroup;
 
 /// The changes of one subtask's state since its previous snapshot.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Increment {
     /// The checkpoint this increment belongs to.
     pub checkpoint: CheckpointId,
@@ -24,14 +24,14 @@ pub struct Increment {
 }
 
 /// The changes of one key group.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct GroupIncrement {
     pub group: KeyGroup,
     pub states: Vec<StateChanges>,
 }
 
 /// The changes of one state in one key group.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct StateChanges {
     /// States are named, not numbered, in increments: ids are per instance.
     pub name: String,
@@ -40,7 +40,7 @@ pub struct StateChanges {
 }
 
 /// One key's change.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum Change {
     /// The key's value, or `None` if it was removed (a tombstone).
     Value {
