@@ -5,9 +5,12 @@
 //!   key group with an index for ranged reads.
 //! - [`storage`]: stores chosen by URL through `object_store`, writing artifacts and reading
 //!   only the key groups a subtask owns.
+//! - [`instrumented_store`]: a store wrapper that counts reads, writes and deletes per path
+//!   and injects faults, for tests.
 //!
 //! Still to come: the coordinator (barriers, acknowledgements, metadata, retention),
 //! worker-side cleanup, restore planning, two-phase sinks.
 
 pub mod format;
+pub mod instrumented_store;
 pub mod storage;

@@ -183,4 +183,53 @@ mod tests {
         let err = open_store("ftp://x/y").expect_err("refused").to_string();
         assert!(err.contains("ftp://x/y"), "{err}");
     }
+
+    #[tokio::test]
+    async fn a_partial_restore_reads_only_its_key_groups_bytes() {
+        use std::sync::atomic::Ordering;
+
+        use crate::checkpoint::instrumented_store::{Faults, InstrumentedStore};
+
+        let (inner, _) = open_store("memory:///").expect("open");
+        let store = InstrumentedStore::new(inner, Faults::default());
+        let stats = store.stats();
+        let path = Path::from("increment");
+        let inc = increment();
+        let size = put_increment(&store, &path, &inc).await.expect("put");
+        let quarter = KeyGroupRange { start: 0, end: 8 };
+        let read = read_increment(&store, &path, quarter).await.expect("read");
+        let own: u64 = format::encode(&Increment {
+            checkpoint: inc.checkpoint,
+            groups: read.groups.clone(),
+        })
+        .expect("encode")
+        .len() as u64;
+        let bytes_read = stats.bytes_read.load(Ordering::Relaxed);
+        // Its sections, plus header, index and footer: about a quarter, never the whole.
+        assert!(bytes_read < size / 2, "read {bytes_read} of {size} bytes");
+        assert!(bytes_read >= own - 64, "read {bytes_read}, own part {own}");
+    }
+
+    #[tokio::test]
+    async fn injected_faults_surface_as_store_errors() {
+        use crate::checkpoint::instrumented_store::{Faults, InstrumentedStore};
+
+        let (inner, _) = open_store("memory:///").expect("open");
+        let faults = Faults {
+            error_rate: 1.0,
+            ..Faults::default()
+        };
+        let store = InstrumentedStore::new(inner, faults);
+        let err = put_increment(&store, &Path::from("x"), &increment())
+            .await
+            .expect_err("fault");
+        assert!(err.to_string().contains("injected fault in put"), "{err}");
+        assert_eq!(
+            store
+                .stats()
+                .injected_errors
+                .load(std::sync::atomic::Ordering::Relaxed),
+            1
+        );
+    }
 }

@@ -1,0 +1,188 @@
+//! [`InstrumentedStore`]: a wrapper around any store that counts what goes through it and
+//! can inject faults (errors, latency).
+//!
+//! Tests use it to check what a component really did with the store (which bytes a restore
+//! read, which paths were deleted and how often) and how it behaves when the store fails.
+//! Faults are injected here, around the store, never by special cases in the code under test.
+
+use std::collections::HashMap;
+use std::fmt;
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures::stream::{BoxStream, StreamExt};
+use object_store::path::Path;
+use object_store::{
+    CopyOptions, GetOptions, GetResult, ListResult, MultipartUpload, ObjectMeta, ObjectStore,
+    PutMultipartOptions, PutOptions, PutPayload, PutResult, Result,
+};
+
+/// Which faults to inject.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Faults {
+    /// Fraction (0 to 1) of calls that fail with an error, before reaching the store.
+    pub error_rate: f64,
+    /// Delay added to every call.
+    pub latency: Duration,
+    /// Seed of the deterministic choice of failing calls.
+    pub seed: u64,
+}
+
+/// What went through the store.
+#[derive(Debug, Default)]
+pub struct StoreStats {
+    pub puts: AtomicU64,
+    pub bytes_written: AtomicU64,
+    pub gets: AtomicU64,
+    pub bytes_read: AtomicU64,
+    pub injected_errors: AtomicU64,
+    /// Deletes per path (a path deleted twice shows 2).
+    deletes: Mutex<HashMap<Path, u32>>,
+}
+
+impl StoreStats {
+    /// Deletes per path so far.
+    pub fn deletes(&self) -> HashMap<Path, u32> {
+        self.deletes
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+}
+
+/// Wraps a store; see the module docs.
+pub struct InstrumentedStore {
+    inner: Arc<dyn ObjectStore>,
+    stats: Arc<StoreStats>,
+    faults: Faults,
+    calls: AtomicU64,
+}
+
+impl InstrumentedStore {
+    pub fn new(inner: Arc<dyn ObjectStore>, faults: Faults) -> Self {
+        Self {
+            inner,
+            stats: Arc::default(),
+            faults,
+            calls: AtomicU64::new(0),
+        }
+    }
+
+    pub fn stats(&self) -> Arc<StoreStats> {
+        self.stats.clone()
+    }
+
+    /// Waits the configured latency, then fails this call if the fault plan says so.
+    async fn enter(&self, what: &'static str) -> Result<()> {
+        if !self.faults.latency.is_zero() {
+            tokio::time::sleep(self.faults.latency).await;
+        }
+        let n = self.calls.fetch_add(1, Ordering::Relaxed);
+        if self.faults.error_rate > 0.0 && unit(self.faults.seed ^ n) < self.faults.error_rate {
+            self.stats.injected_errors.fetch_add(1, Ordering::Relaxed);
+            return Err(object_store::Error::Generic {
+                store: "instrumented",
+                source: format!("injected fault in {what}").into(),
+            });
+        }
+        Ok(())
+    }
+}
+
+/// A number in [0, 1) from `x` (SplitMix64), for deterministic fault choices.
+fn unit(x: u64) -> f64 {
+    let mut z = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    (z ^ (z >> 31)) as f64 / u64::MAX as f64
+}
+
+impl fmt::Debug for InstrumentedStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("InstrumentedStore")
+            .field("inner", &self.inner)
+            .finish_non_exhaustive()
+    }
+}
+
+impl fmt::Display for InstrumentedStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Instrumented({})", self.inner)
+    }
+}
+
+#[async_trait::async_trait]
+impl ObjectStore for InstrumentedStore {
+    async fn put_opts(
+        &self,
+        location: &Path,
+        payload: PutPayload,
+        opts: PutOptions,
+    ) -> Result<PutResult> {
+        self.enter("put").await?;
+        let size = payload.content_length() as u64;
+        let result = self.inner.put_opts(location, payload, opts).await?;
+        self.stats.puts.fetch_add(1, Ordering::Relaxed);
+        self.stats.bytes_written.fetch_add(size, Ordering::Relaxed);
+        Ok(result)
+    }
+
+    async fn put_multipart_opts(
+        &self,
+        location: &Path,
+        opts: PutMultipartOptions,
+    ) -> Result<Box<dyn MultipartUpload>> {
+        self.enter("put_multipart").await?;
+        self.inner.put_multipart_opts(location, opts).await
+    }
+
+    async fn get_opts(&self, location: &Path, options: GetOptions) -> Result<GetResult> {
+        self.enter("get").await?;
+        let result = self.inner.get_opts(location, options).await?;
+        self.stats.gets.fetch_add(1, Ordering::Relaxed);
+        self.stats
+            .bytes_read
+            .fetch_add(result.range.end - result.range.start, Ordering::Relaxed);
+        Ok(result)
+    }
+
+    // `get_ranges` keeps its default, which reads through `get_opts`, so ranged reads are
+    // counted like any other.
+
+    fn delete_stream(
+        &self,
+        locations: BoxStream<'static, Result<Path>>,
+    ) -> BoxStream<'static, Result<Path>> {
+        let stats = self.stats.clone();
+        self.inner
+            .delete_stream(locations)
+            .map(move |deleted| {
+                if let Ok(path) = &deleted {
+                    *stats
+                        .deletes
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .entry(path.clone())
+                        .or_default() += 1;
+                }
+                deleted
+            })
+            .boxed()
+    }
+
+    fn list(&self, prefix: Option<&Path>) -> BoxStream<'static, Result<ObjectMeta>> {
+        self.inner.list(prefix)
+    }
+
+    async fn list_with_delimiter(&self, prefix: Option<&Path>) -> Result<ListResult> {
+        self.enter("list").await?;
+        self.inner.list_with_delimiter(prefix).await
+    }
+
+    async fn copy_opts(&self, from: &Path, to: &Path, options: CopyOptions) -> Result<()> {
+        self.enter("copy").await?;
+        self.inner.copy_opts(from, to, options).await
+    }
+}
