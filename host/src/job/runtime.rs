@@ -62,6 +62,8 @@ pub enum JobError {
     Route(#[from] RouteError),
     #[error("a task of the job panicked: {0}")]
     Panicked(String),
+    #[error("invalid pipeline: {0}")]
+    Invalid(String),
     /// This task stopped because another one failed; never reported when the cause is known.
     #[error("the job was aborted because one of its tasks stopped")]
     Aborted,
@@ -108,8 +110,12 @@ pub async fn run(pipeline: Pipeline, options: RunOptions) -> Result<RunSummary, 
     }
     let (sink_tx, sink_rx) = mpsc::channel(capacity);
 
+    let Some(first) = stages.first() else {
+        return Err(JobError::Invalid(
+            "a pipeline needs at least one operator".into(),
+        ));
+    };
     let mut tasks = JoinSet::new();
-    let first = &stages[0];
     let source_router = Router::new(
         first.key_by.clone(),
         key_groups,
