@@ -1,0 +1,129 @@
+//! Incremental snapshots against full ones, in one run.
+//!
+//! A subtask's state of 1 M keys with ~100-byte values. One full snapshot, then, for 1 %,
+//! 10 % and 100 % of the keys rewritten, one incremental snapshot each: bytes written and
+//! their ratio to the full snapshot, the synchronous pause (taking the dirty keys and pinning
+//! their values), and the end-to-end duration (pause, encoding, writing to `file://`).
+//! Last, restore throughput: the full artifact read back through `object_store` and applied
+//! to an empty backend.
+//!
+//! `cargo bench -p weir-host --bench checkpoint [-- KEYS]`
+
+use std::time::{Duration, Instant};
+
+use weir_host::checkpoint::storage::{open_store, put_increment, read_increment};
+use weir_host::ids::SubtaskIndex;
+use weir_host::partition::{KeyGroups, hash_key};
+use weir_host::state::{KeyRef, KeyedStateBackend, StateId, StateKind};
+
+const VALUE_LEN: usize = 100;
+
+fn key(i: u64) -> String {
+    format!("user-{i:08}")
+}
+
+fn write(backend: &mut KeyedStateBackend, state: StateId, i: u64, round: u8) {
+    let k = key(i);
+    let mut value = [round; VALUE_LEN];
+    value[..8].copy_from_slice(&i.to_le_bytes());
+    backend
+        .value_set(
+            state,
+            KeyRef::new(k.as_bytes(), hash_key(k.as_bytes())),
+            &value,
+        )
+        .expect("set");
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e3
+}
+
+fn main() {
+    let keys: u64 = std::env::args()
+        .skip(1)
+        .find_map(|a| a.parse().ok())
+        .unwrap_or(1_000_000);
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (store, prefix) =
+        open_store(&format!("file://{}/store", dir.path().display())).expect("store");
+    let groups = KeyGroups::default();
+    let range = groups.range_of(SubtaskIndex(0), 1);
+    let mut backend = KeyedStateBackend::new(groups, range);
+    let state = backend
+        .declare("profile", StateKind::Value)
+        .expect("declare");
+    for i in 0..keys {
+        write(&mut backend, state, i, 0);
+    }
+    println!("checkpoint: {keys} keys, {VALUE_LEN}-byte values, one subtask, file:// store");
+
+    let started = Instant::now();
+    let full = backend.snapshot();
+    let full_pause = started.elapsed();
+    let full_path = prefix.clone().join("full");
+    let full_bytes = runtime
+        .block_on(put_increment(store.as_ref(), &full_path, &full))
+        .expect("put full");
+    let full_total = started.elapsed();
+    drop(full);
+    println!(
+        "full snapshot: {full_bytes} bytes, pause {:.1} ms, total {:.1} ms",
+        ms(full_pause),
+        ms(full_total)
+    );
+
+    for (label, fraction) in [("1pct", 0.01), ("10pct", 0.10), ("100pct", 1.0)] {
+        let dirty = ((keys as f64) * fraction) as u64;
+        // Spread the rewritten keys over the whole key space.
+        let stride = (keys / dirty.max(1)).max(1);
+        for n in 0..dirty {
+            write(&mut backend, state, (n * stride) % keys, 1);
+        }
+        let started = Instant::now();
+        let increment = backend.snapshot();
+        let pause = started.elapsed();
+        let path = prefix.clone().join(format!("inc-{label}"));
+        let bytes = runtime
+            .block_on(put_increment(store.as_ref(), &path, &increment))
+            .expect("put increment");
+        let total = started.elapsed();
+        println!(
+            "{label}: {} dirty keys, {bytes} bytes, pause {:.2} ms, total {:.1} ms",
+            increment.changes(),
+            ms(pause),
+            ms(total)
+        );
+        println!(
+            "bench: bytes_ratio_{label} = {:.4} ratio",
+            bytes as f64 / full_bytes as f64
+        );
+        println!("bench: checkpoint_ms_{label} = {:.1} ms", ms(total));
+        match label {
+            "1pct" if dirty == 10_000 => {
+                println!("bench: sync_pause_ms_10k_dirty = {:.2} ms", ms(pause))
+            }
+            "10pct" if dirty == 100_000 => {
+                println!("bench: sync_pause_ms_100k_dirty = {:.2} ms", ms(pause))
+            }
+            _ => println!("bench: sync_pause_ms_{label} = {:.2} ms", ms(pause)),
+        }
+    }
+
+    let started = Instant::now();
+    let read = runtime
+        .block_on(read_increment(store.as_ref(), &full_path, range))
+        .expect("read");
+    let mut restored = KeyedStateBackend::new(groups, range);
+    restored.restore(&read).expect("restore");
+    let elapsed = started.elapsed();
+    assert_eq!(restored.stats().entries as u64, keys, "every key restored");
+    println!(
+        "bench: restore_mb_per_sec = {:.0} MB/s",
+        full_bytes as f64 / 1e6 / elapsed.as_secs_f64()
+    );
+}
