@@ -57,7 +57,7 @@ impl Tables {
                 .iter()
                 .fold(StateStats::default(), |acc, t| StateStats {
                     entries: acc.entries + t.len(),
-                    dirty_keys: acc.dirty_keys + t.dirty().len(),
+                    dirty_keys: acc.dirty_keys + t.dirty_len(),
                 })
         }
         match self {

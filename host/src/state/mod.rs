@@ -96,6 +96,8 @@ pub enum StateError {
     },
     #[error("states can only be declared while the operator opens")]
     DeclareAfterOpen,
+    #[error("cannot restore into state with writes not yet snapshotted")]
+    RestoreOverWrites,
     #[error("invalid state name {0:?}: use 1 to 128 characters")]
     InvalidName(String),
 }

@@ -12,7 +12,13 @@ impl KeyedStateBackend {
     /// range are skipped, which is how a rescaled subtask takes only its share. Restored
     /// entries are not dirty: they are already in the chain. The next writes belong to the
     /// checkpoint after the newest one restored.
+    ///
+    /// Only a backend without unsnapshotted writes can be restored into: restoring removes
+    /// entries, which would move the entries its dirty lists point at.
     pub fn restore(&mut self, increment: &Increment) -> Result<(), StateError> {
+        if self.stats().dirty_keys > 0 {
+            return Err(StateError::RestoreOverWrites);
+        }
         let checkpoint = increment.checkpoint;
         for group in &increment.groups {
             let Some(offset) = self.range().offset(group.group) else {

@@ -30,9 +30,12 @@ pub struct KeyedTable<T> {
     /// Positions in `entries`, with the entry's hash, so that growing the index never
     /// reads the entries.
     index: HashTable<Slot>,
-    /// Keys written since the last snapshot, each once (squashing): a key is pushed only when
-    /// its entry's `written_in` moves to the current epoch.
-    dirty: Vec<StateBytes>,
+    /// Positions of the entries written since the last snapshot, each once (squashing): an
+    /// entry is pushed only when its `written_in` moves to the current epoch. Positions, not
+    /// keys: nothing is copied per write, and a snapshot visits the entries in memory order.
+    /// Entries move only when one is removed, which happens only while a snapshot or a
+    /// restore runs, when this list has been taken or is empty.
+    dirty: Vec<u32>,
 }
 
 /// An index bucket: where an entry is, and its table hash.
@@ -184,14 +187,18 @@ impl<T> KeyedTable<T> {
         let entry = &mut self.entries[position];
         if entry.written_in != epoch {
             entry.written_in = epoch;
-            self.dirty.push(entry.key.clone());
+            // Positions fit in u32: see `insert_new`.
+            self.dirty.push(position as u32);
         }
         entry
     }
 
-    /// Takes the keys written since the last snapshot (the synchronous phase of a snapshot).
-    pub fn take_dirty(&mut self) -> Vec<StateBytes> {
-        std::mem::take(&mut self.dirty)
+    /// Takes the positions of the entries written since the last snapshot, in ascending
+    /// order (the synchronous phase of a snapshot).
+    pub fn take_dirty(&mut self) -> Vec<u32> {
+        let mut dirty = std::mem::take(&mut self.dirty);
+        dirty.sort_unstable();
+        dirty
     }
 
     /// The entry at `position`, for changes that must not mark it dirty (snapshots, restore).
@@ -249,9 +256,9 @@ impl<T> KeyedTable<T> {
         self.entries.is_empty()
     }
 
-    /// Keys written since the last snapshot.
-    pub fn dirty(&self) -> &[StateBytes] {
-        &self.dirty
+    /// Number of entries written since the last snapshot.
+    pub fn dirty_len(&self) -> usize {
+        self.dirty.len()
     }
 
     pub fn iter(&self) -> impl Iterator<Item = &Entry<T>> {
@@ -272,10 +279,10 @@ mod tests {
             table.write(b"a", hash_key(b"a"), e1, || 0).body += 1;
         }
         table.write(b"b", hash_key(b"b"), e1, || 0);
-        assert_eq!(table.dirty().len(), 2);
+        assert_eq!(table.dirty_len(), 2);
         assert_eq!(table.get(b"a", hash_key(b"a")).map(|e| e.body), Some(10));
         table.write(b"a", hash_key(b"a"), e2, || 0);
-        assert_eq!(table.dirty().len(), 3, "a new epoch marks the key again");
+        assert_eq!(table.dirty_len(), 3, "a new epoch marks the key again");
         assert!(table.write_existing(b"zz", hash_key(b"zz"), e2).is_none());
     }
 

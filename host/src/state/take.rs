@@ -1,12 +1,12 @@
 //! The synchronous phase of a snapshot: [`KeyedStateBackend::snapshot`].
 
-use super::KeyedStateBackend;
 use super::backend::Tables;
 use super::list::ListBody;
 use super::map::MapBody;
 use super::snapshot::{Change, GroupIncrement, Increment, StateChanges};
 use super::table::KeyedTable;
 use super::value::ValueBody;
+use super::{KeyedStateBackend, StateBytes};
 use crate::ids::CheckpointId;
 use crate::partition::hash_key;
 
@@ -49,32 +49,43 @@ impl KeyedStateBackend {
     }
 }
 
+/// Removes the entries of `keys` (after a snapshot recorded their removal). Done after the
+/// walk over dirty positions, since a removal moves another entry.
+fn remove_all<T>(table: &mut KeyedTable<T>, keys: Vec<StateBytes>) {
+    for key in keys {
+        table.remove(&key, hash_key(&key));
+    }
+}
+
 fn take_values(table: &mut KeyedTable<ValueBody>) -> Vec<Change> {
     let dirty = table.take_dirty();
     let mut changes = Vec::with_capacity(dirty.len());
-    for key in dirty {
-        let hash = hash_key(&key);
-        let value = table.get(&key, hash).and_then(|e| e.body.clone());
+    let mut removed = Vec::new();
+    for position in dirty {
+        let Some(entry) = table.entry_at(position as usize) else {
+            continue;
+        };
+        let key = entry.key.clone();
+        let value = entry.body.clone();
         if value.is_none() {
             // The tombstone goes into the increment; the table no longer needs it.
-            table.remove(&key, hash);
+            removed.push(key.clone());
         }
         changes.push(Change::Value { key, value });
     }
+    remove_all(table, removed);
     changes
 }
 
 fn take_maps(table: &mut KeyedTable<MapBody>) -> Vec<Change> {
     let dirty = table.take_dirty();
     let mut changes = Vec::with_capacity(dirty.len());
-    for key in dirty {
-        let hash = hash_key(&key);
-        let Some(position) = table.position(&key, hash) else {
+    let mut emptied = Vec::new();
+    for position in dirty {
+        let Some(entry) = table.entry_at_mut(position as usize) else {
             continue;
         };
-        let Some(entry) = table.entry_at_mut(position) else {
-            continue;
-        };
+        let key = entry.key.clone();
         let map = &mut entry.body;
         let entries = std::mem::take(&mut map.changed)
             .into_iter()
@@ -85,43 +96,41 @@ fn take_maps(table: &mut KeyedTable<MapBody>) -> Vec<Change> {
             .collect();
         let cleared = std::mem::take(&mut map.cleared);
         map.entries.retain(|_, v| v.value.is_some());
-        let empty = map.entries.is_empty();
+        if map.entries.is_empty() {
+            emptied.push(key.clone());
+        }
         changes.push(Change::Map {
-            key: key.clone(),
+            key,
             cleared,
             entries,
         });
-        if empty {
-            table.remove(&key, hash);
-        }
     }
+    remove_all(table, emptied);
     changes
 }
 
 fn take_lists(table: &mut KeyedTable<ListBody>) -> Vec<Change> {
     let dirty = table.take_dirty();
     let mut changes = Vec::with_capacity(dirty.len());
-    for key in dirty {
-        let hash = hash_key(&key);
-        let Some(position) = table.position(&key, hash) else {
+    let mut emptied = Vec::new();
+    for position in dirty {
+        let Some(entry) = table.entry_at_mut(position as usize) else {
             continue;
         };
-        let Some(entry) = table.entry_at_mut(position) else {
-            continue;
-        };
+        let key = entry.key.clone();
         let list = &mut entry.body;
         let appended = list.items[list.persisted..].to_vec();
         list.persisted = list.items.len();
         let cleared = std::mem::take(&mut list.cleared);
-        let empty = list.items.is_empty();
+        if list.items.is_empty() {
+            emptied.push(key.clone());
+        }
         changes.push(Change::List {
-            key: key.clone(),
+            key,
             cleared,
             appended,
         });
-        if empty {
-            table.remove(&key, hash);
-        }
     }
+    remove_all(table, emptied);
     changes
 }
