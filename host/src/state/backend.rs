@@ -163,19 +163,7 @@ impl KeyedStateBackend {
 
     /// Declares a state, or returns the id of the same state declared before.
     pub fn declare(&mut self, name: &str, kind: StateKind) -> Result<StateId, StateError> {
-        if let Some(&id) = self.by_name.get(name) {
-            let existing = self.states[id.0 as usize].tables.kind();
-            return if existing == kind {
-                Ok(id)
-            } else {
-                Err(StateError::KindConflict {
-                    name: name.to_owned(),
-                    existing,
-                    requested: kind,
-                })
-            };
-        }
-        if !self.declaring {
+        if !self.declaring && !self.by_name.contains_key(name) {
             return Err(StateError::DeclareAfterOpen);
         }
         self.declare_new(name, kind)

@@ -110,12 +110,24 @@ impl<T> KeyedTable<T> {
         epoch: CheckpointId,
         make: impl FnOnce() -> T,
     ) -> &mut Entry<T> {
-        let position = match self.position(key, hash) {
-            Some(i) => i,
-            // Older than any epoch, so the mark below always records a new key.
-            None => self.insert_new(key, hash, CheckpointId(0), make()),
-        };
+        // A new entry is older than any epoch, so the mark always records a new key.
+        let position = self.position_or_insert(key, hash, CheckpointId(0), make);
         self.mark(position, epoch)
+    }
+
+    /// The position of `key`'s entry, appended (written in `written_in`) if absent.
+    #[inline]
+    fn position_or_insert(
+        &mut self,
+        key: &[u8],
+        hash: KeyHash,
+        written_in: CheckpointId,
+        make: impl FnOnce() -> T,
+    ) -> usize {
+        match self.position(key, hash) {
+            Some(position) => position,
+            None => self.insert_new(key, hash, written_in, make()),
+        }
     }
 
     /// Appends a new entry and indexes it; returns its position.
@@ -215,10 +227,7 @@ impl<T> KeyedTable<T> {
         written_in: CheckpointId,
         make: impl FnOnce() -> T,
     ) -> &mut Entry<T> {
-        let position = match self.position(key, hash) {
-            Some(position) => position,
-            None => self.insert_new(key, hash, written_in, make()),
-        };
+        let position = self.position_or_insert(key, hash, written_in, make);
         &mut self.entries[position]
     }
 

@@ -49,44 +49,44 @@ impl KeyedStateBackend {
     }
 }
 
-/// Removes the entries of `keys` (after a snapshot recorded their removal). Done after the
-/// walk over dirty positions, since a removal moves another entry.
-fn remove_all<T>(table: &mut KeyedTable<T>, keys: Vec<StateBytes>) {
-    for key in keys {
-        table.remove(&key, hash_key(&key));
-    }
-}
-
-fn take_values(table: &mut KeyedTable<ValueBody>) -> Vec<Change> {
+/// Walks the dirty entries of `table` in memory order, turning each into a [`Change`] with
+/// `change`, which also says whether the entry can leave the table (a tombstone, an emptied
+/// map or list). Removals happen after the walk, since a removal moves another entry.
+fn take_changes<T>(
+    table: &mut KeyedTable<T>,
+    mut change: impl FnMut(StateBytes, &mut T) -> (Change, bool),
+) -> Vec<Change> {
     let dirty = table.take_dirty();
     let mut changes = Vec::with_capacity(dirty.len());
     let mut removed = Vec::new();
-    for position in dirty {
-        let Some(entry) = table.entry_at(position as usize) else {
-            continue;
-        };
-        let key = entry.key.clone();
-        let value = entry.body.clone();
-        if value.is_none() {
-            // The tombstone goes into the increment; the table no longer needs it.
-            removed.push(key.clone());
-        }
-        changes.push(Change::Value { key, value });
-    }
-    remove_all(table, removed);
-    changes
-}
-
-fn take_maps(table: &mut KeyedTable<MapBody>) -> Vec<Change> {
-    let dirty = table.take_dirty();
-    let mut changes = Vec::with_capacity(dirty.len());
-    let mut emptied = Vec::new();
     for position in dirty {
         let Some(entry) = table.entry_at_mut(position as usize) else {
             continue;
         };
         let key = entry.key.clone();
-        let map = &mut entry.body;
+        let (c, remove) = change(key.clone(), &mut entry.body);
+        if remove {
+            removed.push(key);
+        }
+        changes.push(c);
+    }
+    for key in removed {
+        table.remove(&key, hash_key(&key));
+    }
+    changes
+}
+
+fn take_values(table: &mut KeyedTable<ValueBody>) -> Vec<Change> {
+    take_changes(table, |key, value| {
+        let value = value.clone();
+        // A tombstone goes into the increment; the table no longer needs it.
+        let remove = value.is_none();
+        (Change::Value { key, value }, remove)
+    })
+}
+
+fn take_maps(table: &mut KeyedTable<MapBody>) -> Vec<Change> {
+    take_changes(table, |key, map| {
         let entries = std::mem::take(&mut map.changed)
             .into_iter()
             .map(|map_key| {
@@ -96,41 +96,25 @@ fn take_maps(table: &mut KeyedTable<MapBody>) -> Vec<Change> {
             .collect();
         let cleared = std::mem::take(&mut map.cleared);
         map.entries.retain(|_, v| v.value.is_some());
-        if map.entries.is_empty() {
-            emptied.push(key.clone());
-        }
-        changes.push(Change::Map {
+        let change = Change::Map {
             key,
             cleared,
             entries,
-        });
-    }
-    remove_all(table, emptied);
-    changes
+        };
+        (change, map.entries.is_empty())
+    })
 }
 
 fn take_lists(table: &mut KeyedTable<ListBody>) -> Vec<Change> {
-    let dirty = table.take_dirty();
-    let mut changes = Vec::with_capacity(dirty.len());
-    let mut emptied = Vec::new();
-    for position in dirty {
-        let Some(entry) = table.entry_at_mut(position as usize) else {
-            continue;
-        };
-        let key = entry.key.clone();
-        let list = &mut entry.body;
+    take_changes(table, |key, list| {
         let appended = list.items[list.persisted..].to_vec();
         list.persisted = list.items.len();
         let cleared = std::mem::take(&mut list.cleared);
-        if list.items.is_empty() {
-            emptied.push(key.clone());
-        }
-        changes.push(Change::List {
+        let change = Change::List {
             key,
             cleared,
             appended,
-        });
-    }
-    remove_all(table, emptied);
-    changes
+        };
+        (change, list.items.is_empty())
+    })
 }
