@@ -7,20 +7,15 @@ use std::path::Path;
 
 use support::{assert_clean_failure, component, toml_path, weir, write_job};
 
-/// Runs `faulty` (two subtasks, keyed) over words, with `mode` triggered by the word "boom".
-fn run_faulty(dir: &Path, mode: &str, limits: &str) -> std::process::Output {
-    let mut input = String::new();
-    for i in 0..5000 {
-        input.push_str(&format!("w{}\n", i % 50));
-    }
-    input.push_str("boom\n");
-    std::fs::write(dir.join("in.txt"), input).expect("write");
-    let job = write_job(
+/// Writes a job in `dir`: `in.txt` -> tokenizer -> `faulty` named `operator` (two subtasks,
+/// keyed by word, with `operator_lines` added to its section) -> `out.txt`.
+fn faulty_job(dir: &Path, job: &str, operator: &str, operator_lines: &str) -> std::path::PathBuf {
+    write_job(
         dir,
         &format!(
             r#"
             [job]
-            name = "faulty"
+            name = "{job}"
             [source]
             kind = "text-lines"
             path = "in.txt"
@@ -28,12 +23,11 @@ fn run_faulty(dir: &Path, mode: &str, limits: &str) -> std::process::Output {
             name = "tokenize"
             component = {tokenizer}
             [[operators]]
-            name = "victim"
+            name = "{operator}"
             component = {faulty}
             parallelism = 2
             key_by = "key"
-            config = {{ mode = "{mode}", word = "boom" }}
-            {limits}
+            {operator_lines}
             [sink]
             kind = "file"
             path = "out.txt"
@@ -41,7 +35,19 @@ fn run_faulty(dir: &Path, mode: &str, limits: &str) -> std::process::Output {
             tokenizer = toml_path(&component("weir-example-tokenizer")),
             faulty = toml_path(&component("weir-test-faulty")),
         ),
-    );
+    )
+}
+
+/// Runs `faulty` as `victim` over words, with `mode` triggered by the word "boom".
+fn run_faulty(dir: &Path, mode: &str, limits: &str) -> std::process::Output {
+    let mut input = String::new();
+    for i in 0..5000 {
+        input.push_str(&format!("w{}\n", i % 50));
+    }
+    input.push_str("boom\n");
+    std::fs::write(dir.join("in.txt"), input).expect("write");
+    let config = format!("config = {{ mode = \"{mode}\", word = \"boom\" }}\n{limits}");
+    let job = faulty_job(dir, "faulty", "victim", &config);
     weir(&["run", job.to_str().expect("utf-8")])
 }
 
@@ -128,31 +134,7 @@ fn an_unknown_mode_fails_at_open() {
 fn guest_log_lines_land_in_the_host_log_tagged_with_their_origin() {
     let dir = tempfile::tempdir().expect("tempdir");
     std::fs::write(dir.path().join("in.txt"), "a b\n").expect("write");
-    let job = write_job(
-        dir.path(),
-        &format!(
-            r#"
-            [job]
-            name = "logging"
-            [source]
-            kind = "text-lines"
-            path = "in.txt"
-            [[operators]]
-            name = "tokenize"
-            component = {tokenizer}
-            [[operators]]
-            name = "chatty"
-            component = {faulty}
-            parallelism = 2
-            key_by = "key"
-            [sink]
-            kind = "file"
-            path = "out.txt"
-            "#,
-            tokenizer = toml_path(&component("weir-example-tokenizer")),
-            faulty = toml_path(&component("weir-test-faulty")),
-        ),
-    );
+    let job = faulty_job(dir.path(), "logging", "chatty", "");
     let out = support::weir_logging(
         &["run", job.to_str().expect("utf-8")],
         "warn,weir::guest=info",
