@@ -16,6 +16,7 @@ mod support;
 use std::sync::Arc;
 use std::time::Instant;
 
+use weir_host::checkpoint::JobStart;
 use weir_host::connectors::{DiscardSink, GeneratorSource};
 use weir_host::engine::{ComponentCache, Engine, EngineOptions};
 use weir_host::guest::{KeySlots, WasmOperatorFactory};
@@ -114,6 +115,10 @@ impl OperatorInstance for NativeCounter {
     fn state(&self) -> &KeyedStateBackend {
         &self.state
     }
+
+    fn state_mut(&mut self) -> &mut KeyedStateBackend {
+        &mut self.state
+    }
 }
 
 struct NativeCounterFactory;
@@ -158,6 +163,10 @@ impl OperatorInstance for Passthrough {
     fn state(&self) -> &KeyedStateBackend {
         &self.0
     }
+
+    fn state_mut(&mut self) -> &mut KeyedStateBackend {
+        &mut self.0
+    }
 }
 
 struct PassthroughFactory;
@@ -192,6 +201,7 @@ fn pipeline(factory: Arc<dyn OperatorFactory>, records: u64, keys: u64) -> Pipel
             },
         }],
         sink: Box::new(DiscardSink),
+        checkpointing: None,
     }
 }
 
@@ -203,7 +213,11 @@ fn measure(
 ) -> f64 {
     let started = Instant::now();
     let summary = runtime
-        .block_on(run(pipeline(factory, records, keys), RunOptions::default()))
+        .block_on(run(
+            pipeline(factory, records, keys),
+            JobStart::fresh(),
+            RunOptions::default(),
+        ))
         .unwrap_or_else(|e| panic!("benchmark job failed: {e}"));
     let secs = started.elapsed().as_secs_f64();
     assert_eq!(

@@ -6,14 +6,20 @@
 //! in flat batches over bounded channels; a keyed edge sends each record to the subtask that
 //! owns its key's group.
 //!
+//! Jobs with a `[checkpoints]` section take periodic, incremental checkpoints to an object
+//! store and restart from the latest one when they fail; file sinks commit output only with
+//! the checkpoint that covers it, so results are exactly-once across crashes.
+//!
 //! ```no_run
+//! use weir_host::checkpoint::RestoreFrom;
 //! use weir_host::engine::{ComponentCache, Engine, EngineOptions};
-//! use weir_host::job::{JobSpec, Pipeline, RunOptions, run};
+//! use weir_host::job::{JobSpec, RunOptions, run_job};
 //!
 //! # async fn example() -> anyhow::Result<()> {
 //! let spec = JobSpec::load("examples/wordcount/job.toml".as_ref())?;
 //! let engine = Engine::new(EngineOptions { cache: ComponentCache::default_location() })?;
-//! let summary = run(Pipeline::from_spec(&spec, &engine)?, RunOptions::default()).await?;
+//! let restore = Some(RestoreFrom::Latest);
+//! let summary = run_job(&spec, &engine, restore, RunOptions::default()).await?;
 //! println!("{summary}");
 //! # Ok(())
 //! # }
@@ -21,9 +27,10 @@
 //!
 //! # Layout
 //!
-//! - [`cli`]: the `weir` command line (`run`, `validate`).
+//! - [`cli`]: the `weir` command line (`run`, `validate`, `checkpoints`).
 //! - [`job`]: the job file ([`job::spec`]), the runnable [`job::Pipeline`], routing between
-//!   stages ([`job::router`]), the task runtime ([`job::runtime`]), metrics and progress.
+//!   stages ([`job::router`]), the task runtime with barrier alignment ([`job::runtime`],
+//!   [`job::input_gate`]), restarts ([`job::supervisor`]), metrics and progress.
 //! - [`engine`]: wasmtime set up once (components, epoch interruption), the on-disk cache of
 //!   precompiled components, loading and checking components against the world.
 //! - [`bindings`]: the one `bindgen!` over `wit/`, the single source of the interface.
@@ -33,11 +40,13 @@
 //!   for native operators (benchmarks), and operator errors.
 //! - [`state`]: the in-memory keyed state backend: per state and key group, dirty keys
 //!   tracked; snapshots (increments) and restore.
-//! - [`checkpoint`]: how snapshots are stored (so far: the increment artifact format).
+//! - [`checkpoint`]: the coordinator and the messages it exchanges with tasks, each subtask's
+//!   uploads, chain and cleanup, checkpoint metadata, the artifact format, and stores chosen
+//!   by URL through `object_store`.
 //! - [`partition`]: key hashing, key groups and their ranges per subtask.
 //! - [`record`]: [`record::RecordBatch`], the flat batch that crosses tasks and the boundary.
-//! - [`connectors`]: sources (text lines, JSON lines, generator) and sinks (stdout, file,
-//!   discard).
+//! - [`connectors`]: replayable sources (text lines, JSON lines, generator) and two-phase
+//!   sinks (file; stdout and discard write through).
 //! - [`ids`]: identifier newtypes shared across modules.
 //!
 //! # Design notes
@@ -54,7 +63,23 @@
 //!   O(dirty keys) and squashes repeated writes.
 //! - **Failures name their place.** An operator error says which operator and subtask failed
 //!   and why (an error it returned, a trap, the CPU or memory limit); a failed run never
-//!   publishes partial output.
+//!   publishes output that no completed checkpoint covers.
+//! - **The end of the input is a checkpoint.** When the source ends, the coordinator takes a
+//!   last checkpoint whose barrier closes the operators; the sink commits the final output only
+//!   when it completes. So a crash at any instant leaves either that checkpoint (restoring it
+//!   only commits) or an earlier one (restoring it replays), never committed output without a
+//!   checkpoint that covers it.
+//! - **Chains are bounded by full snapshots, for now.** A subtask whose chain reaches
+//!   `max_chain` artifacts writes a full snapshot at its next checkpoint, which starts a new
+//!   chain, and cleanup then frees the old one. Re-writing a bounded slice of the oldest
+//!   entries per checkpoint instead (DESIGN.md §4) is the next step.
+//! - **Artifact names carry the run.** A run restored from an older checkpoint, or started
+//!   fresh beside old checkpoints, writes artifacts under new names and continues checkpoint
+//!   ids after the newest, so it never overwrites an object a retained checkpoint references.
+//! - **A failed metadata write is checked.** A store may report a failed `put` that in fact
+//!   succeeded; the coordinator then looks for the object and completes the checkpoint if it
+//!   is there. If the store cannot say, the job fails and restarts from what the store holds,
+//!   since aborting could free artifacts of a checkpoint that exists.
 
 #![deny(unsafe_code)]
 

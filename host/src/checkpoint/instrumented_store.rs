@@ -14,6 +14,8 @@ use std::time::Duration;
 
 use futures::stream::{BoxStream, StreamExt};
 use object_store::path::Path;
+
+use super::actor::{self, Actor};
 use object_store::{
     CopyOptions, GetOptions, GetResult, ListResult, MultipartUpload, ObjectMeta, ObjectStore,
     PutMultipartOptions, PutOptions, PutPayload, PutResult, Result,
@@ -40,12 +42,22 @@ pub struct StoreStats {
     pub injected_errors: AtomicU64,
     /// Deletes per path (a path deleted twice shows 2).
     deletes: Mutex<HashMap<Path, u32>>,
+    /// Every delete in order, with the task that issued it.
+    delete_log: Mutex<Vec<(Path, Option<Actor>)>>,
 }
 
 impl StoreStats {
     /// Deletes per path so far.
     pub fn deletes(&self) -> HashMap<Path, u32> {
         self.deletes
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// Every delete so far, in order, with who issued it.
+    pub fn delete_log(&self) -> Vec<(Path, Option<Actor>)> {
+        self.delete_log
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .clone()
@@ -160,6 +172,11 @@ impl ObjectStore for InstrumentedStore {
             .delete_stream(locations)
             .map(move |deleted| {
                 if let Ok(path) = &deleted {
+                    stats
+                        .delete_log
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .push((path.clone(), actor::current()));
                     *stats
                         .deletes
                         .lock()

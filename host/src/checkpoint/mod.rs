@@ -1,16 +1,34 @@
-//! Checkpoints: how snapshots of keyed state are stored.
+//! Checkpoints: incremental snapshots in object storage, their coordination, cleanup and
+//! restore (DESIGN.md §4–§7).
 //!
-//! Built so far (issue 3 in progress):
-//! - [`format`]: the versioned, checksummed artifact of one subtask's increment, laid out by
-//!   key group with an index for ranged reads.
-//! - [`storage`]: stores chosen by URL through `object_store`, writing artifacts and reading
-//!   only the key groups a subtask owns.
+//! - [`actor`]: which task issues a store call (for attribution in tests and logs).
+//! - [`protocol`]: the messages between the coordinator and the tasks (barriers, acks,
+//!   notifications).
+//! - [`coordinator`]: [`coordinator::Coordinator`], one per job: triggers, completes (writes
+//!   metadata last), retains the last N, notifies.
+//! - [`subtask_checkpoints`]: a subtask's side: snapshot, asynchronous upload, its chain,
+//!   cleanup of what it owns, restore and orphan sweep.
+//! - [`metadata`]: [`metadata::CheckpointMetadata`], the object that makes a checkpoint
+//!   complete: source position and every subtask's handle (chain and owners).
+//! - [`checkpoint_store`]: where a job's objects live in the store, and the operations on them.
+//! - [`start`]: where a run starts: the checkpoint to restore, the retained ones, the next id.
+//! - [`format`]: the versioned, checksummed artifact of one increment, laid out by key group
+//!   with an index for ranged reads.
+//! - [`storage`]: stores chosen by URL through `object_store`; ranged reads of artifacts.
 //! - [`instrumented_store`]: a store wrapper that counts reads, writes and deletes per path
 //!   and injects faults, for tests.
-//!
-//! Still to come: the coordinator (barriers, acknowledgements, metadata, retention),
-//! worker-side cleanup, restore planning, two-phase sinks.
 
+pub mod actor;
+pub mod checkpoint_store;
+pub mod coordinator;
 pub mod format;
 pub mod instrumented_store;
+pub mod metadata;
+pub mod protocol;
+pub mod start;
 pub mod storage;
+pub mod subtask_checkpoints;
+
+pub use checkpoint_store::CheckpointStore;
+pub use metadata::CheckpointMetadata;
+pub use start::{JobStart, RestoreFrom};

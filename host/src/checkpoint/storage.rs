@@ -27,6 +27,8 @@ pub enum StorageError {
     },
     #[error("{path}: {source}")]
     Format { path: Path, source: FormatError },
+    #[error("{path}: {message}")]
+    Metadata { path: Path, message: String },
 }
 
 /// Opens the store named by `url` (`file:///dir`, `memory://`, `s3://bucket/prefix`, ...)
@@ -34,6 +36,15 @@ pub enum StorageError {
 /// endpoints, `allow_http`) come from the environment variables each backend documents
 /// (`AWS_*` for S3, ...).
 pub fn open_store(url: &str) -> Result<(Arc<dyn ObjectStore>, Path), StorageError> {
+    open_store_with(url, [])
+}
+
+/// [`open_store`] with backend settings (`aws_endpoint`, ...) given here, which take
+/// precedence over the environment's.
+pub fn open_store_with(
+    url: &str,
+    settings: impl IntoIterator<Item = (String, String)>,
+) -> Result<(Arc<dyn ObjectStore>, Path), StorageError> {
     let bad = |message: String| StorageError::Url {
         url: url.to_owned(),
         message,
@@ -52,6 +63,7 @@ pub fn open_store(url: &str) -> Result<(Arc<dyn ObjectStore>, Path), StorageErro
             k.starts_with("AWS_") || k.starts_with("GOOGLE_") || k.starts_with("AZURE_")
         })
         .map(|(k, v)| (k.to_ascii_lowercase(), v))
+        .chain(settings)
         .collect();
     let (store, prefix) =
         object_store::parse_url_opts(&parsed, options).map_err(|e| bad(e.to_string()))?;

@@ -4,6 +4,7 @@
 //! summary, since a job may write its records to standard output). Exit codes: 0 success,
 //! 1 the job or check failed, 2 the input (job file, component, arguments) is unusable.
 
+mod checkpoints;
 mod run;
 mod validate;
 
@@ -29,6 +30,8 @@ enum Command {
         /// The component (.wasm) to check.
         component: PathBuf,
     },
+    /// Inspect the completed checkpoints in an object store.
+    Checkpoints(checkpoints::CheckpointsArgs),
 }
 
 /// A failure with the exit code it maps to.
@@ -70,6 +73,7 @@ pub fn main() -> ExitCode {
     let result = match cli.command {
         Command::Run(args) => run::run(args),
         Command::Validate { component } => validate::validate(&component),
+        Command::Checkpoints(args) => checkpoints::checkpoints(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -1,4 +1,4 @@
-//! `weir run JOB.toml`
+//! `weir run JOB.toml [--restore latest|ID|METADATA]`
 
 use std::io::IsTerminal;
 use std::path::PathBuf;
@@ -6,12 +6,20 @@ use std::path::PathBuf;
 use anyhow::Context;
 
 use super::Failure;
-use crate::job::{JobSpec, Pipeline, RunOptions, run as run_job};
+use crate::checkpoint::RestoreFrom;
+use crate::job::{JobSpec, RunOptions, run_job};
 
 #[derive(Debug, clap::Args)]
 pub struct RunArgs {
     /// The job file (TOML).
     job: PathBuf,
+    /// Start from a checkpoint: `latest`, a checkpoint id, or a metadata file. With
+    /// `latest`, a job that has no completed checkpoint starts from the beginning.
+    #[arg(long, value_name = "CHECKPOINT")]
+    restore: Option<RestoreFrom>,
+    /// The object store for checkpoints, overriding the job file's `[checkpoints] store`.
+    #[arg(long, value_name = "URL")]
+    checkpoint_store: Option<String>,
     /// Do not show a progress line, even on a terminal.
     #[arg(long)]
     no_progress: bool,
@@ -21,9 +29,17 @@ pub struct RunArgs {
 }
 
 pub fn run(args: RunArgs) -> Result<(), Failure> {
-    let spec = JobSpec::load(&args.job).map_err(Failure::input)?;
+    let mut spec = JobSpec::load(&args.job).map_err(Failure::input)?;
+    if let Some(url) = args.checkpoint_store {
+        let checkpoints = spec.checkpoints.as_mut().ok_or_else(|| {
+            Failure::input(anyhow::anyhow!(
+                "--checkpoint-store: job `{}` keeps no checkpoints; add a [checkpoints] section",
+                spec.name
+            ))
+        })?;
+        checkpoints.store = url;
+    }
     let engine = super::engine()?;
-    let pipeline = Pipeline::from_spec(&spec, &engine).map_err(Failure::input)?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .thread_name("weir-worker")
@@ -35,9 +51,16 @@ pub fn run(args: RunArgs) -> Result<(), Failure> {
         ..RunOptions::default()
     };
     let summary = runtime
-        .block_on(run_job(pipeline, options))
-        .with_context(|| format!("job `{}` failed", spec.name))
-        .map_err(Failure::failed)?;
+        .block_on(run_job(&spec, &engine, args.restore, options))
+        .map_err(|e| {
+            let input = e.is_input_error();
+            let error = anyhow::Error::new(e).context(format!("job `{}` failed", spec.name));
+            if input {
+                Failure::input(error)
+            } else {
+                Failure::failed(error)
+            }
+        })?;
     if !args.quiet {
         eprintln!("{summary}");
     }

@@ -4,8 +4,17 @@ use std::io::Write;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
-use super::{ConnectorError, Source, SourceProgress};
+use serde::Deserialize;
+
+use super::{ConnectorError, Source, SourcePosition, SourceProgress};
 use crate::record::{RecordBatch, RecordRef};
+
+/// The checkpointed position of a generator, `{"records": ..}`: the next record's index.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct GeneratorPosition {
+    records: u64,
+}
 
 /// Record `n` has key and value `k<i>` with `i` a fixed scramble of `n` modulo `keys`, so keys
 /// arrive in a spread-out order while every run produces the same sequence.
@@ -52,6 +61,28 @@ impl Source for GeneratorSource {
         Ok(self.next < self.records)
     }
 
+    fn position(&self) -> SourcePosition {
+        serde_json::json!({ "records": self.next })
+    }
+
+    fn seek(&mut self, position: &SourcePosition) -> Result<(), ConnectorError> {
+        let bad = |message: String| ConnectorError::BadPosition {
+            source_name: "generator".to_owned(),
+            message,
+        };
+        let GeneratorPosition { records } = GeneratorPosition::deserialize(position)
+            .map_err(|e| bad(format!("{position} is not a generator position: {e}")))?;
+        if records > self.records {
+            return Err(bad(format!(
+                "record {records} is beyond the end ({} records)",
+                self.records
+            )));
+        }
+        self.next = records;
+        self.progress.done.store(records, Ordering::Relaxed);
+        Ok(())
+    }
+
     fn progress(&self) -> Arc<SourceProgress> {
         self.progress.clone()
     }
@@ -69,5 +100,61 @@ mod tests {
         assert_eq!(batch.len(), 10_000);
         let keys: std::collections::HashSet<_> = batch.iter().filter_map(|r| r.key).collect();
         assert_eq!(keys.len(), 100);
+    }
+
+    /// Records as owned (key, value) pairs.
+    fn read_rest(source: &mut GeneratorSource, max: usize) -> Vec<(Vec<u8>, Vec<u8>)> {
+        let mut batch = RecordBatch::new();
+        while source.read_batch(max, &mut batch).expect("read") {}
+        batch
+            .iter()
+            .map(|r| (r.key.unwrap_or_default().to_vec(), r.value.to_vec()))
+            .collect()
+    }
+
+    #[test]
+    fn a_generator_seeked_to_a_position_produces_exactly_the_rest() {
+        let mut source = GeneratorSource::new(1_000, 10);
+        source
+            .read_batch(300, &mut RecordBatch::new())
+            .expect("read");
+        let position = source.position();
+        assert_eq!(position, serde_json::json!({ "records": 300 }));
+        let rest = read_rest(&mut source, 128);
+        assert_eq!(rest.len(), 700);
+
+        let mut resumed = GeneratorSource::new(1_000, 10);
+        resumed.seek(&position).expect("seek");
+        assert_eq!(resumed.progress().done.load(Ordering::Relaxed), 300);
+        assert_eq!(read_rest(&mut resumed, 97), rest);
+        assert_eq!(resumed.position(), source.position());
+    }
+
+    #[test]
+    fn positions_a_generator_cannot_have_produced_are_errors() {
+        let cases = [
+            (
+                serde_json::json!({ "offset": 3, "line": 1 }),
+                "unknown field",
+            ),
+            (serde_json::json!({}), "missing field `records`"),
+            (serde_json::json!(3), "not a generator position"),
+            (
+                serde_json::json!({ "records": 11 }),
+                "beyond the end (10 records)",
+            ),
+        ];
+        for (position, expected) in cases {
+            let err = GeneratorSource::new(10, 2)
+                .seek(&position)
+                .expect_err("bad position");
+            assert!(matches!(err, ConnectorError::BadPosition { .. }), "{err:?}");
+            assert!(err.to_string().contains(expected), "{position}: {err}");
+        }
+        let mut source = GeneratorSource::new(10, 2);
+        source
+            .seek(&serde_json::json!({ "records": 10 }))
+            .expect("the end is a position");
+        assert!(read_rest(&mut source, 4).is_empty());
     }
 }

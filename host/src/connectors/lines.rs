@@ -1,12 +1,14 @@
 //! Line-oriented file sources: one record per line.
 
 use std::fs::File;
-use std::io::{BufRead, BufReader};
+use std::io::{BufRead, BufReader, Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
-use super::{ConnectorError, Source, SourceProgress};
+use serde::Deserialize;
+
+use super::{ConnectorError, Source, SourcePosition, SourceProgress};
 use crate::record::{RecordBatch, RecordRef};
 
 /// Reads lines of a file, without their line terminator.
@@ -14,9 +16,19 @@ struct LineReader {
     path: PathBuf,
     reader: BufReader<File>,
     line: Vec<u8>,
-    /// 1-based number of the line in `line`.
+    /// 1-based number of the line in `line`: lines consumed so far.
     number: u64,
+    /// Bytes consumed so far: where the next line starts.
+    offset: u64,
     progress: Arc<SourceProgress>,
+}
+
+/// The checkpointed position of a line source, `{"offset": .., "line": ..}`.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct LinePosition {
+    offset: u64,
+    line: u64,
 }
 
 impl LineReader {
@@ -35,6 +47,7 @@ impl LineReader {
             reader: BufReader::with_capacity(256 << 10, file),
             line: Vec::new(),
             number: 0,
+            offset: 0,
             progress,
         })
     }
@@ -53,7 +66,8 @@ impl LineReader {
             return Ok(None);
         }
         self.number += 1;
-        self.progress.done.fetch_add(n as u64, Ordering::Relaxed);
+        self.offset += n as u64;
+        self.progress.done.store(self.offset, Ordering::Relaxed);
         let mut end = self.line.len();
         if self.line[..end].ends_with(b"\n") {
             end -= 1;
@@ -62,6 +76,57 @@ impl LineReader {
             end -= 1;
         }
         Ok(Some(&self.line[..end]))
+    }
+
+    fn position(&self) -> SourcePosition {
+        serde_json::json!({ "offset": self.offset, "line": self.number })
+    }
+
+    /// Continues at a position from [`LineReader::position`]. The offset must be within the
+    /// file and at the start of a line, which catches most inputs that changed since.
+    fn seek(&mut self, position: &SourcePosition) -> Result<(), ConnectorError> {
+        let bad = |message: String| ConnectorError::BadPosition {
+            source_name: self.path.display().to_string(),
+            message,
+        };
+        let LinePosition { offset, line } = LinePosition::deserialize(position)
+            .map_err(|e| bad(format!("{position} is not a line position: {e}")))?;
+        let io = |source| ConnectorError::Io {
+            path: self.path.clone(),
+            source,
+        };
+        let len = self.reader.get_ref().metadata().map_err(io)?.len();
+        if offset > len {
+            return Err(bad(format!(
+                "offset {offset} is beyond the end of the file ({len} bytes)"
+            )));
+        }
+        if line > offset {
+            return Err(bad(format!(
+                "{line} lines cannot end within {offset} bytes"
+            )));
+        }
+        // Every line but the file's last ends in a newline, so the byte before a line start is
+        // one (or the offset is 0, or the end of a file without a final newline).
+        let start_of_line = if offset == 0 {
+            self.reader.seek(SeekFrom::Start(0)).map_err(io)?;
+            true
+        } else {
+            self.reader.seek(SeekFrom::Start(offset - 1)).map_err(io)?;
+            let mut before = [0u8];
+            self.reader.read_exact(&mut before).map_err(io)?;
+            before[0] == b'\n' || offset == len
+        };
+        if !start_of_line {
+            return Err(bad(format!(
+                "offset {offset} is not at the start of a line"
+            )));
+        }
+        self.number = line;
+        self.offset = offset;
+        self.progress.total.store(len, Ordering::Relaxed);
+        self.progress.done.store(offset, Ordering::Relaxed);
+        Ok(())
     }
 }
 
@@ -87,6 +152,14 @@ impl Source for TextLinesSource {
             }
         }
         Ok(true)
+    }
+
+    fn position(&self) -> SourcePosition {
+        self.lines.position()
+    }
+
+    fn seek(&mut self, position: &SourcePosition) -> Result<(), ConnectorError> {
+        self.lines.seek(position)
     }
 
     fn progress(&self) -> Arc<SourceProgress> {
@@ -156,6 +229,14 @@ impl Source for JsonLinesSource {
         Ok(true)
     }
 
+    fn position(&self) -> SourcePosition {
+        self.lines.position()
+    }
+
+    fn seek(&mut self, position: &SourcePosition) -> Result<(), ConnectorError> {
+        self.lines.seek(position)
+    }
+
     fn progress(&self) -> Arc<SourceProgress> {
         self.lines.progress.clone()
     }
@@ -201,5 +282,103 @@ mod tests {
         let err =
             read_all(&mut JsonLinesSource::open(&path, None).expect("open")).expect_err("bad");
         assert!(err.to_string().contains("line 2: not valid JSON"), "{err}");
+    }
+
+    /// For every split point: reads that many records and takes the position, reads the rest,
+    /// then checks that a fresh source seeked to the position reads exactly the same rest.
+    fn check_resume(open: impl Fn() -> Box<dyn Source>, records: usize) {
+        for first in 0..=records {
+            let mut source = open();
+            let mut batch = RecordBatch::new();
+            source.read_batch(first, &mut batch).expect("read");
+            assert_eq!(batch.len(), first);
+            let position = source.position();
+            let rest = read_all(source.as_mut()).expect("read rest");
+            assert_eq!(rest.len(), records - first);
+
+            let mut resumed = open();
+            resumed.seek(&position).expect("seek");
+            assert_eq!(read_all(resumed.as_mut()).expect("read resumed"), rest);
+            assert_eq!(resumed.position(), source.position(), "after {first}");
+            let (done, total) = (&resumed.progress().done, &resumed.progress().total);
+            assert_eq!(done.load(Ordering::Relaxed), total.load(Ordering::Relaxed));
+        }
+    }
+
+    #[test]
+    fn a_source_seeked_to_a_position_reads_exactly_the_rest() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let text = dir.path().join("in.txt");
+        std::fs::write(&text, "one\r\n\ntwo\nthree\nfour").expect("write");
+        check_resume(|| Box::new(TextLinesSource::open(&text).expect("open")), 5);
+        let json = dir.path().join("in.jsonl");
+        std::fs::write(&json, "{\"n\":1}\n\n{\"n\":2}\n{\"n\":3}\r\n{\"n\":4}").expect("write");
+        check_resume(
+            || Box::new(JsonLinesSource::open(&json, Some("/n".into())).expect("open")),
+            4,
+        );
+
+        let mut source = JsonLinesSource::open(&json, None).expect("open");
+        source.read_batch(2, &mut RecordBatch::new()).expect("read");
+        assert_eq!(
+            source.position(),
+            serde_json::json!({ "offset": 17, "line": 3 }),
+            "the blank line before the second record is consumed"
+        );
+    }
+
+    #[test]
+    fn a_seeked_source_reports_line_numbers_of_the_whole_file() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("in.jsonl");
+        std::fs::write(&path, "{\"u\":1}\n{oops\n").expect("write");
+        let mut source = JsonLinesSource::open(&path, None).expect("open");
+        source
+            .seek(&serde_json::json!({ "offset": 8, "line": 1 }))
+            .expect("seek");
+        let err = read_all(&mut source).expect_err("bad");
+        assert!(err.to_string().contains("line 2: not valid JSON"), "{err}");
+    }
+
+    #[test]
+    fn positions_this_input_cannot_have_produced_are_errors() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("in.txt");
+        std::fs::write(&path, "one\ntwo\n").expect("write");
+        let cases = [
+            (serde_json::json!("offset 4"), "not a line position"),
+            (serde_json::json!({ "offset": 4 }), "missing field `line`"),
+            (
+                serde_json::json!({ "offset": 4, "line": 1, "records": 1 }),
+                "unknown field `records`",
+            ),
+            (
+                serde_json::json!({ "offset": -1, "line": 0 }),
+                "not a line position",
+            ),
+            (
+                serde_json::json!({ "offset": 9, "line": 2 }),
+                "beyond the end of the file (8 bytes)",
+            ),
+            (
+                serde_json::json!({ "offset": 5, "line": 1 }),
+                "not at the start of a line",
+            ),
+            (
+                serde_json::json!({ "offset": 4, "line": 5 }),
+                "5 lines cannot end within 4 bytes",
+            ),
+        ];
+        for (position, expected) in cases {
+            let mut source = TextLinesSource::open(&path).expect("open");
+            let err = source.seek(&position).expect_err("bad position");
+            assert!(matches!(err, ConnectorError::BadPosition { .. }), "{err:?}");
+            assert!(err.to_string().contains(expected), "{position}: {err}");
+        }
+        let mut source = TextLinesSource::open(&path).expect("open");
+        source
+            .seek(&serde_json::json!({ "offset": 8, "line": 2 }))
+            .expect("the end of the file is a position");
+        assert!(read_all(&mut source).expect("read").is_empty());
     }
 }

@@ -18,6 +18,7 @@ pub use generator::GeneratorSource;
 pub use lines::{JsonLinesSource, TextLinesSource};
 pub use sinks::{DiscardSink, FileSink, StdoutSink};
 
+use crate::ids::CheckpointId;
 use crate::record::RecordBatch;
 
 /// A source or sink failed.
@@ -35,6 +36,13 @@ pub enum ConnectorError {
         line: u64,
         message: String,
     },
+    /// A restored position does not fit the source: a corrupt checkpoint, or an input that
+    /// changed since the checkpoint was taken.
+    #[error("{source_name}: cannot resume from the checkpointed position: {message}")]
+    BadPosition {
+        source_name: String,
+        message: String,
+    },
 }
 
 /// How far a source has read, for progress display.
@@ -46,20 +54,47 @@ pub struct SourceProgress {
     pub total: AtomicU64,
 }
 
-/// Produces the job's input.
+/// Where a source stands in its input, as recorded in a checkpoint: each source writes and
+/// reads its own JSON shape (a file source: byte offset and line number).
+pub type SourcePosition = serde_json::Value;
+
+/// Produces the job's input. Sources are replayable: a checkpoint records
+/// [`Source::position`], and a restored job resumes with [`Source::seek`].
 pub trait Source: Send {
     /// Appends up to `max` records to `out`. Returns `false` once the input is exhausted
     /// (possibly after appending the last records).
     fn read_batch(&mut self, max: usize, out: &mut RecordBatch) -> Result<bool, ConnectorError>;
 
+    /// The position just after the last record returned by `read_batch`.
+    fn position(&self) -> SourcePosition;
+
+    /// Continues from a position returned by `position` (in an earlier run, on the same
+    /// input). A position this source cannot have produced is an error, not a guess.
+    fn seek(&mut self, position: &SourcePosition) -> Result<(), ConnectorError>;
+
     /// Progress counters, updated as the source reads.
     fn progress(&self) -> Arc<SourceProgress>;
 }
 
-/// Consumes the job's output.
+/// Consumes the job's output, in two phases so that a restored job neither loses nor repeats
+/// output: what is written between two checkpoints is *staged* when the later checkpoint's
+/// barrier reaches the sink, and *committed* (made visible) only once that checkpoint is
+/// complete. Sinks that cannot hold output back (stdout) write through and say so.
 pub trait Sink: Send {
+    /// Writes records; they belong to the checkpoint whose barrier comes next.
     fn write(&mut self, batch: &RecordBatch) -> Result<(), ConnectorError>;
 
-    /// Called once after the last batch of a successful run; output becomes visible here.
-    fn finish(&mut self) -> Result<(), ConnectorError>;
+    /// Makes everything written since the previous `stage` durable as the output of
+    /// `checkpoint`, without making it visible.
+    fn stage(&mut self, checkpoint: CheckpointId) -> Result<(), ConnectorError>;
+
+    /// Makes the staged output of every checkpoint up to `checkpoint` visible, in checkpoint
+    /// order. Idempotent: committing again, or after a crash in the middle of a commit, makes
+    /// each staged part visible exactly once.
+    fn commit(&mut self, checkpoint: CheckpointId) -> Result<(), ConnectorError>;
+
+    /// Called once before the first write. A restored job passes the restored checkpoint: its
+    /// staged output (and that of earlier checkpoints) is committed, and output staged or
+    /// written after it is discarded. A fresh job passes `None`: the sink starts empty.
+    fn recover(&mut self, restored: Option<CheckpointId>) -> Result<(), ConnectorError>;
 }

@@ -74,6 +74,10 @@ impl GuestState {
     pub fn backend(&self) -> &KeyedStateBackend {
         &self.backend
     }
+
+    pub fn backend_mut(&mut self) -> &mut KeyedStateBackend {
+        &mut self.backend
+    }
 }
 
 impl WasiView for GuestState {

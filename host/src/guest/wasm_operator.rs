@@ -173,4 +173,8 @@ impl OperatorInstance for WasmOperator {
     fn state(&self) -> &KeyedStateBackend {
         self.store.data().backend()
     }
+
+    fn state_mut(&mut self) -> &mut KeyedStateBackend {
+        self.store.data_mut().backend_mut()
+    }
 }

@@ -1,8 +1,11 @@
 //! Counters of a running job, and the summary printed at its end.
 
 use std::fmt;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
+
+use crate::checkpoint::coordinator::CheckpointCounters;
 
 /// Records in and out of each subtask of one operator.
 #[derive(Debug)]
@@ -15,6 +18,7 @@ pub struct OperatorMetrics {
 /// Counters shared by the tasks of one job; read by the progress display and the summary.
 #[derive(Debug)]
 pub struct JobMetrics {
+    pub checkpoints: Arc<CheckpointCounters>,
     pub source_records: AtomicU64,
     pub sink_records: AtomicU64,
     pub operators: Vec<OperatorMetrics>,
@@ -24,6 +28,7 @@ impl JobMetrics {
     pub fn new<'a>(operators: impl IntoIterator<Item = (&'a str, u32)>) -> Self {
         let counters = |n: u32| (0..n).map(|_| AtomicU64::new(0)).collect();
         Self {
+            checkpoints: Arc::default(),
             source_records: AtomicU64::new(0),
             sink_records: AtomicU64::new(0),
             operators: operators
@@ -44,6 +49,9 @@ impl JobMetrics {
             elapsed,
             source_records: self.source_records.load(Ordering::Relaxed),
             sink_records: self.sink_records.load(Ordering::Relaxed),
+            checkpoints_completed: self.checkpoints.completed.load(Ordering::Relaxed),
+            checkpoints_aborted: self.checkpoints.aborted.load(Ordering::Relaxed),
+            restarts: 0,
             operators: self
                 .operators
                 .iter()
@@ -74,6 +82,11 @@ pub struct RunSummary {
     pub elapsed: Duration,
     pub source_records: u64,
     pub sink_records: u64,
+    /// Checkpoints completed in this run, the last one included.
+    pub checkpoints_completed: u64,
+    pub checkpoints_aborted: u64,
+    /// Times the job was restarted from a checkpoint after a failure.
+    pub restarts: u32,
     pub operators: Vec<OperatorSummary>,
 }
 
@@ -110,6 +123,16 @@ impl fmt::Display for RunSummary {
             "  {:<width$}  {:>11}  {:>12}  {:>12}",
             "(sink)", "", self.sink_records, ""
         )?;
+        if self.checkpoints_aborted > 0 || self.checkpoints_completed > 1 {
+            writeln!(
+                f,
+                "  checkpoints: {} completed, {} failed",
+                self.checkpoints_completed, self.checkpoints_aborted
+            )?;
+        }
+        if self.restarts > 0 {
+            writeln!(f, "  restarted {} times from a checkpoint", self.restarts)?;
+        }
         if secs > 0.0 {
             write!(
                 f,

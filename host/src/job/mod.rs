@@ -4,18 +4,25 @@
 //! - [`pipeline`]: [`Pipeline`], a runnable job: a source, a chain of [`Stage`]s, a sink.
 //! - [`router`]: [`router::Router`], how one task's output is split among the next stage's
 //!   subtasks (by key group, or round robin).
-//! - [`runtime`]: [`run`], one tokio task per subtask, bounded channels between them.
+//! - [`runtime`]: [`run`], one tokio task per subtask, bounded channels between them, and the
+//!   checkpoint coordinator.
+//! - [`input_gate`]: how a task reads its inputs, aligning checkpoint barriers.
+//! - [`supervisor`]: [`run_job`], a job from its spec, restarted from its latest checkpoint
+//!   when it fails.
 //! - [`metrics`]: counters per operator and subtask, and the end-of-run [`RunSummary`].
 //! - [`progress`]: the progress line on a terminal.
 
+pub mod input_gate;
 pub mod metrics;
 pub mod pipeline;
 pub mod progress;
 pub mod router;
 pub mod runtime;
 pub mod spec;
+pub mod supervisor;
 
 pub use metrics::{JobMetrics, RunSummary};
 pub use pipeline::{Pipeline, Stage};
-pub use runtime::{JobError, RunOptions, run};
-pub use spec::{JobSpec, KeyBy, SpecError};
+pub use runtime::{Checkpointing, JobError, RunOptions, run};
+pub use spec::{CheckpointSpec, JobSpec, KeyBy, SpecError};
+pub use supervisor::{SupervisorError, run_job, run_job_in};

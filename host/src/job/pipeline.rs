@@ -2,7 +2,10 @@
 
 use std::sync::Arc;
 
+use super::runtime::Checkpointing;
 use super::spec::{JobSpec, KeyBy, SinkSpec, SourceSpec};
+use crate::checkpoint::CheckpointStore;
+use crate::checkpoint::storage::StorageError;
 use crate::connectors::{
     ConnectorError, DiscardSink, FileSink, GeneratorSource, JsonLinesSource, Sink, Source,
     StdoutSink, TextLinesSource,
@@ -32,6 +35,8 @@ pub struct Pipeline {
     pub source: Box<dyn Source>,
     pub stages: Vec<Stage>,
     pub sink: Box<dyn Sink>,
+    /// `None`: the job keeps no checkpoints (only its last one, in memory, to end it).
+    pub checkpointing: Option<Checkpointing>,
 }
 
 /// Why a job could not be prepared.
@@ -44,6 +49,8 @@ pub enum PrepareError {
     Source(ConnectorError),
     #[error("sink: {0}")]
     Sink(ConnectorError),
+    #[error("[checkpoints] store: {0}")]
+    Store(StorageError),
 }
 
 impl Pipeline {
@@ -85,7 +92,21 @@ impl Pipeline {
             }
             SinkSpec::Discard => Box::new(DiscardSink),
         };
+        let checkpointing = spec
+            .checkpoints
+            .as_ref()
+            .map(|c| {
+                Ok(Checkpointing {
+                    store: CheckpointStore::open(&c.store, &spec.name)
+                        .map_err(PrepareError::Store)?,
+                    interval: c.interval,
+                    retain: c.retain,
+                    max_chain: c.max_chain,
+                })
+            })
+            .transpose()?;
         Ok(Self {
+            checkpointing,
             name: spec.name.clone(),
             key_groups: spec.key_groups,
             batch_size: spec.batch_size,

@@ -1,34 +1,42 @@
-//! [`run`]: runs a [`Pipeline`] to the end of its input.
+//! [`run`]: runs a [`Pipeline`] to the end of its input, with checkpoints.
 //!
 //! Tasks: the source, the sink and every operator subtask each run as a blocking tokio task,
 //! that is on a thread of their own. A subtask owns its operator instance and its state; Wasm
 //! runs synchronously and is CPU-bound, and WASI's synchronous calls must not run on an async
 //! worker thread (they block on the runtime), so subtasks never run on the async workers.
-//! Tasks are connected by bounded channels of batches, so a slow stage holds back the ones
-//! before it (backpressure) instead of buffering without bound.
+//! Tasks are connected by bounded channels of batches, one per producer and consumer, so a
+//! slow stage holds back the ones before it (backpressure) instead of buffering without bound,
+//! and a consumer aligning a barrier can stop reading one producer ([`InputGate`]).
 //!
-//! End of input is an explicit [`Message::End`], sent by every producer to every consumer
-//! after its last batch. A consumer finishes only after it has seen `End` from each of its
-//! producers; a channel that closes before that means a producer failed, and the consumer
-//! aborts without finishing, so a failed run never commits partial output to its sink.
+//! The coordinator runs as an async task. The end of the input is the last checkpoint's
+//! barrier: operators close when it passes, and the run is over when that checkpoint
+//! completes and the sink has committed. A channel that closes before its last barrier means
+//! a task failed; the others stop without committing anything more.
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
-use tokio::sync::mpsc::{self, Receiver, Sender};
+use tokio::runtime::Handle;
+use tokio::sync::mpsc::{self, Receiver, Sender, UnboundedSender};
 use tokio::task::JoinSet;
 
 use super::RunSummary;
+use super::input_gate::{Closed, Event, InputGate, Message};
 use super::metrics::JobMetrics;
 use super::pipeline::{Pipeline, Stage};
 use super::progress::Progress;
 use super::router::{RouteError, Router};
+use crate::checkpoint::actor::{Actor, acting};
+use crate::checkpoint::coordinator::{Coordinator, CoordinatorSetup};
+use crate::checkpoint::protocol::{Ack, Barrier, Notification};
+use crate::checkpoint::subtask_checkpoints::{
+    RestoreAssignment, SubtaskCheckpoints, SubtaskIdentity,
+};
+use crate::checkpoint::{CheckpointStore, JobStart};
 use crate::connectors::{ConnectorError, Sink, Source};
-use crate::ids::{OperatorName, SubtaskIndex};
-use crate::operator::{OperatorError, SubtaskContext};
-
-use crate::record::RecordBatch;
+use crate::ids::{CheckpointId, OperatorName, SubtaskIndex};
+use crate::operator::{FailureKind, OperatorError, OperatorInstance, SubtaskContext};
 
 /// Options for [`run`].
 #[derive(Clone, Copy, Debug)]
@@ -48,6 +56,15 @@ impl Default for RunOptions {
     }
 }
 
+/// How a pipeline checkpoints.
+#[derive(Clone, Debug)]
+pub struct Checkpointing {
+    pub store: CheckpointStore,
+    pub interval: Duration,
+    pub retain: usize,
+    pub max_chain: usize,
+}
+
 /// Why a job failed.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -60,6 +77,8 @@ pub enum JobError {
     Sink(ConnectorError),
     #[error(transparent)]
     Route(#[from] RouteError),
+    #[error("checkpoints: {0}")]
+    Checkpoint(String),
     #[error("a task of the job panicked: {0}")]
     Panicked(String),
     #[error("invalid pipeline: {0}")]
@@ -69,74 +88,101 @@ pub enum JobError {
     Aborted,
 }
 
-/// What flows through a channel.
-#[derive(Debug)]
-pub enum Message {
-    Batch(RecordBatch),
-    /// The producer has sent its last batch.
-    End,
+impl From<Closed> for JobError {
+    fn from(_: Closed) -> Self {
+        JobError::Aborted
+    }
 }
 
-/// Runs `pipeline` to the end of its input and returns what it did.
-pub async fn run(pipeline: Pipeline, options: RunOptions) -> Result<RunSummary, JobError> {
+/// Runs `pipeline` from `start` to the end of its input and returns what it did.
+pub async fn run(
+    pipeline: Pipeline,
+    start: JobStart,
+    options: RunOptions,
+) -> Result<RunSummary, JobError> {
     let Pipeline {
         name,
         key_groups,
         batch_size,
-        source,
+        mut source,
         stages,
-        sink,
+        mut sink,
+        checkpointing,
     } = pipeline;
-    let job: Arc<str> = name.clone().into();
     let metrics = Arc::new(JobMetrics::new(
         stages.iter().map(|s| (s.name.as_str(), s.parallelism)),
     ));
     let started = Instant::now();
+    if stages.is_empty() {
+        return Err(JobError::Invalid(
+            "a pipeline needs at least one operator".into(),
+        ));
+    }
+    let restored = start.restored.as_ref().map(|m| m.id);
+    if let Some(checkpoint) = start.restored.as_ref().filter(|m| m.finished) {
+        // The job had finished: only its last output may still need committing.
+        tracing::info!(
+            checkpoint = checkpoint.id.0,
+            "the job had finished; committing its output"
+        );
+        sink.recover(Some(checkpoint.id)).map_err(JobError::Sink)?;
+        return Ok(metrics.summary(&name, started.elapsed()));
+    }
+    if let Some(checkpoint) = &start.restored {
+        tracing::info!(checkpoint = checkpoint.id.0, "restoring");
+        source.seek(&checkpoint.source).map_err(JobError::Source)?;
+    }
     let _progress = options
         .progress
         .then(|| Progress::start(metrics.clone(), source.progress()))
         .flatten();
 
-    // One input channel per subtask, and one for the sink.
     let capacity = options.channel_capacity.max(1);
-    let mut senders: Vec<Vec<Sender<Message>>> = Vec::new();
-    let mut receivers: Vec<Vec<Receiver<Message>>> = Vec::new();
-    for stage in &stages {
-        let (tx, rx): (Vec<_>, Vec<_>) = (0..stage.parallelism)
-            .map(|_| mpsc::channel(capacity))
-            .unzip();
-        senders.push(tx);
-        receivers.push(rx);
-    }
-    let (sink_tx, sink_rx) = mpsc::channel(capacity);
+    let (ack_tx, ack_rx) = mpsc::unbounded_channel();
+    let (trigger_tx, trigger_rx) = std::sync::mpsc::channel();
+    let mut notify = Vec::new();
+    let runtime = Handle::current();
+    let run_id: Arc<str> = run_id().into();
+    let assignment = start.assignment();
 
-    let Some(first) = stages.first() else {
-        return Err(JobError::Invalid(
-            "a pipeline needs at least one operator".into(),
-        ));
-    };
+    // Edges: `edges[s]` connects the producers of stage `s` (the source for 0) to its
+    // subtasks; the last entry connects the last stage to the sink.
+    let mut consumer_counts: Vec<u32> = stages.iter().map(|s| s.parallelism).collect();
+    consumer_counts.push(1);
+    let mut producer_counts = vec![1];
+    producer_counts.extend(stages.iter().map(|s| s.parallelism));
+    let mut edges: Vec<Edge> = consumer_counts
+        .iter()
+        .zip(&producer_counts)
+        .map(|(&consumers, &producers)| Edge::new(producers, consumers, capacity))
+        .collect();
+
     let mut tasks = JoinSet::new();
-    let source_router = Router::new(
-        first.key_by.clone(),
-        key_groups,
-        first.parallelism,
+    let source_task = SourceTask {
+        source,
+        router: Router::new(
+            stages[0].key_by.clone(),
+            key_groups,
+            stages[0].parallelism,
+            batch_size,
+            "the source".into(),
+            stages[0].name.clone(),
+        ),
+        targets: edges[0].senders.remove(0),
         batch_size,
-        "the source".into(),
-        first.name.clone(),
-    );
-    let targets = senders[0].clone();
-    let source_metrics = metrics.clone();
-    tasks.spawn_blocking(move || {
-        run_source(source, source_router, targets, batch_size, &source_metrics)
-    });
+        triggers: trigger_rx,
+        acks: ack_tx.clone(),
+        metrics: metrics.clone(),
+    };
+    tasks.spawn_blocking(move || source_task.run());
 
-    for (s, (stage, inputs)) in stages.iter().zip(receivers).enumerate() {
-        let upstream = if s == 0 { 1 } else { stages[s - 1].parallelism };
+    for (s, stage) in stages.iter().enumerate() {
         let next = stages.get(s + 1);
+        let inputs = std::mem::take(&mut edges[s].receivers);
         for (i, input) in inputs.into_iter().enumerate() {
             let subtask = SubtaskIndex(i as u32);
             let ctx = SubtaskContext {
-                job: job.clone(),
+                job: name.clone().into(),
                 operator: OperatorName(stage.name.clone()),
                 subtask,
                 parallelism: stage.parallelism,
@@ -146,55 +192,109 @@ pub async fn run(pipeline: Pipeline, options: RunOptions) -> Result<RunSummary, 
                 limits: stage.limits,
             };
             let from = format!("operator `{}` subtask {i}", stage.name);
-            let (router, targets) = match next {
-                Some(next) => (
-                    Router::new(
-                        next.key_by.clone(),
-                        key_groups,
-                        next.parallelism,
-                        batch_size,
-                        from,
-                        next.name.clone(),
-                    ),
-                    senders[s + 1].clone(),
+            let router = match next {
+                Some(next) => Router::new(
+                    next.key_by.clone(),
+                    key_groups,
+                    next.parallelism,
+                    batch_size,
+                    from,
+                    next.name.clone(),
                 ),
-                None => (
-                    Router::new(None, key_groups, 1, batch_size, from, "the sink".into()),
-                    vec![sink_tx.clone()],
-                ),
+                None => Router::new(None, key_groups, 1, batch_size, from, "the sink".into()),
             };
+            let (notify_tx, notify_rx) = mpsc::unbounded_channel();
+            notify.push(notify_tx);
+            let checkpoints = checkpointing.as_ref().map(|c| {
+                SubtaskCheckpoints::new(
+                    c.store.clone(),
+                    runtime.clone(),
+                    ack_tx.clone(),
+                    SubtaskIdentity {
+                        operator: stage.name.clone(),
+                        operator_index: s,
+                        subtask,
+                        range: ctx.range,
+                    },
+                    run_id.clone(),
+                    c.max_chain,
+                )
+            });
             let task = SubtaskTask {
                 stage: stage.clone(),
-                ctx,
-                input,
-                upstream,
-                router,
-                targets,
-                metrics: metrics.clone(),
                 stage_index: s,
+                ctx,
+                gate: InputGate::new(input, notify_rx),
+                router,
+                targets: edges[s + 1].senders.remove(0),
+                checkpoints,
+                assignment: assignment.clone(),
+                acks: ack_tx.clone(),
+                metrics: metrics.clone(),
             };
             tasks.spawn_blocking(move || task.run());
         }
     }
-    let sink_upstream = stages.last().map_or(1, |s| s.parallelism);
-    drop(senders);
-    drop(sink_tx);
-    let sink_metrics = metrics.clone();
-    tasks.spawn_blocking(move || run_sink(sink, sink_rx, sink_upstream, &sink_metrics));
+    let (notify_tx, notify_rx) = mpsc::unbounded_channel();
+    notify.push(notify_tx);
+    let sink_inputs = std::mem::take(&mut edges[stages.len()].receivers).remove(0);
+    let sink_task = SinkTask {
+        sink,
+        gate: InputGate::new(sink_inputs, notify_rx),
+        restored,
+        acks: ack_tx.clone(),
+        metrics: metrics.clone(),
+    };
+    tasks.spawn_blocking(move || sink_task.run());
+    drop(ack_tx);
+    drop(edges);
+
+    let coordinator = Coordinator::new(
+        CoordinatorSetup {
+            job: name.clone(),
+            key_groups: key_groups.count(),
+            operators: stages
+                .iter()
+                .map(|s| (s.name.clone(), s.parallelism))
+                .collect(),
+            store: checkpointing.as_ref().map(|c| c.store.clone()),
+            interval: checkpointing.as_ref().map(|c| c.interval),
+            retain: checkpointing.as_ref().map_or(1, |c| c.retain),
+            next: start.next_checkpoint,
+            retained: start.retained.iter().map(|m| m.id).collect(),
+        },
+        trigger_tx,
+        ack_rx,
+        notify,
+        metrics.checkpoints.clone(),
+    );
+    let coordinator = tokio::spawn(acting(Actor::Coordinator, coordinator.run()));
+    let stop_coordinator = coordinator.abort_handle();
 
     let mut failure: Option<JobError> = None;
-    while let Some(joined) = tasks.join_next().await {
-        let result = joined.unwrap_or_else(|e| Err(JobError::Panicked(e.to_string())));
+    let note = |result: Result<(), JobError>, failure: &mut Option<JobError>| {
         if let Err(e) = result {
             // Keep the first real cause; `Aborted` only echoes it.
             if failure
                 .as_ref()
                 .is_none_or(|f| matches!(f, JobError::Aborted))
             {
-                failure = Some(e);
+                *failure = Some(e);
             }
+            // Tasks waiting for notifications stop when the coordinator is gone.
+            stop_coordinator.abort();
         }
+    };
+    while let Some(joined) = tasks.join_next().await {
+        let result = joined.unwrap_or_else(|e| Err(JobError::Panicked(e.to_string())));
+        note(result, &mut failure);
     }
+    let coordinated = match coordinator.await {
+        Ok(result) => result.map_err(JobError::Checkpoint),
+        Err(e) if e.is_cancelled() => Err(JobError::Aborted),
+        Err(e) => Err(JobError::Panicked(e.to_string())),
+    };
+    note(coordinated, &mut failure);
     let summary = metrics.summary(&name, started.elapsed());
     match failure {
         Some(e) => Err(e),
@@ -202,106 +302,41 @@ pub async fn run(pipeline: Pipeline, options: RunOptions) -> Result<RunSummary, 
     }
 }
 
-fn run_source(
-    mut source: Box<dyn Source>,
-    mut router: Router,
-    targets: Vec<Sender<Message>>,
-    batch_size: usize,
-    metrics: &JobMetrics,
-) -> Result<(), JobError> {
-    loop {
-        let mut batch = RecordBatch::with_capacity(batch_size, batch_size * 32);
-        let more = source
-            .read_batch(batch_size, &mut batch)
-            .map_err(JobError::Source)?;
-        metrics
-            .source_records
-            .fetch_add(batch.len() as u64, Ordering::Relaxed);
-        router.route(batch)?;
-        send_ready(&mut router, &targets)?;
-        if !more {
-            break;
-        }
-    }
-    for target in &targets {
-        target
-            .blocking_send(Message::End)
-            .map_err(|_| JobError::Aborted)?;
-    }
-    Ok(())
+/// A name for this run's artifacts, unique enough across runs of a job.
+fn run_id() -> String {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u128(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos()),
+    );
+    h.write_u32(std::process::id());
+    format!("{:016x}", h.finish())
 }
 
-fn run_sink(
-    mut sink: Box<dyn Sink>,
-    mut input: Receiver<Message>,
-    upstream: u32,
-    metrics: &JobMetrics,
-) -> Result<(), JobError> {
-    let mut ended = 0;
-    while ended < upstream {
-        match input.blocking_recv() {
-            Some(Message::Batch(batch)) => {
-                sink.write(&batch).map_err(JobError::Sink)?;
-                metrics
-                    .sink_records
-                    .fetch_add(batch.len() as u64, Ordering::Relaxed);
+/// The channels between one stage's producers and its consumers.
+struct Edge {
+    /// Per producer, one sender per consumer.
+    senders: Vec<Vec<Sender<Message>>>,
+    /// Per consumer, one receiver per producer.
+    receivers: Vec<Vec<Receiver<Message>>>,
+}
+
+impl Edge {
+    fn new(producers: u32, consumers: u32, capacity: usize) -> Self {
+        let mut senders: Vec<Vec<Sender<Message>>> = (0..producers).map(|_| Vec::new()).collect();
+        let mut receivers = Vec::new();
+        for _ in 0..consumers {
+            let mut inputs = Vec::new();
+            for producer in &mut senders {
+                let (tx, rx) = mpsc::channel(capacity);
+                producer.push(tx);
+                inputs.push(rx);
             }
-            Some(Message::End) => ended += 1,
-            None => return Err(JobError::Aborted),
+            receivers.push(inputs);
         }
-    }
-    sink.finish().map_err(JobError::Sink)
-}
-
-/// One operator subtask: its instance, its input and its routing to the next stage.
-struct SubtaskTask {
-    stage: Stage,
-    ctx: SubtaskContext,
-    input: Receiver<Message>,
-    /// Producers that must each send `End` before the input is complete.
-    upstream: u32,
-    router: Router,
-    targets: Vec<Sender<Message>>,
-    metrics: Arc<JobMetrics>,
-    stage_index: usize,
-}
-
-impl SubtaskTask {
-    fn run(mut self) -> Result<(), JobError> {
-        let mut operator = self.stage.factory.instantiate(&self.ctx)?;
-        let counters = &self.metrics.operators[self.stage_index];
-        let i = self.ctx.subtask.0 as usize;
-        let mut ended = 0;
-        while ended < self.upstream {
-            match self.input.blocking_recv() {
-                Some(Message::Batch(batch)) => {
-                    counters.records_in[i].fetch_add(batch.len() as u64, Ordering::Relaxed);
-                    let out = operator.process(batch)?;
-                    counters.records_out[i].fetch_add(out.len() as u64, Ordering::Relaxed);
-                    self.router.route(out)?;
-                    send_ready(&mut self.router, &self.targets)?;
-                }
-                Some(Message::End) => ended += 1,
-                None => return Err(JobError::Aborted),
-            }
-        }
-        let out = operator.close()?;
-        counters.records_out[i].fetch_add(out.len() as u64, Ordering::Relaxed);
-        self.router.route(out)?;
-        send_ready(&mut self.router, &self.targets)?;
-        for target in &self.targets {
-            target
-                .blocking_send(Message::End)
-                .map_err(|_| JobError::Aborted)?;
-        }
-        let stats = operator.state().stats();
-        tracing::debug!(
-            operator = %self.ctx.operator,
-            subtask = self.ctx.subtask.0,
-            state_entries = stats.entries,
-            "subtask finished"
-        );
-        Ok(())
+        Self { senders, receivers }
     }
 }
 
@@ -312,4 +347,225 @@ fn send_ready(router: &mut Router, targets: &[Sender<Message>]) -> Result<(), Jo
             .map_err(|_| JobError::Aborted)?;
     }
     Ok(())
+}
+
+fn send_barrier(barrier: Barrier, targets: &[Sender<Message>]) -> Result<(), JobError> {
+    for target in targets {
+        target
+            .blocking_send(Message::Barrier(barrier))
+            .map_err(|_| JobError::Aborted)?;
+    }
+    Ok(())
+}
+
+/// The source: reads, routes, and injects barriers when the coordinator asks.
+struct SourceTask {
+    source: Box<dyn Source>,
+    router: Router,
+    targets: Vec<Sender<Message>>,
+    batch_size: usize,
+    triggers: std::sync::mpsc::Receiver<Barrier>,
+    acks: UnboundedSender<Ack>,
+    metrics: Arc<JobMetrics>,
+}
+
+impl SourceTask {
+    fn run(mut self) -> Result<(), JobError> {
+        loop {
+            while let Ok(barrier) = self.triggers.try_recv() {
+                self.barrier(barrier)?;
+            }
+            let mut batch =
+                crate::record::RecordBatch::with_capacity(self.batch_size, self.batch_size * 32);
+            let more = self
+                .source
+                .read_batch(self.batch_size, &mut batch)
+                .map_err(JobError::Source)?;
+            self.metrics
+                .source_records
+                .fetch_add(batch.len() as u64, Ordering::Relaxed);
+            self.router.route(batch)?;
+            send_ready(&mut self.router, &self.targets)?;
+            if !more {
+                break;
+            }
+        }
+        self.acks
+            .send(Ack::SourceEnded)
+            .map_err(|_| JobError::Aborted)?;
+        loop {
+            let barrier = self.triggers.recv().map_err(|_| JobError::Aborted)?;
+            self.barrier(barrier)?;
+            if barrier.last {
+                return Ok(());
+            }
+        }
+    }
+
+    fn barrier(&mut self, barrier: Barrier) -> Result<(), JobError> {
+        self.acks
+            .send(Ack::Source {
+                checkpoint: barrier.checkpoint,
+                position: self.source.position(),
+            })
+            .map_err(|_| JobError::Aborted)?;
+        send_barrier(barrier, &self.targets)
+    }
+}
+
+/// One operator subtask: its instance, its inputs and its routing to the next stage.
+struct SubtaskTask {
+    stage: Stage,
+    stage_index: usize,
+    ctx: SubtaskContext,
+    gate: InputGate,
+    router: Router,
+    targets: Vec<Sender<Message>>,
+    /// `None` when the job does not checkpoint.
+    checkpoints: Option<SubtaskCheckpoints>,
+    assignment: RestoreAssignment,
+    acks: UnboundedSender<Ack>,
+    metrics: Arc<JobMetrics>,
+}
+
+impl SubtaskTask {
+    fn run(mut self) -> Result<(), JobError> {
+        let mut operator = self.stage.factory.instantiate(&self.ctx)?;
+        if let Some(checkpoints) = &mut self.checkpoints {
+            checkpoints
+                .start(operator.state_mut(), &self.assignment)
+                .map_err(|e| self.ctx.error(FailureKind::Restore, e))?;
+        }
+        let metrics = self.metrics.clone();
+        let counters = &metrics.operators[self.stage_index];
+        let i = self.ctx.subtask.0 as usize;
+        let mut last: Option<CheckpointId> = None;
+        loop {
+            match self.gate.recv()? {
+                Event::Batch(batch) => {
+                    counters.records_in[i].fetch_add(batch.len() as u64, Ordering::Relaxed);
+                    let out = operator.process(batch)?;
+                    counters.records_out[i].fetch_add(out.len() as u64, Ordering::Relaxed);
+                    self.router.route(out)?;
+                    send_ready(&mut self.router, &self.targets)?;
+                }
+                Event::Barrier(barrier) => {
+                    if barrier.last {
+                        let out = operator.close()?;
+                        counters.records_out[i].fetch_add(out.len() as u64, Ordering::Relaxed);
+                        self.router.route(out)?;
+                        send_ready(&mut self.router, &self.targets)?;
+                        last = Some(barrier.checkpoint);
+                    }
+                    self.snapshot(operator.as_mut(), barrier.checkpoint)?;
+                    send_barrier(barrier, &self.targets)?;
+                    if barrier.last {
+                        // Nothing follows the last barrier downstream.
+                        self.targets.clear();
+                    }
+                }
+                Event::Notification(Notification::Complete {
+                    completed,
+                    earliest_retained,
+                }) => {
+                    if let Some(checkpoints) = &mut self.checkpoints {
+                        checkpoints.complete(completed, earliest_retained);
+                    }
+                    if last.is_some_and(|l| completed >= l) {
+                        break;
+                    }
+                }
+                Event::Notification(Notification::Retake(checkpoint)) => {
+                    self.snapshot(operator.as_mut(), checkpoint)?;
+                }
+                Event::Notification(Notification::Abort(_)) => {}
+            }
+        }
+        if let Some(checkpoints) = &mut self.checkpoints {
+            checkpoints.finish();
+        }
+        let stats = operator.state().stats();
+        tracing::debug!(
+            operator = %self.ctx.operator,
+            subtask = self.ctx.subtask.0,
+            state_entries = stats.entries,
+            "subtask finished"
+        );
+        Ok(())
+    }
+
+    fn snapshot(
+        &mut self,
+        operator: &mut dyn OperatorInstance,
+        checkpoint: CheckpointId,
+    ) -> Result<(), JobError> {
+        match &mut self.checkpoints {
+            Some(checkpoints) => checkpoints.snapshot(operator.state_mut(), checkpoint),
+            None => {
+                let range = self.ctx.range;
+                self.acks
+                    .send(Ack::Subtask {
+                        checkpoint,
+                        operator: self.stage_index,
+                        subtask: self.ctx.subtask.0,
+                        result: Ok(crate::checkpoint::metadata::SubtaskHandle {
+                            subtask: self.ctx.subtask.0,
+                            key_groups: (range.start, range.end),
+                            chain: Vec::new(),
+                        }),
+                    })
+                    .map_err(|_| JobError::Aborted)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The sink: writes, stages at barriers, commits on completion.
+struct SinkTask {
+    sink: Box<dyn Sink>,
+    gate: InputGate,
+    restored: Option<CheckpointId>,
+    acks: UnboundedSender<Ack>,
+    metrics: Arc<JobMetrics>,
+}
+
+impl SinkTask {
+    fn run(mut self) -> Result<(), JobError> {
+        self.sink.recover(self.restored).map_err(JobError::Sink)?;
+        let mut last: Option<CheckpointId> = None;
+        loop {
+            match self.gate.recv()? {
+                Event::Batch(batch) => {
+                    self.sink.write(&batch).map_err(JobError::Sink)?;
+                    self.metrics
+                        .sink_records
+                        .fetch_add(batch.len() as u64, Ordering::Relaxed);
+                }
+                Event::Barrier(barrier) => {
+                    if barrier.last {
+                        last = Some(barrier.checkpoint);
+                    }
+                    self.stage(barrier.checkpoint)?;
+                }
+                Event::Notification(Notification::Retake(checkpoint)) => {
+                    self.stage(checkpoint)?;
+                }
+                Event::Notification(Notification::Complete { completed, .. }) => {
+                    self.sink.commit(completed).map_err(JobError::Sink)?;
+                    if last.is_some_and(|l| completed >= l) {
+                        return Ok(());
+                    }
+                }
+                Event::Notification(Notification::Abort(_)) => {}
+            }
+        }
+    }
+
+    fn stage(&mut self, checkpoint: CheckpointId) -> Result<(), JobError> {
+        let result = self.sink.stage(checkpoint).map_err(|e| e.to_string());
+        self.acks
+            .send(Ack::Sink { checkpoint, result })
+            .map_err(|_| JobError::Aborted)
+    }
 }

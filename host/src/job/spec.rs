@@ -24,6 +24,13 @@
 //! [sink]
 //! kind = "file"                  # or "stdout", "discard"
 //! path = "out.txt"
+//!
+//! [checkpoints]                  # optional: without it, nothing is checkpointed
+//! store = "file:///var/weir"     # any object_store URL; default: a folder next to the job file
+//! interval_ms = 1000             # how often a checkpoint starts
+//! retain = 2                     # completed checkpoints kept (at least 1)
+//! max_chain = 8                  # artifacts in a subtask's chain before a full snapshot
+//! restart_attempts = 3           # automatic restarts from the latest checkpoint
 //! ```
 //!
 //! Unknown fields are errors, reported with line and column; checks that need more than the
@@ -50,6 +57,40 @@ pub struct JobFile {
     #[serde(default)]
     pub operators: Vec<OperatorFile>,
     pub sink: SinkSpec,
+    pub checkpoints: Option<CheckpointsFile>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CheckpointsFile {
+    pub store: Option<String>,
+    pub interval_ms: Option<u64>,
+    pub retain: Option<usize>,
+    pub max_chain: Option<usize>,
+    pub restart_attempts: Option<u32>,
+}
+
+/// How a job checkpoints, checked.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CheckpointSpec {
+    /// The object-store URL under which the job's checkpoints live.
+    pub store: String,
+    pub interval: Duration,
+    /// Completed checkpoints kept, at least 1.
+    pub retain: usize,
+    /// Artifacts a subtask's chain may hold before its next snapshot is a full one.
+    pub max_chain: usize,
+    /// Times a failed run is restarted from its latest checkpoint.
+    pub restart_attempts: u32,
+}
+
+impl CheckpointSpec {
+    pub const DEFAULT_INTERVAL: Duration = Duration::from_secs(1);
+    pub const DEFAULT_RETAIN: usize = 2;
+    pub const DEFAULT_MAX_CHAIN: usize = 8;
+    pub const DEFAULT_RESTART_ATTEMPTS: u32 = 3;
+    /// The folder, next to the job file, that holds checkpoints when no store is named.
+    pub const DEFAULT_FOLDER: &str = ".weir-checkpoints";
 }
 
 #[derive(Debug, Deserialize)]
@@ -133,6 +174,7 @@ pub struct JobSpec {
     pub source: SourceSpec,
     pub operators: Vec<OperatorSpec>,
     pub sink: SinkSpec,
+    pub checkpoints: Option<CheckpointSpec>,
 }
 
 #[derive(Clone, Debug)]
@@ -300,6 +342,10 @@ impl Checker<'_> {
                 SinkSpec::File { path: resolved }
             }
         };
+        let checkpoints = file
+            .checkpoints
+            .map(|c| self.check_checkpoints(c))
+            .transpose()?;
         Ok(JobSpec {
             name: file.job.name,
             key_groups: KeyGroups::new(max),
@@ -307,6 +353,60 @@ impl Checker<'_> {
             source,
             operators,
             sink,
+            checkpoints,
+        })
+    }
+
+    fn check_checkpoints(&self, file: CheckpointsFile) -> Result<CheckpointSpec, SpecError> {
+        let store = match file.store {
+            Some(url) => {
+                url::Url::parse(&url).map_err(|e| {
+                    self.invalid(
+                        "[checkpoints] store",
+                        format!("{url:?} is not a URL ({e}); write e.g. \"file:///var/weir\" or \"s3://bucket/prefix\""),
+                    )
+                })?;
+                url
+            }
+            None => {
+                let dir = std::path::absolute(self.base.join(CheckpointSpec::DEFAULT_FOLDER))
+                    .map_err(|e| self.invalid("[checkpoints] store", e.to_string()))?;
+                url::Url::from_directory_path(&dir)
+                    .map_err(|()| {
+                        self.invalid(
+                            "[checkpoints] store",
+                            format!("cannot name {} as a URL", dir.display()),
+                        )
+                    })?
+                    .to_string()
+            }
+        };
+        let interval = Duration::from_millis(
+            file.interval_ms
+                .unwrap_or(CheckpointSpec::DEFAULT_INTERVAL.as_millis() as u64),
+        );
+        if interval.is_zero() {
+            return Err(self.invalid("[checkpoints] interval_ms", "must be at least 1"));
+        }
+        let retain = file.retain.unwrap_or(CheckpointSpec::DEFAULT_RETAIN);
+        if retain == 0 {
+            return Err(self.invalid(
+                "[checkpoints] retain",
+                "must be at least 1: a job always keeps its latest checkpoint",
+            ));
+        }
+        let max_chain = file.max_chain.unwrap_or(CheckpointSpec::DEFAULT_MAX_CHAIN);
+        if max_chain == 0 {
+            return Err(self.invalid("[checkpoints] max_chain", "must be at least 1"));
+        }
+        Ok(CheckpointSpec {
+            store,
+            interval,
+            retain,
+            max_chain,
+            restart_attempts: file
+                .restart_attempts
+                .unwrap_or(CheckpointSpec::DEFAULT_RESTART_ATTEMPTS),
         })
     }
 

@@ -22,6 +22,8 @@ pub enum FailureKind {
     MemoryLimit,
     /// The guest returned a malformed batch.
     BadOutput,
+    /// Its state could not be restored from a checkpoint.
+    Restore,
 }
 
 impl fmt::Display for FailureKind {
@@ -34,6 +36,7 @@ impl fmt::Display for FailureKind {
             FailureKind::CpuLimit => "exceeded its CPU time limit",
             FailureKind::MemoryLimit => "exceeded its memory limit",
             FailureKind::BadOutput => "returned a malformed batch",
+            FailureKind::Restore => "could not restore its state",
         })
     }
 }

@@ -72,6 +72,9 @@ pub trait OperatorInstance: Send {
 
     /// The instance's keyed state.
     fn state(&self) -> &KeyedStateBackend;
+
+    /// The instance's keyed state, to snapshot or restore it between batches.
+    fn state_mut(&mut self) -> &mut KeyedStateBackend;
 }
 
 /// Makes one [`OperatorInstance`] per subtask.

@@ -1,6 +1,7 @@
 //! Property tests of the backend's snapshots against a `BTreeMap` oracle: random writes,
-//! snapshots and restores over a tiny key space (to force collisions, overwrites, removals
-//! and clears of the same keys).
+//! incremental and full snapshots, restores, and crashes (also between the two phases of a
+//! snapshot) over a tiny key space (to force collisions, overwrites, removals and clears of
+//! the same keys).
 
 use std::collections::BTreeMap;
 
@@ -23,8 +24,15 @@ enum Op {
     ListAppend(u8, Vec<u8>),
     ListClear(u8),
     Snapshot,
-    /// Restore the chain up to the n-th snapshot taken so far (modulo their number).
+    /// A full snapshot: the chain starts again from it.
+    FullSnapshot,
+    /// Restore the chain of the n-th completed snapshot (modulo their number).
     Restore(usize),
+    /// The process dies, after the synchronous phase of a snapshot whose upload never
+    /// happened if `mid_snapshot`; the subtask restarts from its last completed snapshot.
+    Crash {
+        mid_snapshot: bool,
+    },
 }
 
 fn value() -> impl Strategy<Value = Vec<u8>> {
@@ -47,7 +55,9 @@ fn op() -> impl Strategy<Value = Op> {
         3 => (key.clone(), value()).prop_map(|(k, v)| Op::ListAppend(k, v)),
         1 => key.prop_map(Op::ListClear),
         2 => Just(Op::Snapshot),
+        1 => Just(Op::FullSnapshot),
         1 => any::<usize>().prop_map(Op::Restore),
+        1 => any::<bool>().prop_map(|mid_snapshot| Op::Crash { mid_snapshot }),
     ]
 }
 
@@ -201,8 +211,12 @@ fn run(ops: Vec<Op>) -> Result<(), TestCaseError> {
     let groups = KeyGroups::new(8);
     let (mut backend, ids) = new_backend(groups, 0, 1);
     let mut oracle = Dump::default();
+    // The chain of the last completed snapshot, and every completed snapshot's chain and
+    // state.
     let mut chain: Vec<Increment> = Vec::new();
-    let mut at_snapshot: Vec<Dump> = Vec::new();
+    let mut completed: Vec<(Vec<Increment>, Dump)> = Vec::new();
+    // Checkpoint ids only grow, also across crashes (they are the coordinator's).
+    let mut next_id = 1;
     for op in ops {
         let key_of = |k: u8| key_bytes(k);
         match op {
@@ -260,27 +274,43 @@ fn run(ops: Vec<Op>) -> Result<(), TestCaseError> {
                     .expect("clear");
                 oracle.lists.remove(&key);
             }
-            Op::Snapshot => {
-                let increment = backend.snapshot();
-                prop_assert_eq!(increment.checkpoint, CheckpointId(chain.len() as u64 + 1));
+            Op::Snapshot | Op::FullSnapshot => {
+                let id = CheckpointId(next_id);
+                next_id += 1;
+                let increment = if matches!(op, Op::FullSnapshot) {
+                    chain.clear();
+                    backend.snapshot_full(id)
+                } else {
+                    backend.snapshot_for(id)
+                };
+                prop_assert_eq!(increment.checkpoint, id);
                 // Every increment goes through the stored format, as it would in a checkpoint.
                 let bytes = format::encode(&increment).expect("encode");
                 let stored = format::decode(&bytes, None).expect("decode");
                 prop_assert_eq!(&stored, &increment);
                 chain.push(stored);
-                at_snapshot.push(oracle.clone());
+                completed.push((chain.clone(), oracle.clone()));
                 prop_assert_eq!(backend.stats().dirty_keys, 0);
             }
-            Op::Restore(n) if !chain.is_empty() => {
-                let n = n % chain.len();
-                let b = restored(groups, &chain[..=n], 0, 1);
-                prop_assert_eq!(&dump(&b), &at_snapshot[n], "restore of snapshot {}", n + 1);
+            Op::Restore(n) if !completed.is_empty() => {
+                let (chain, state) = &completed[n % completed.len()];
+                let b = restored(groups, chain, 0, 1);
+                prop_assert_eq!(&dump(&b), state, "restore of snapshot {}", n);
             }
             Op::Restore(_) => {}
+            Op::Crash { mid_snapshot } => {
+                if mid_snapshot {
+                    // The synchronous phase ran; the artifact never reached the store.
+                    let _lost = backend.snapshot_for(CheckpointId(next_id));
+                    next_id += 1;
+                }
+                backend = restored(groups, &chain, 0, 1);
+                oracle = completed.last().map(|(_, d)| d.clone()).unwrap_or_default();
+            }
         }
         prop_assert_eq!(&dump(&backend), &oracle, "live state");
     }
-    if let (Some(last), Some(expected)) = (chain.last(), at_snapshot.last()) {
+    if let (Some(last), Some((_, expected))) = (chain.last(), completed.last()) {
         // The chain, a full snapshot and a rescaled restore all give the same state.
         let from_chain = restored(groups, &chain, 0, 1);
         prop_assert_eq!(&dump(&from_chain), expected);

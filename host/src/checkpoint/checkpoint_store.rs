@@ -1,0 +1,230 @@
+//! [`CheckpointStore`]: where a job's checkpoints live in an object store, and the few
+//! operations on them.
+//!
+//! ```text
+//! <store prefix>/<job>/checkpoints/chk-00000000000000000007.json   metadata, by the coordinator
+//! <store prefix>/<job>/state/<operator>/<subtask>/chk-…07-<run>.inc artifacts, by their owner
+//! ```
+//!
+//! Each subtask writes under its own prefix and only it deletes there, so that cleanup and
+//! orphan sweeps never need a lock. Artifact names carry the run that wrote them, so a run
+//! restored from an older checkpoint never overwrites an artifact a retained checkpoint of an
+//! earlier run still references.
+
+use std::sync::Arc;
+
+use futures::TryStreamExt;
+use object_store::path::Path;
+use object_store::{ObjectStore, ObjectStoreExt, PutPayload};
+
+use super::metadata::{CheckpointMetadata, METADATA_VERSION};
+use super::storage::{StorageError, open_store};
+use crate::ids::{CheckpointId, SubtaskIndex};
+
+/// A job's checkpoints in one object store.
+#[derive(Clone, Debug)]
+pub struct CheckpointStore {
+    store: Arc<dyn ObjectStore>,
+    /// `<store prefix>/<job>`.
+    root: Path,
+}
+
+impl CheckpointStore {
+    /// The checkpoints of `job` in the store named by `url`.
+    pub fn open(url: &str, job: &str) -> Result<Self, StorageError> {
+        let (store, prefix) = open_store(url)?;
+        Ok(Self::new(store, &prefix, job))
+    }
+
+    /// The checkpoints of `job` under `prefix` of `store` (a wrapped store, in tests).
+    pub fn new(store: Arc<dyn ObjectStore>, prefix: &Path, job: &str) -> Self {
+        Self {
+            store,
+            root: prefix.clone().join(job),
+        }
+    }
+
+    pub fn object_store(&self) -> &Arc<dyn ObjectStore> {
+        &self.store
+    }
+
+    /// The full path of an artifact named relative to the job's folder.
+    pub fn resolve(&self, relative: &str) -> Path {
+        Path::from_iter(self.root.parts().chain(Path::from(relative).parts()))
+    }
+
+    /// The path relative to the job's folder, as recorded in metadata.
+    pub fn relative(&self, path: &Path) -> String {
+        path.prefix_match(&self.root)
+            .map(|parts| Path::from_iter(parts).to_string())
+            .unwrap_or_else(|| path.to_string())
+    }
+
+    /// The folder a subtask writes its artifacts to and sweeps.
+    pub fn subtask_prefix(&self, operator: &str, subtask: SubtaskIndex) -> Path {
+        self.root
+            .clone()
+            .join("state")
+            .join(operator)
+            .join(subtask.0.to_string())
+    }
+
+    /// The artifact of `checkpoint` written by a subtask in run `run`.
+    pub fn artifact_path(
+        &self,
+        operator: &str,
+        subtask: SubtaskIndex,
+        checkpoint: CheckpointId,
+        run: &str,
+    ) -> Path {
+        self.subtask_prefix(operator, subtask)
+            .join(format!("chk-{:020}-{run}.inc", checkpoint.0))
+    }
+
+    fn metadata_folder(&self) -> Path {
+        self.root.clone().join("checkpoints")
+    }
+
+    pub fn metadata_path(&self, id: CheckpointId) -> Path {
+        self.metadata_folder()
+            .join(format!("chk-{:020}.json", id.0))
+    }
+
+    /// Writes a checkpoint's metadata, which completes it.
+    pub async fn write_metadata(&self, metadata: &CheckpointMetadata) -> Result<(), StorageError> {
+        let path = self.metadata_path(metadata.id);
+        let json = serde_json::to_vec_pretty(metadata).map_err(|e| StorageError::Metadata {
+            path: path.clone(),
+            message: e.to_string(),
+        })?;
+        self.store
+            .put(&path, PutPayload::from(json))
+            .await
+            .map_err(|source| StorageError::Store { path, source })?;
+        Ok(())
+    }
+
+    /// Whether a checkpoint's metadata exists: after a failed write, whose reply may have been
+    /// lost while the object was written.
+    pub async fn metadata_exists(&self, id: CheckpointId) -> Result<bool, StorageError> {
+        let path = self.metadata_path(id);
+        match self.store.head(&path).await {
+            Ok(_) => Ok(true),
+            Err(object_store::Error::NotFound { .. }) => Ok(false),
+            Err(source) => Err(StorageError::Store { path, source }),
+        }
+    }
+
+    /// Removes a checkpoint's metadata (retention); a missing object is fine.
+    pub async fn delete_metadata(&self, id: CheckpointId) -> Result<(), StorageError> {
+        delete_if_present(self.store.as_ref(), &self.metadata_path(id)).await
+    }
+
+    /// The ids of the completed checkpoints, ascending.
+    pub async fn completed(&self) -> Result<Vec<CheckpointId>, StorageError> {
+        let folder = self.metadata_folder();
+        let objects: Vec<_> =
+            self.store
+                .list(Some(&folder))
+                .try_collect()
+                .await
+                .map_err(|source| StorageError::Store {
+                    path: folder.clone(),
+                    source,
+                })?;
+        let mut ids: Vec<CheckpointId> = objects
+            .iter()
+            .filter_map(|o| {
+                let name = o.location.filename()?;
+                let digits = name.strip_prefix("chk-")?.strip_suffix(".json")?;
+                digits.parse().ok().map(CheckpointId)
+            })
+            .collect();
+        ids.sort();
+        Ok(ids)
+    }
+
+    /// The metadata of a completed checkpoint.
+    pub async fn read_metadata(
+        &self,
+        id: CheckpointId,
+    ) -> Result<CheckpointMetadata, StorageError> {
+        let path = self.metadata_path(id);
+        let bytes = self
+            .store
+            .get(&path)
+            .await
+            .map_err(|source| StorageError::Store {
+                path: path.clone(),
+                source,
+            })?
+            .bytes()
+            .await
+            .map_err(|source| StorageError::Store {
+                path: path.clone(),
+                source,
+            })?;
+        parse_metadata(&bytes, path.as_ref())
+    }
+
+    /// Every object under a subtask's prefix.
+    pub async fn list_subtask(
+        &self,
+        operator: &str,
+        subtask: SubtaskIndex,
+    ) -> Result<Vec<Path>, StorageError> {
+        let prefix = self.subtask_prefix(operator, subtask);
+        let objects: Vec<_> =
+            self.store
+                .list(Some(&prefix))
+                .try_collect()
+                .await
+                .map_err(|source| StorageError::Store {
+                    path: prefix.clone(),
+                    source,
+                })?;
+        Ok(objects.into_iter().map(|o| o.location).collect())
+    }
+
+    /// Every object of the job, for inspection and tests.
+    pub async fn list_all(&self) -> Result<Vec<Path>, StorageError> {
+        let objects: Vec<_> = self
+            .store
+            .list(Some(&self.root))
+            .try_collect()
+            .await
+            .map_err(|source| StorageError::Store {
+                path: self.root.clone(),
+                source,
+            })?;
+        Ok(objects.into_iter().map(|o| o.location).collect())
+    }
+}
+
+/// Parses metadata read from `origin` (a path, for messages).
+pub fn parse_metadata(bytes: &[u8], origin: &str) -> Result<CheckpointMetadata, StorageError> {
+    let bad = |message: String| StorageError::Metadata {
+        path: Path::from(origin),
+        message,
+    };
+    let metadata: CheckpointMetadata =
+        serde_json::from_slice(bytes).map_err(|e| bad(format!("not checkpoint metadata: {e}")))?;
+    if metadata.version != METADATA_VERSION {
+        return Err(bad(format!(
+            "metadata version {} is not supported (this Weir reads version {METADATA_VERSION})",
+            metadata.version
+        )));
+    }
+    Ok(metadata)
+}
+
+/// Deletes `path`; an object already gone counts as deleted, so deletes can be retried.
+pub async fn delete_if_present(store: &dyn ObjectStore, path: &Path) -> Result<(), StorageError> {
+    match store.delete(path).await {
+        Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
+        Err(source) => Err(StorageError::Store {
+            path: path.clone(),
+            source,
+        }),
+    }
+}

@@ -1,0 +1,66 @@
+//! The messages between the coordinator and the job's tasks (DESIGN.md §1, §5).
+//!
+//! They are plain values sent over channels, even inside one process, so that running tasks
+//! in other processes would change the transport and not the protocol:
+//!
+//! - the coordinator asks the source for a checkpoint ([`Barrier`] on the source's trigger
+//!   channel); the source records its position and sends the barrier down every edge;
+//! - a task with several inputs aligns the barrier (waits until it came on every input), takes
+//!   its snapshot and forwards it; the sink stages its output;
+//! - every task acknowledges ([`Ack`]); subtasks with their handle once their artifacts are
+//!   uploaded;
+//! - the coordinator writes the metadata and tells every task ([`Notification`]).
+
+use crate::connectors::SourcePosition;
+use crate::ids::CheckpointId;
+
+use super::metadata::SubtaskHandle;
+
+/// A checkpoint's barrier. Every record before it on a channel belongs to the checkpoint.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Barrier {
+    pub checkpoint: CheckpointId,
+    /// The source has ended: nothing follows this barrier, and operators close before they
+    /// snapshot, so the checkpoint holds the job's final state and output.
+    pub last: bool,
+}
+
+/// A task's acknowledgement of a checkpoint, or the source's report that it has ended.
+#[derive(Debug)]
+pub enum Ack {
+    /// The source sent the barrier; it resumes from `position`.
+    Source {
+        checkpoint: CheckpointId,
+        position: SourcePosition,
+    },
+    /// The source has read all its input and waits for the last checkpoint.
+    SourceEnded,
+    /// A subtask snapshotted and uploaded its state, or could not.
+    Subtask {
+        checkpoint: CheckpointId,
+        operator: usize,
+        subtask: u32,
+        result: Result<SubtaskHandle, String>,
+    },
+    /// The sink staged its output, or could not.
+    Sink {
+        checkpoint: CheckpointId,
+        result: Result<(), String>,
+    },
+}
+
+/// What the coordinator tells the subtasks and the sink.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Notification {
+    /// `completed` is complete; every checkpoint before `earliest_retained` is gone.
+    Complete {
+        completed: CheckpointId,
+        earliest_retained: CheckpointId,
+    },
+    /// The checkpoint failed; its artifacts stay with their owners, as a later increment may
+    /// build on them.
+    Abort(CheckpointId),
+    /// After the last barrier, when the last checkpoint failed: take the checkpoint again
+    /// without a barrier (every task is idle, so no record can be on the way).
+    Retake(CheckpointId),
+}

@@ -1,0 +1,406 @@
+//! [`SubtaskCheckpoints`]: a subtask's side of checkpointing: snapshots, uploads, its chain,
+//! cleanup of the artifacts it owns, and restore with an orphan sweep.
+//!
+//! The subtask's thread only runs the synchronous phase of a snapshot (taking the dirty sets,
+//! pinning values); encoding and upload run on the tokio runtime while records keep flowing,
+//! and the acknowledgement goes to the coordinator once every artifact of the chain is in the
+//! store. A failed upload fails that checkpoint only: the increment stays in memory and is
+//! uploaded again at the next barrier, since later increments build on it.
+//!
+//! Cleanup follows DESIGN.md §5: the subtask remembers, per checkpoint it snapshotted or
+//! restored, which of its own artifacts that checkpoint references. On
+//! `complete(completed, earliest_retained)` it deletes those referenced only by checkpoints
+//! before `earliest_retained`, never one referenced by a retained or later (in-flight)
+//! checkpoint or by its current chain. Deletes run off the processing path, a few at a time,
+//! and a missing object counts as deleted, so a repeated or lost notification does no harm.
+
+use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::sync::Arc;
+
+use futures::StreamExt;
+use futures::future::{BoxFuture, FutureExt, Shared};
+use object_store::{ObjectStoreExt, PutPayload};
+use tokio::runtime::Handle;
+use tokio::sync::mpsc::UnboundedSender;
+use tokio::task::JoinHandle;
+
+use super::actor::{Actor, acting};
+use super::checkpoint_store::{CheckpointStore, delete_if_present};
+use super::format;
+use super::metadata::{ArtifactRef, CheckpointMetadata, SubtaskHandle};
+use super::protocol::Ack;
+use super::storage::read_increment;
+use crate::ids::{CheckpointId, SubtaskIndex};
+use crate::partition::KeyGroupRange;
+use crate::state::{Increment, KeyedStateBackend};
+
+/// Deletes one subtask's cleanup runs at a time.
+const CLEANUP_CONCURRENCY: usize = 4;
+/// Attempts per delete before the object is left to a later sweep.
+const DELETE_ATTEMPTS: u32 = 5;
+
+/// An upload's outcome: the artifact's size, or why it failed.
+type Upload = Shared<BoxFuture<'static, Result<u64, String>>>;
+
+/// One artifact of the subtask's current chain.
+struct Link {
+    /// Its reference; `bytes` is filled in when the upload completes.
+    artifact: ArtifactRef,
+    upload: Upload,
+    /// Kept until the upload is known to have succeeded, to upload it again otherwise.
+    increment: Option<Arc<Increment>>,
+}
+
+/// Where a subtask is and what it needs to talk to the store and the coordinator.
+pub struct SubtaskCheckpoints {
+    store: CheckpointStore,
+    runtime: Handle,
+    acks: UnboundedSender<Ack>,
+    operator: String,
+    operator_index: usize,
+    subtask: SubtaskIndex,
+    range: KeyGroupRange,
+    /// Names this run's artifacts apart from other runs'.
+    run: Arc<str>,
+    max_chain: usize,
+    chain: Vec<Link>,
+    /// Per checkpoint that may still be retained: the artifacts of this subtask it references.
+    referenced: BTreeMap<CheckpointId, Vec<String>>,
+    cleanups: Vec<JoinHandle<()>>,
+}
+
+/// What a subtask is told when it starts: the whole picture of the store.
+#[derive(Clone, Debug)]
+pub struct RestoreAssignment {
+    /// The checkpoint to restore, if any.
+    pub restored: Option<Arc<CheckpointMetadata>>,
+    /// Every retained checkpoint (the restored one among them): their artifacts stay.
+    pub retained: Vec<Arc<CheckpointMetadata>>,
+}
+
+/// Who a subtask is, for [`SubtaskCheckpoints::new`].
+pub struct SubtaskIdentity {
+    pub operator: String,
+    pub operator_index: usize,
+    pub subtask: SubtaskIndex,
+    pub range: KeyGroupRange,
+}
+
+impl SubtaskCheckpoints {
+    pub fn new(
+        store: CheckpointStore,
+        runtime: Handle,
+        acks: UnboundedSender<Ack>,
+        identity: SubtaskIdentity,
+        run: Arc<str>,
+        max_chain: usize,
+    ) -> Self {
+        Self {
+            store,
+            runtime,
+            acks,
+            operator: identity.operator,
+            operator_index: identity.operator_index,
+            subtask: identity.subtask,
+            range: identity.range,
+            run,
+            max_chain: max_chain.max(1),
+            chain: Vec::new(),
+            referenced: BTreeMap::new(),
+            cleanups: Vec::new(),
+        }
+    }
+
+    /// Rebuilds `backend` from the subtask's chain in the restored checkpoint, if any,
+    /// reading only its key groups; then deletes every object under its prefix that no
+    /// retained checkpoint references: artifacts of checkpoints that never completed.
+    pub fn start(
+        &mut self,
+        backend: &mut KeyedStateBackend,
+        assignment: &RestoreAssignment,
+    ) -> Result<(), String> {
+        for metadata in &assignment.retained {
+            if let Ok(handle) = self.handle_in(metadata) {
+                let own = self.own_paths(handle.chain.iter());
+                self.referenced.insert(metadata.id, own);
+            }
+        }
+        if let Some(restored) = &assignment.restored {
+            self.restore(backend, restored)?;
+        }
+        self.sweep_orphans()
+    }
+
+    fn restore(
+        &mut self,
+        backend: &mut KeyedStateBackend,
+        restored: &CheckpointMetadata,
+    ) -> Result<(), String> {
+        let handle = self.handle_in(restored)?.clone();
+        for artifact in &handle.chain {
+            let path = self.store.resolve(&artifact.path);
+            let increment = self
+                .runtime
+                .block_on(read_increment(
+                    self.store.object_store().as_ref(),
+                    &path,
+                    self.range,
+                ))
+                .map_err(|e| format!("cannot restore checkpoint {}: {e}", restored.id))?;
+            backend
+                .restore(&increment)
+                .map_err(|e| format!("cannot restore {path}: {e}"))?;
+        }
+        let own = self.own_paths(handle.chain.iter());
+        self.referenced.insert(restored.id, own);
+        self.chain = handle
+            .chain
+            .iter()
+            .map(|artifact| Link {
+                artifact: artifact.clone(),
+                upload: futures::future::ready(Ok(artifact.bytes)).boxed().shared(),
+                increment: None,
+            })
+            .collect();
+        Ok(())
+    }
+
+    fn handle_in<'m>(&self, metadata: &'m CheckpointMetadata) -> Result<&'m SubtaskHandle, String> {
+        let operator = metadata.operator(&self.operator).ok_or_else(|| {
+            format!(
+                "checkpoint {} has no operator `{}`: it belongs to another job",
+                metadata.id, self.operator
+            )
+        })?;
+        operator
+            .subtasks
+            .get(self.subtask.0 as usize)
+            .filter(|h| h.range() == self.range)
+            .ok_or_else(|| {
+                format!(
+                    "checkpoint {} ran operator `{}` with parallelism {}; restore it with the same parallelism",
+                    metadata.id, self.operator, operator.parallelism
+                )
+            })
+    }
+
+    fn own_paths<'a>(&self, artifacts: impl Iterator<Item = &'a ArtifactRef>) -> Vec<String> {
+        artifacts
+            .filter(|a| a.owner == self.subtask.0)
+            .map(|a| a.path.clone())
+            .collect()
+    }
+
+    /// Deletes what no retained checkpoint references under the subtask's prefix.
+    fn sweep_orphans(&mut self) -> Result<(), String> {
+        let keep: HashSet<&str> = self
+            .referenced
+            .values()
+            .flatten()
+            .map(String::as_str)
+            .collect();
+        let present = self
+            .runtime
+            .block_on(self.store.list_subtask(&self.operator, self.subtask))
+            .map_err(|e| format!("cannot sweep orphans: {e}"))?;
+        let orphans: Vec<String> = present
+            .iter()
+            .map(|p| self.store.relative(p))
+            .filter(|p| !keep.contains(p.as_str()))
+            .collect();
+        if !orphans.is_empty() {
+            tracing::info!(
+                operator = %self.operator,
+                subtask = self.subtask.0,
+                orphans = orphans.len(),
+                "deleting artifacts of checkpoints that never completed"
+            );
+            let task = self.delete(orphans.into_iter().collect());
+            self.runtime
+                .block_on(task)
+                .map_err(|e| format!("orphan sweep panicked: {e}"))?;
+        }
+        Ok(())
+    }
+
+    /// The barrier of `checkpoint` passed: takes the snapshot, starts its upload, and
+    /// acknowledges once the whole chain is stored.
+    pub fn snapshot(&mut self, backend: &mut KeyedStateBackend, checkpoint: CheckpointId) {
+        self.retry_failed_uploads();
+        let full = self.chain.len() >= self.max_chain;
+        let increment = if full {
+            self.chain.clear();
+            backend.snapshot_full(checkpoint)
+        } else {
+            backend.snapshot_for(checkpoint)
+        };
+        if !increment.is_empty() {
+            let path =
+                self.store
+                    .artifact_path(&self.operator, self.subtask, checkpoint, &self.run);
+            let increment = Arc::new(increment);
+            self.chain.push(Link {
+                artifact: ArtifactRef {
+                    path: self.store.relative(&path),
+                    checkpoint,
+                    bytes: 0,
+                    full,
+                    owner: self.subtask.0,
+                },
+                upload: self.upload(&path, increment.clone()),
+                increment: Some(increment),
+            });
+        }
+        let own = self.own_paths(self.chain.iter().map(|l| &l.artifact));
+        self.referenced.insert(checkpoint, own);
+        self.acknowledge(checkpoint);
+    }
+
+    /// Acknowledges `checkpoint` once every upload of the current chain has finished.
+    fn acknowledge(&self, checkpoint: CheckpointId) {
+        let links: Vec<(ArtifactRef, Upload)> = self
+            .chain
+            .iter()
+            .map(|l| (l.artifact.clone(), l.upload.clone()))
+            .collect();
+        let acks = self.acks.clone();
+        let (operator, subtask, range) = (self.operator_index, self.subtask.0, self.range);
+        self.runtime.spawn(async move {
+            let mut chain = Vec::with_capacity(links.len());
+            let mut result = Ok(());
+            for (mut artifact, upload) in links {
+                match upload.await {
+                    Ok(bytes) => {
+                        artifact.bytes = bytes;
+                        chain.push(artifact);
+                    }
+                    Err(e) => {
+                        result = Err(e);
+                        break;
+                    }
+                }
+            }
+            let result = result.map(|()| SubtaskHandle {
+                subtask,
+                key_groups: (range.start, range.end),
+                chain,
+            });
+            // The coordinator is gone only when the job is stopping.
+            let _ = acks.send(Ack::Subtask {
+                checkpoint,
+                operator,
+                subtask,
+                result,
+            });
+        });
+    }
+
+    /// Starts encoding and writing an increment; the upload runs whether or not anyone
+    /// waits for it.
+    fn upload(&self, path: &object_store::path::Path, increment: Arc<Increment>) -> Upload {
+        let store = self.store.object_store().clone();
+        let path = path.clone();
+        let upload = async move {
+            let bytes = tokio::task::spawn_blocking(move || format::encode(&increment))
+                .await
+                .map_err(|e| format!("encoding {path} panicked: {e}"))?
+                .map_err(|e| format!("cannot encode {path}: {e}"))?;
+            let size = bytes.len() as u64;
+            store
+                .put(&path, PutPayload::from(bytes))
+                .await
+                .map_err(|e| format!("cannot write {path}: {e}"))?;
+            Ok(size)
+        }
+        .boxed()
+        .shared();
+        self.runtime.spawn(upload.clone());
+        upload
+    }
+
+    /// Uploads again every increment of the chain whose upload failed, and lets go of those
+    /// that are stored.
+    fn retry_failed_uploads(&mut self) {
+        for i in 0..self.chain.len() {
+            match self.chain[i].upload.peek() {
+                Some(Ok(_)) => self.chain[i].increment = None,
+                Some(Err(_)) => {
+                    if let Some(increment) = self.chain[i].increment.clone() {
+                        let path = self.store.resolve(&self.chain[i].artifact.path);
+                        self.chain[i].upload = self.upload(&path, increment);
+                    }
+                }
+                None => {}
+            }
+        }
+    }
+
+    /// `complete(completed, earliest_retained)`: deletes the artifacts this subtask owns that
+    /// only checkpoints before `earliest_retained` referenced.
+    pub fn complete(&mut self, completed: CheckpointId, earliest_retained: CheckpointId) {
+        let keep_from = earliest_retained.min(completed);
+        let retained = self.referenced.split_off(&keep_from);
+        let released = std::mem::replace(&mut self.referenced, retained);
+        let keep: HashSet<&str> = self
+            .referenced
+            .values()
+            .flatten()
+            .map(String::as_str)
+            .chain(self.chain.iter().map(|l| l.artifact.path.as_str()))
+            .collect();
+        let doomed: BTreeSet<String> = released
+            .into_values()
+            .flatten()
+            .filter(|p| !keep.contains(p.as_str()))
+            .collect();
+        if !doomed.is_empty() {
+            let task = self.delete(doomed);
+            self.cleanups.retain(|t| !t.is_finished());
+            self.cleanups.push(task);
+        }
+    }
+
+    /// Deletes `paths` (relative to the job's folder) on the runtime, a few at a time.
+    fn delete(&self, paths: BTreeSet<String>) -> JoinHandle<()> {
+        let store = self.store.clone();
+        let (operator, subtask) = (self.operator.clone(), self.subtask.0);
+        let actor = Actor::Subtask {
+            operator: operator.clone(),
+            subtask,
+        };
+        self.runtime.spawn(acting(actor, async move {
+            futures::stream::iter(paths)
+                .for_each_concurrent(CLEANUP_CONCURRENCY, |relative| {
+                    let store = store.clone();
+                    let operator = operator.clone();
+                    async move {
+                        let path = store.resolve(&relative);
+                        let mut attempt = 0;
+                        loop {
+                            attempt += 1;
+                            match delete_if_present(store.object_store().as_ref(), &path).await {
+                                Ok(()) => break,
+                                Err(e) if attempt >= DELETE_ATTEMPTS => {
+                                    tracing::warn!(%operator, subtask, error = %e, "artifact left for a later sweep");
+                                    break;
+                                }
+                                Err(_) => {
+                                    tokio::time::sleep(std::time::Duration::from_millis(
+                                        10 << attempt,
+                                    ))
+                                    .await;
+                                }
+                            }
+                        }
+                    }
+                })
+                .await;
+        }))
+    }
+
+    /// Waits for running cleanups, at the end of the job.
+    pub fn finish(&mut self) {
+        let cleanups = std::mem::take(&mut self.cleanups);
+        self.runtime.block_on(futures::future::join_all(cleanups));
+    }
+}

@@ -1,0 +1,512 @@
+//! End-to-end checkpoint tests: exactly-once output across SIGKILLs and restores, retried
+//! checkpoints under store faults, and worker-side cleanup over many checkpoints.
+//!
+//! Every job is word count over generated text (tokenizer, then a keyed counter emitting
+//! `word<TAB>running count`), so every output line is distinct and a lost or repeated record
+//! shows as a missing or duplicated line. The expected output is computed here, independently
+//! of Weir: for a word seen `n` times, the lines `word\t1` to `word\tn`.
+
+mod support;
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::Duration;
+
+use object_store::ObjectStore;
+use object_store::memory::InMemory;
+use object_store::path::Path as StorePath;
+use support::{cache_dir, component, stderr, toml_path, write_job};
+use weir_host::checkpoint::actor::Actor;
+use weir_host::checkpoint::instrumented_store::{Faults, InstrumentedStore};
+use weir_host::checkpoint::{CheckpointMetadata, CheckpointStore};
+use weir_host::engine::{ComponentCache, Engine, EngineOptions};
+use weir_host::job::{JobSpec, RunOptions, run_job_in};
+
+/// A small deterministic generator (xorshift), so a failing run can be replayed from its seed.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+}
+
+/// Writes `lines` lines of five words each over `vocabulary` words; returns the expected
+/// output, sorted.
+fn write_input(path: &Path, lines: usize, vocabulary: u64, seed: u64) -> Vec<String> {
+    let mut rng = Rng(seed | 1);
+    let mut text = String::new();
+    let mut counts: BTreeMap<String, u64> = BTreeMap::new();
+    for _ in 0..lines {
+        for i in 0..5 {
+            let word = format!("w{}", rng.below(vocabulary));
+            if i > 0 {
+                text.push(' ');
+            }
+            text.push_str(&word);
+            *counts.entry(word).or_default() += 1;
+        }
+        text.push('\n');
+    }
+    std::fs::write(path, text).expect("write input");
+    let mut expected: Vec<String> = counts
+        .iter()
+        .flat_map(|(w, &n)| (1..=n).map(move |k| format!("{w}\t{k}")))
+        .collect();
+    expected.sort();
+    expected
+}
+
+/// A word-count job file in `dir` with a file sink and the given `[checkpoints]` lines.
+fn job_file(dir: &Path, name: &str, batch_size: usize, checkpoints: &str) -> PathBuf {
+    write_job(
+        dir,
+        &format!(
+            r#"
+            [job]
+            name = "{name}"
+            batch_size = {batch_size}
+            [source]
+            kind = "text-lines"
+            path = "in.txt"
+            [[operators]]
+            name = "tokenize"
+            component = {tokenizer}
+            [[operators]]
+            name = "count"
+            component = {counter}
+            parallelism = 2
+            key_by = "key"
+            [sink]
+            kind = "file"
+            path = "out.txt"
+            [checkpoints]
+            {checkpoints}
+            "#,
+            tokenizer = toml_path(&component("weir-example-tokenizer")),
+            counter = toml_path(&component("weir-example-counter")),
+        ),
+    )
+}
+
+fn committed(dir: &Path) -> Vec<String> {
+    let text = std::fs::read_to_string(dir.join("out.txt")).unwrap_or_default();
+    let mut lines: Vec<String> = text.lines().map(str::to_owned).collect();
+    lines.sort();
+    lines
+}
+
+/// Lines of `got` that are not in `expected` (as multisets): duplicates or inventions.
+fn extra_lines(got: &[String], expected: &[String]) -> Vec<String> {
+    let mut budget: HashMap<&str, i64> = HashMap::new();
+    for e in expected {
+        *budget.entry(e).or_default() += 1;
+    }
+    let mut extra = Vec::new();
+    for g in got {
+        let left = budget.entry(g).or_default();
+        *left -= 1;
+        if *left < 0 {
+            extra.push(g.clone());
+        }
+    }
+    extra
+}
+
+/// Every object of the job in `store` is the metadata of a retained checkpoint or an artifact
+/// one of them references: nothing orphaned, nothing missing.
+async fn assert_store_holds_exactly_the_retained(store: &CheckpointStore) {
+    let mut expected = BTreeSet::new();
+    for id in store.completed().await.expect("list checkpoints") {
+        expected.insert(store.metadata_path(id).to_string());
+        let metadata = store.read_metadata(id).await.expect("read metadata");
+        for artifact in metadata.artifacts() {
+            expected.insert(store.resolve(&artifact.path).to_string());
+        }
+    }
+    let present: BTreeSet<String> = store
+        .list_all()
+        .await
+        .expect("list")
+        .iter()
+        .map(ToString::to_string)
+        .collect();
+    assert_eq!(
+        present, expected,
+        "the store must hold exactly the retained checkpoints' objects"
+    );
+}
+
+fn engine() -> Engine {
+    Engine::new(EngineOptions {
+        cache: Some(ComponentCache::new(cache_dir())),
+    })
+    .expect("engine")
+}
+
+#[test]
+fn sigkill_at_random_instants_then_restore_gives_exactly_the_uninterrupted_output() {
+    let seed = std::env::var("WEIR_TEST_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .expect("clock")
+                .as_nanos() as u64
+        });
+    eprintln!("seed {seed} (set WEIR_TEST_SEED to replay)");
+    let mut rng = Rng(seed | 1);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let expected = write_input(&dir.path().join("in.txt"), 150_000, 3_000, seed);
+    let store = dir.path().join("store");
+    let job = job_file(
+        dir.path(),
+        "crash",
+        32,
+        &format!(
+            "store = \"file://{}\"\ninterval_ms = 20\nretain = 2\nmax_chain = 4\nrestart_attempts = 0",
+            store.display()
+        ),
+    );
+    let job = job.to_str().expect("utf-8");
+
+    // Run, kill, restore, again, until a run gets to the end by itself.
+    let mut kills = 0;
+    for _ in 0..60 {
+        let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_weir"))
+            .args(["run", job, "--restore", "latest", "-q"])
+            .env("WEIR_CACHE_DIR", cache_dir())
+            .env("RUST_LOG", "warn")
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("weir starts");
+        std::thread::sleep(Duration::from_millis(20 + rng.below(180)));
+        let finished = child.try_wait().expect("poll").is_some();
+        if !finished {
+            child.kill().expect("SIGKILL");
+            kills += 1;
+        }
+        let out = child.wait_with_output().expect("wait");
+        if finished {
+            assert!(out.status.success(), "weir failed: {}", stderr(&out));
+        }
+        // At every instant, what is visible is a part of the expected output: never a
+        // duplicate, never a line that should not be there.
+        let visible = committed(dir.path());
+        let extra = extra_lines(&visible, &expected);
+        assert!(
+            extra.is_empty(),
+            "after a kill, committed output has lines that should not be there (seed {seed}): {:?}",
+            &extra[..extra.len().min(5)]
+        );
+        if finished {
+            break;
+        }
+    }
+    eprintln!("{kills} runs killed");
+    assert!(
+        kills >= 5,
+        "too few runs were killed ({kills}) to test anything"
+    );
+    let out = support::weir(&["run", job, "--restore", "latest", "-q"]);
+    assert!(out.status.success(), "final run failed: {}", stderr(&out));
+    let got = committed(dir.path());
+    assert_eq!(
+        got.len(),
+        expected.len(),
+        "line count differs (seed {seed}, {kills} kills)"
+    );
+    assert!(
+        got == expected,
+        "output differs (seed {seed}, {kills} kills)"
+    );
+
+    let runtime = tokio::runtime::Runtime::new().expect("runtime");
+    let checkpoints =
+        CheckpointStore::open(&format!("file://{}", store.display()), "crash").expect("open store");
+    runtime.block_on(assert_store_holds_exactly_the_retained(&checkpoints));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn checkpoints_fail_under_store_faults_are_retried_and_leave_no_orphans() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let expected = write_input(&dir.path().join("in.txt"), 40_000, 2_000, 7);
+    let job = job_file(
+        dir.path(),
+        "faults",
+        128,
+        "interval_ms = 10\nretain = 2\nmax_chain = 3\nrestart_attempts = 20",
+    );
+    let spec = JobSpec::load(&job).expect("job file");
+    let memory: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+    let faulty = InstrumentedStore::new(
+        memory.clone(),
+        Faults {
+            error_rate: 0.1,
+            latency: Duration::from_millis(1),
+            seed: 11,
+        },
+    );
+    let stats = faulty.stats();
+    let store = CheckpointStore::new(Arc::new(faulty), &StorePath::from("root"), "faults");
+    let summary = run_job_in(&spec, &engine(), None, RunOptions::default(), Some(store))
+        .await
+        .expect("the job finishes despite the faults");
+    assert!(committed(dir.path()) == expected, "output differs");
+    assert!(stats.injected_errors.load(Ordering::Relaxed) > 0);
+    assert!(
+        summary.checkpoints_aborted > 0 || summary.restarts > 0,
+        "faults should have failed some checkpoints: {summary:?}"
+    );
+    // Checked through the store without faults.
+    let clean = CheckpointStore::new(memory, &StorePath::from("root"), "faults");
+    assert_store_holds_exactly_the_retained(&clean).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn over_a_hundred_checkpoints_cleanup_keeps_the_store_bounded_and_never_deletes_what_is_referenced()
+ {
+    const RETAIN: usize = 3;
+    const MAX_CHAIN: usize = 4;
+    const SUBTASKS: usize = 3; // tokenize (stateless, no artifacts) and count × 2
+    let dir = tempfile::tempdir().expect("tempdir");
+    let expected = write_input(&dir.path().join("in.txt"), 60_000, 5_000, 3);
+    let job = job_file(
+        dir.path(),
+        "cleanup",
+        16,
+        &format!("interval_ms = 2\nretain = {RETAIN}\nmax_chain = {MAX_CHAIN}"),
+    );
+    let spec = JobSpec::load(&job).expect("job file");
+    let memory: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+    let counted = InstrumentedStore::new(memory.clone(), Faults::default());
+    let stats = counted.stats();
+    let store = CheckpointStore::new(Arc::new(counted), &StorePath::from("root"), "cleanup");
+    let clean = CheckpointStore::new(memory, &StorePath::from("root"), "cleanup");
+
+    // While the job runs, watch the store: how many objects it holds, and whether every
+    // retained checkpoint can still be restored.
+    let done = Arc::new(AtomicBool::new(false));
+    let most_objects = Arc::new(AtomicUsize::new(0));
+    let watcher = tokio::spawn({
+        let (done, most_objects, clean) = (done.clone(), most_objects.clone(), clean.clone());
+        async move {
+            let mut checked = 0;
+            while !done.load(Ordering::Relaxed) {
+                checked += check_retained_are_whole(&clean, &most_objects).await;
+                tokio::time::sleep(Duration::from_millis(3)).await;
+            }
+            checked
+        }
+    });
+    let summary = run_job_in(&spec, &engine(), None, RunOptions::default(), Some(store))
+        .await
+        .expect("job");
+    done.store(true, Ordering::Relaxed);
+    let checked = watcher.await.expect("watcher");
+    assert!(committed(dir.path()) == expected, "output differs");
+    assert!(
+        summary.checkpoints_completed >= 100,
+        "only {} checkpoints completed",
+        summary.checkpoints_completed
+    );
+    assert!(checked > 10, "the watcher checked only {checked} times");
+
+    // Bounded: per stateful subtask, the chains of the retained checkpoints and the one in
+    // flight share at most (RETAIN + 1) × MAX_CHAIN artifacts; plus the metadata.
+    let bound = SUBTASKS * (RETAIN + 1) * MAX_CHAIN + RETAIN + 1;
+    let most = most_objects.load(Ordering::Relaxed);
+    assert!(
+        most <= bound,
+        "the store held {most} objects, bound {bound}"
+    );
+
+    // Who deleted what: artifacts only by the subtask that owns them (their prefix), once;
+    // the coordinator only metadata.
+    let log = stats.delete_log();
+    let mut per_path: HashMap<String, u32> = HashMap::new();
+    for (path, actor) in &log {
+        let path = path.to_string();
+        *per_path.entry(path.clone()).or_default() += 1;
+        let relative = path.strip_prefix("root/cleanup/").expect("job prefix");
+        match actor {
+            Some(Actor::Subtask { operator, subtask }) => assert!(
+                relative.starts_with(&format!("state/{operator}/{subtask}/")),
+                "{operator}/{subtask} deleted {relative}, which it does not own"
+            ),
+            Some(Actor::Coordinator) => assert!(
+                relative.starts_with("checkpoints/"),
+                "the coordinator deleted {relative}"
+            ),
+            None => panic!("{relative} was deleted by an unknown task"),
+        }
+    }
+    assert!(
+        per_path.values().all(|&n| n == 1),
+        "some object was deleted twice"
+    );
+    let artifact_deletes = per_path.keys().filter(|p| p.contains("/state/")).count();
+    assert!(
+        artifact_deletes > 100,
+        "only {artifact_deletes} artifacts deleted"
+    );
+    assert_store_holds_exactly_the_retained(&clean).await;
+}
+
+/// Checks that every checkpoint retained throughout one listing of the store has all its
+/// artifacts there; records the number of objects. Returns 1 if a check was made.
+///
+/// Metadata leaves the store before the subtasks learn of the new earliest retained
+/// checkpoint, so a checkpoint whose metadata is still there after the listing was retained
+/// during it: each of its artifacts must have been listed.
+async fn check_retained_are_whole(store: &CheckpointStore, most_objects: &AtomicUsize) -> usize {
+    let Ok(before) = store.completed().await else {
+        return 0;
+    };
+    let mut metadata: Vec<CheckpointMetadata> = Vec::new();
+    for id in before {
+        // A checkpoint may leave retention while we read.
+        if let Ok(m) = store.read_metadata(id).await {
+            metadata.push(m);
+        }
+    }
+    let Ok(listing) = store.list_all().await else {
+        return 0;
+    };
+    most_objects.fetch_max(listing.len(), Ordering::Relaxed);
+    let present: BTreeSet<String> = listing.iter().map(ToString::to_string).collect();
+    let Ok(after) = store.completed().await else {
+        return 0;
+    };
+    for m in metadata.iter().filter(|m| after.contains(&m.id)) {
+        for artifact in m.artifacts() {
+            let path = store.resolve(&artifact.path).to_string();
+            assert!(
+                present.contains(&path),
+                "checkpoint {} is retained but its artifact {path} was deleted",
+                m.id
+            );
+        }
+    }
+    1
+}
+
+#[test]
+fn restore_by_id_or_metadata_file_and_clear_errors_for_unusable_checkpoints() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let expected = write_input(&dir.path().join("in.txt"), 2_000, 100, 5);
+    let store = dir.path().join("store");
+    let job = job_file(
+        dir.path(),
+        "restores",
+        64,
+        &format!(
+            "store = \"file://{}\"\ninterval_ms = 5\nretain = 3",
+            store.display()
+        ),
+    );
+    let job = job.to_str().expect("utf-8");
+    let out = support::weir(&["run", job, "-q"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(committed(dir.path()) == expected);
+
+    let metadata_dir = store.join("restores/checkpoints");
+    let mut files: Vec<PathBuf> = std::fs::read_dir(&metadata_dir)
+        .expect("metadata folder")
+        .map(|e| e.expect("entry").path())
+        .collect();
+    files.sort();
+    let newest = files.last().expect("a checkpoint");
+    // The newest checkpoint is the finished job: restoring it commits and changes nothing.
+    let out = support::weir(&["run", job, "--restore", newest.to_str().expect("utf-8")]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(committed(dir.path()) == expected);
+
+    let out = support::weir(&["run", job, "--restore", "999"]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("checkpoint 999 does not exist"),
+        "{}",
+        stderr(&out)
+    );
+
+    let plain = write_job(
+        dir.path(),
+        std::fs::read_to_string(job)
+            .expect("job")
+            .split("[checkpoints]")
+            .next()
+            .expect("head"),
+    );
+    let out = support::weir(&["run", plain.to_str().expect("utf-8"), "--restore", "latest"]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("keeps no checkpoints"),
+        "{}",
+        stderr(&out)
+    );
+}
+
+#[test]
+fn a_failing_job_is_restarted_from_its_latest_checkpoint_as_often_as_allowed() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut input = String::new();
+    // Long enough that checkpoints complete before the failing record comes.
+    for i in 0..50_000 {
+        input.push_str(&format!("w{}\n", i % 30));
+    }
+    input.push_str("boom\n");
+    std::fs::write(dir.path().join("in.txt"), input).expect("write");
+    let job = write_job(
+        dir.path(),
+        &format!(
+            r#"
+            [job]
+            name = "restarts"
+            batch_size = 32
+            [source]
+            kind = "text-lines"
+            path = "in.txt"
+            [[operators]]
+            name = "tokenize"
+            component = {tokenizer}
+            [[operators]]
+            name = "victim"
+            component = {faulty}
+            key_by = "key"
+            config = {{ mode = "error-on", word = "boom" }}
+            [sink]
+            kind = "file"
+            path = "out.txt"
+            [checkpoints]
+            interval_ms = 2
+            restart_attempts = 2
+            "#,
+            tokenizer = toml_path(&component("weir-example-tokenizer")),
+            faulty = toml_path(&component("weir-test-faulty")),
+        ),
+    );
+    let out = support::weir_logging(&["run", job.to_str().expect("utf-8")], "weir=info");
+    support::assert_clean_failure(&out, &["operator `victim` subtask 0", "after 2 restarts"]);
+    let err = stderr(&out);
+    assert_eq!(
+        err.matches("restarting from its latest checkpoint").count(),
+        2,
+        "{err}"
+    );
+    assert!(
+        err.contains("restoring"),
+        "restarts restore a checkpoint:\n{err}"
+    );
+}
