@@ -10,9 +10,11 @@ use std::sync::Arc;
 use object_store::path::Path;
 use object_store::{GetOptions, GetRange, ObjectStore, ObjectStoreExt, PutPayload};
 
-use super::format::{self, FOOTER_LEN, FormatError};
+use bytes::Bytes;
+
+use super::format::{self, FOOTER_LEN, FormatError, GroupEntry};
 use crate::partition::KeyGroupRange;
-use crate::state::Increment;
+use crate::state::{GroupIncrement, Increment};
 
 /// A storage operation failed.
 #[derive(Debug, thiserror::Error)]
@@ -126,14 +128,47 @@ pub async fn read_increment(
     ranges.extend(wanted.iter().map(|g| g.offset..g.offset + g.len));
     let parts = store.get_ranges(path, &ranges).await.map_err(store_err)?;
     format::check_header(&parts[0]).map_err(format_err)?;
-    let mut groups = Vec::with_capacity(wanted.len());
-    for (entry, bytes) in wanted.iter().zip(&parts[1..]) {
-        groups.push(format::decode_group(bytes, entry).map_err(format_err)?);
-    }
+    let entries: Vec<GroupEntry> = wanted.into_iter().cloned().collect();
+    let groups = decode_groups(entries, parts[1..].to_vec())
+        .await
+        .map_err(format_err)?;
     Ok(Increment {
         checkpoint: index.checkpoint,
         groups,
     })
+}
+
+/// Decodes key-group sections on the blocking pool, split over the machine's cores: a
+/// restore is bound by decoding, and sections are independent.
+async fn decode_groups(
+    entries: Vec<GroupEntry>,
+    sections: Vec<Bytes>,
+) -> Result<Vec<GroupIncrement>, FormatError> {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let per_task = entries.len().div_ceil(cores).max(1);
+    let tasks: Vec<_> = entries
+        .chunks(per_task)
+        .zip(sections.chunks(per_task))
+        .map(|(entries, sections)| {
+            let (entries, sections) = (entries.to_vec(), sections.to_vec());
+            tokio::task::spawn_blocking(move || {
+                entries
+                    .iter()
+                    .zip(&sections)
+                    .map(|(entry, bytes)| format::decode_group(bytes, entry))
+                    .collect::<Result<Vec<_>, _>>()
+            })
+        })
+        .collect();
+    let mut groups = Vec::with_capacity(entries.len());
+    for task in tasks {
+        let decoded = task.await.map_err(|e| FormatError::Decode {
+            what: "key-group sections".into(),
+            message: format!("decoding panicked: {e}"),
+        })??;
+        groups.extend(decoded);
+    }
+    Ok(groups)
 }
 
 #[cfg(test)]
