@@ -17,7 +17,7 @@ use std::time::Duration;
 use object_store::ObjectStore;
 use object_store::memory::InMemory;
 use object_store::path::Path as StorePath;
-use support::{cache_dir, component, stderr, toml_path, write_job};
+use support::{cache_dir, stderr, tokenize_then, write_job};
 use weir_host::checkpoint::actor::Actor;
 use weir_host::checkpoint::instrumented_store::{Faults, InstrumentedStore};
 use weir_host::checkpoint::{CheckpointMetadata, CheckpointStore};
@@ -68,33 +68,13 @@ fn write_input(path: &Path, lines: usize, vocabulary: u64, seed: u64) -> Vec<Str
 
 /// A word-count job file in `dir` with a file sink and the given `[checkpoints]` lines.
 fn job_file(dir: &Path, name: &str, batch_size: usize, checkpoints: &str) -> PathBuf {
-    write_job(
+    tokenize_then(
         dir,
-        &format!(
-            r#"
-            [job]
-            name = "{name}"
-            batch_size = {batch_size}
-            [source]
-            kind = "text-lines"
-            path = "in.txt"
-            [[operators]]
-            name = "tokenize"
-            component = {tokenizer}
-            [[operators]]
-            name = "count"
-            component = {counter}
-            parallelism = 2
-            key_by = "key"
-            [sink]
-            kind = "file"
-            path = "out.txt"
-            [checkpoints]
-            {checkpoints}
-            "#,
-            tokenizer = toml_path(&component("weir-example-tokenizer")),
-            counter = toml_path(&component("weir-example-counter")),
-        ),
+        &format!("name = \"{name}\"\nbatch_size = {batch_size}"),
+        "count",
+        "weir-example-counter",
+        "parallelism = 2",
+        &format!("[checkpoints]\n{checkpoints}"),
     )
 }
 
@@ -468,34 +448,13 @@ fn a_failing_job_is_restarted_from_its_latest_checkpoint_as_often_as_allowed() {
     }
     input.push_str("boom\n");
     std::fs::write(dir.path().join("in.txt"), input).expect("write");
-    let job = write_job(
+    let job = tokenize_then(
         dir.path(),
-        &format!(
-            r#"
-            [job]
-            name = "restarts"
-            batch_size = 32
-            [source]
-            kind = "text-lines"
-            path = "in.txt"
-            [[operators]]
-            name = "tokenize"
-            component = {tokenizer}
-            [[operators]]
-            name = "victim"
-            component = {faulty}
-            key_by = "key"
-            config = {{ mode = "error-on", word = "boom" }}
-            [sink]
-            kind = "file"
-            path = "out.txt"
-            [checkpoints]
-            interval_ms = 2
-            restart_attempts = 2
-            "#,
-            tokenizer = toml_path(&component("weir-example-tokenizer")),
-            faulty = toml_path(&component("weir-test-faulty")),
-        ),
+        "name = \"restarts\"\nbatch_size = 32",
+        "victim",
+        "weir-test-faulty",
+        "config = { mode = \"error-on\", word = \"boom\" }",
+        "[checkpoints]\ninterval_ms = 2\nrestart_attempts = 2",
     );
     let out = support::weir_logging(&["run", job.to_str().expect("utf-8")], "weir=info");
     support::assert_clean_failure(&out, &["operator `victim` subtask 0", "after 2 restarts"]);

@@ -5,36 +5,18 @@ mod support;
 
 use std::path::Path;
 
-use support::{assert_clean_failure, component, toml_path, weir, write_job};
+use support::{assert_clean_failure, tokenize_then, weir};
 
 /// Writes a job in `dir`: `in.txt` -> tokenizer -> `faulty` named `operator` (two subtasks,
 /// keyed by word, with `operator_lines` added to its section) -> `out.txt`.
 fn faulty_job(dir: &Path, job: &str, operator: &str, operator_lines: &str) -> std::path::PathBuf {
-    write_job(
+    tokenize_then(
         dir,
-        &format!(
-            r#"
-            [job]
-            name = "{job}"
-            [source]
-            kind = "text-lines"
-            path = "in.txt"
-            [[operators]]
-            name = "tokenize"
-            component = {tokenizer}
-            [[operators]]
-            name = "{operator}"
-            component = {faulty}
-            parallelism = 2
-            key_by = "key"
-            {operator_lines}
-            [sink]
-            kind = "file"
-            path = "out.txt"
-            "#,
-            tokenizer = toml_path(&component("weir-example-tokenizer")),
-            faulty = toml_path(&component("weir-test-faulty")),
-        ),
+        &format!("name = \"{job}\""),
+        operator,
+        "weir-test-faulty",
+        &format!("parallelism = 2\n{operator_lines}"),
+        "",
     )
 }
 

@@ -103,3 +103,43 @@ pub fn write_job(dir: &Path, text: &str) -> PathBuf {
 pub fn toml_path(p: &Path) -> String {
     format!("{:?}", p.display().to_string())
 }
+
+/// Writes a job file in `dir`: text lines of `in.txt` -> the example tokenizer -> the
+/// component of crate `component_crate`, as operator `operator`, keyed by word, with
+/// `operator_lines` added to its section -> the file `out.txt`. `job_lines` go into `[job]`
+/// (after its name), `tail` after the sink (a `[checkpoints]` section, say).
+pub fn tokenize_then(
+    dir: &Path,
+    job_lines: &str,
+    operator: &str,
+    component_crate: &str,
+    operator_lines: &str,
+    tail: &str,
+) -> PathBuf {
+    write_job(
+        dir,
+        &format!(
+            r#"
+            [job]
+            {job_lines}
+            [source]
+            kind = "text-lines"
+            path = "in.txt"
+            [[operators]]
+            name = "tokenize"
+            component = {tokenizer}
+            [[operators]]
+            name = "{operator}"
+            component = {component}
+            key_by = "key"
+            {operator_lines}
+            [sink]
+            kind = "file"
+            path = "out.txt"
+            {tail}
+            "#,
+            tokenizer = toml_path(&component("weir-example-tokenizer")),
+            component = toml_path(&component(component_crate)),
+        ),
+    )
+}

@@ -122,20 +122,12 @@ impl CheckpointStore {
 
     /// The ids of the completed checkpoints, ascending.
     pub async fn completed(&self) -> Result<Vec<CheckpointId>, StorageError> {
-        let folder = self.metadata_folder();
-        let objects: Vec<_> =
-            self.store
-                .list(Some(&folder))
-                .try_collect()
-                .await
-                .map_err(|source| StorageError::Store {
-                    path: folder.clone(),
-                    source,
-                })?;
-        let mut ids: Vec<CheckpointId> = objects
+        let mut ids: Vec<CheckpointId> = self
+            .list(&self.metadata_folder())
+            .await?
             .iter()
-            .filter_map(|o| {
-                let name = o.location.filename()?;
+            .filter_map(|path| {
+                let name = path.filename()?;
                 let digits = name.strip_prefix("chk-")?.strip_suffix(".json")?;
                 digits.parse().ok().map(CheckpointId)
             })
@@ -150,20 +142,12 @@ impl CheckpointStore {
         id: CheckpointId,
     ) -> Result<CheckpointMetadata, StorageError> {
         let path = self.metadata_path(id);
-        let bytes = self
-            .store
-            .get(&path)
-            .await
-            .map_err(|source| StorageError::Store {
-                path: path.clone(),
-                source,
-            })?
-            .bytes()
-            .await
-            .map_err(|source| StorageError::Store {
-                path: path.clone(),
-                source,
-            })?;
+        let store_err = |source| StorageError::Store {
+            path: path.clone(),
+            source,
+        };
+        let result = self.store.get(&path).await.map_err(store_err)?;
+        let bytes = result.bytes().await.map_err(store_err)?;
         parse_metadata(&bytes, path.as_ref())
     }
 
@@ -173,30 +157,24 @@ impl CheckpointStore {
         operator: &str,
         subtask: SubtaskIndex,
     ) -> Result<Vec<Path>, StorageError> {
-        let prefix = self.subtask_prefix(operator, subtask);
+        self.list(&self.subtask_prefix(operator, subtask)).await
+    }
+
+    /// Every object of the job, for inspection and tests.
+    pub async fn list_all(&self) -> Result<Vec<Path>, StorageError> {
+        self.list(&self.root).await
+    }
+
+    async fn list(&self, prefix: &Path) -> Result<Vec<Path>, StorageError> {
         let objects: Vec<_> =
             self.store
-                .list(Some(&prefix))
+                .list(Some(prefix))
                 .try_collect()
                 .await
                 .map_err(|source| StorageError::Store {
                     path: prefix.clone(),
                     source,
                 })?;
-        Ok(objects.into_iter().map(|o| o.location).collect())
-    }
-
-    /// Every object of the job, for inspection and tests.
-    pub async fn list_all(&self) -> Result<Vec<Path>, StorageError> {
-        let objects: Vec<_> = self
-            .store
-            .list(Some(&self.root))
-            .try_collect()
-            .await
-            .map_err(|source| StorageError::Store {
-                path: self.root.clone(),
-                source,
-            })?;
         Ok(objects.into_iter().map(|o| o.location).collect())
     }
 }
