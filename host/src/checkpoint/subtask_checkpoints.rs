@@ -14,7 +14,7 @@
 //! checkpoint or by its current chain. Deletes run off the processing path, a few at a time,
 //! and a missing object counts as deleted, so a repeated or lost notification does no harm.
 
-use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 
 use futures::StreamExt;
@@ -64,6 +64,9 @@ pub struct SubtaskCheckpoints {
     run: Arc<str>,
     max_chain: usize,
     chain: Vec<Link>,
+    /// Uploads of artifacts that left the chain (a full snapshot replaced it) before they
+    /// finished: deleting such an artifact waits for its upload, lest it land afterwards.
+    superseded: HashMap<String, Upload>,
     /// Per checkpoint that may still be retained: the artifacts of this subtask it references.
     referenced: BTreeMap<CheckpointId, Vec<String>>,
     cleanups: Vec<JoinHandle<()>>,
@@ -106,6 +109,7 @@ impl SubtaskCheckpoints {
             run,
             max_chain: max_chain.max(1),
             chain: Vec::new(),
+            superseded: HashMap::new(),
             referenced: BTreeMap::new(),
             cleanups: Vec::new(),
         }
@@ -215,7 +219,7 @@ impl SubtaskCheckpoints {
                 orphans = orphans.len(),
                 "deleting artifacts of checkpoints that never completed"
             );
-            let task = self.delete(orphans.into_iter().collect());
+            let task = self.delete(orphans.into_iter().collect(), Vec::new());
             self.runtime
                 .block_on(task)
                 .map_err(|e| format!("orphan sweep panicked: {e}"))?;
@@ -229,7 +233,11 @@ impl SubtaskCheckpoints {
         self.retry_failed_uploads();
         let full = self.chain.len() >= self.max_chain;
         let increment = if full {
-            self.chain.clear();
+            for link in self.chain.drain(..) {
+                if link.upload.peek().is_none() {
+                    self.superseded.insert(link.artifact.path, link.upload);
+                }
+            }
             backend.snapshot_full(checkpoint)
         } else {
             backend.snapshot_for(checkpoint)
@@ -354,14 +362,19 @@ impl SubtaskCheckpoints {
             .filter(|p| !keep.contains(p.as_str()))
             .collect();
         if !doomed.is_empty() {
-            let task = self.delete(doomed);
+            let uploads: Vec<Upload> = doomed
+                .iter()
+                .filter_map(|p| self.superseded.remove(p))
+                .collect();
+            let task = self.delete(doomed, uploads);
             self.cleanups.retain(|t| !t.is_finished());
             self.cleanups.push(task);
         }
     }
 
-    /// Deletes `paths` (relative to the job's folder) on the runtime, a few at a time.
-    fn delete(&self, paths: BTreeSet<String>) -> JoinHandle<()> {
+    /// Deletes `paths` (relative to the job's folder) on the runtime, a few at a time, once
+    /// `uploads` of some of them have finished.
+    fn delete(&self, paths: BTreeSet<String>, uploads: Vec<Upload>) -> JoinHandle<()> {
         let store = self.store.clone();
         let (operator, subtask) = (self.operator.clone(), self.subtask.0);
         let actor = Actor::Subtask {
@@ -369,6 +382,7 @@ impl SubtaskCheckpoints {
             subtask,
         };
         self.runtime.spawn(acting(actor, async move {
+            futures::future::join_all(uploads).await;
             futures::stream::iter(paths)
                 .for_each_concurrent(CLEANUP_CONCURRENCY, |relative| {
                     let store = store.clone();
@@ -402,5 +416,23 @@ impl SubtaskCheckpoints {
     pub fn finish(&mut self) {
         let cleanups = std::mem::take(&mut self.cleanups);
         self.runtime.block_on(futures::future::join_all(cleanups));
+    }
+}
+
+impl Drop for SubtaskCheckpoints {
+    /// A subtask that stops (the job failed) waits for its uploads: one landing after a
+    /// restarted run swept the prefix would be an orphan nobody deletes.
+    fn drop(&mut self) {
+        let running: Vec<Upload> = self
+            .chain
+            .iter()
+            .map(|l| &l.upload)
+            .chain(self.superseded.values())
+            .filter(|u| u.peek().is_none())
+            .cloned()
+            .collect();
+        if !running.is_empty() {
+            self.runtime.block_on(futures::future::join_all(running));
+        }
     }
 }
