@@ -14,8 +14,19 @@ impl fmt::Display for SubtaskIndex {
 }
 
 /// A checkpoint's number. Writes made after checkpoint `n - 1` belong to checkpoint `n`.
+/// Numbers start at 1; the default, 0, is before every checkpoint.
 #[derive(
-    Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize,
+    Clone,
+    Copy,
+    Debug,
+    Default,
+    PartialEq,
+    Eq,
+    PartialOrd,
+    Ord,
+    Hash,
+    serde::Serialize,
+    serde::Deserialize,
 )]
 pub struct CheckpointId(pub u64);
 

@@ -32,3 +32,4 @@ pub mod subtask_checkpoints;
 pub use checkpoint_store::CheckpointStore;
 pub use metadata::CheckpointMetadata;
 pub use start::{JobStart, RestoreFrom};
+pub use subtask_checkpoints::ChainPolicy;

@@ -62,7 +62,11 @@ pub struct SubtaskCheckpoints {
     range: KeyGroupRange,
     /// Names this run's artifacts apart from other runs'.
     run: Arc<str>,
-    max_chain: usize,
+    policy: ChainPolicy,
+    /// Snapshots since the last full one (for [`ChainPolicy::full_snapshot_every`]).
+    since_full: usize,
+    /// The next snapshot must be full: the state came from other subtasks' chains (rescale).
+    full_next: bool,
     chain: Vec<Link>,
     /// Uploads of artifacts that left the chain (a full snapshot replaced it) before they
     /// finished: deleting such an artifact waits for its upload, lest it land afterwards.
@@ -70,6 +74,39 @@ pub struct SubtaskCheckpoints {
     /// Per checkpoint that may still be retained: the artifacts of this subtask it references.
     referenced: BTreeMap<CheckpointId, Vec<String>>,
     cleanups: Vec<JoinHandle<()>>,
+}
+
+/// How a subtask keeps its chain of increments bounded.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ChainPolicy {
+    /// The chain length to stay under: the re-write budget grows so that the oldest
+    /// increments drain within about this many checkpoints.
+    pub max_chain: usize,
+    /// Entries re-written per checkpoint at least (DESIGN.md §4).
+    pub rewrite_budget: usize,
+    /// Instead of re-writing, a full snapshot every this many checkpoints (the classic
+    /// scheme, kept for comparison).
+    pub full_snapshot_every: Option<usize>,
+}
+
+impl ChainPolicy {
+    /// Entries to re-write at the next checkpoint when the chain holds `aged` keys: enough
+    /// to go through all of them in `max_chain - 1` checkpoints, and never less than the
+    /// configured budget.
+    pub fn budget(&self, aged: usize) -> usize {
+        let spread = self.max_chain.saturating_sub(1).max(1);
+        self.rewrite_budget.max(aged.div_ceil(spread))
+    }
+}
+
+impl Default for ChainPolicy {
+    fn default() -> Self {
+        Self {
+            max_chain: 16,
+            rewrite_budget: 10_000,
+            full_snapshot_every: None,
+        }
+    }
 }
 
 /// What a subtask is told when it starts: the whole picture of the store.
@@ -96,7 +133,7 @@ impl SubtaskCheckpoints {
         acks: UnboundedSender<Ack>,
         identity: SubtaskIdentity,
         run: Arc<str>,
-        max_chain: usize,
+        policy: ChainPolicy,
     ) -> Self {
         Self {
             store,
@@ -107,7 +144,9 @@ impl SubtaskCheckpoints {
             subtask: identity.subtask,
             range: identity.range,
             run,
-            max_chain: max_chain.max(1),
+            policy,
+            since_full: 0,
+            full_next: false,
             chain: Vec::new(),
             superseded: HashMap::new(),
             referenced: BTreeMap::new(),
@@ -231,15 +270,26 @@ impl SubtaskCheckpoints {
     /// acknowledges once the whole chain is stored.
     pub fn snapshot(&mut self, backend: &mut KeyedStateBackend, checkpoint: CheckpointId) {
         self.retry_failed_uploads();
-        let full = self.chain.len() >= self.max_chain;
+        let full = self.full_next
+            || self
+                .policy
+                .full_snapshot_every
+                .is_some_and(|every| self.since_full + 1 >= every);
         let increment = if full {
-            for link in self.chain.drain(..) {
-                if link.upload.peek().is_none() {
-                    self.superseded.insert(link.artifact.path, link.upload);
-                }
-            }
+            self.leave_chain(|_| true);
+            self.full_next = false;
+            self.since_full = 0;
             backend.snapshot_full(checkpoint)
         } else {
+            self.since_full += 1;
+            let released = match self.policy.full_snapshot_every {
+                Some(_) => Vec::new(),
+                None => {
+                    let budget = self.policy.budget(backend.aged_keys());
+                    backend.rewrite_oldest(checkpoint, budget)
+                }
+            };
+            self.leave_chain(|c| released.contains(&c));
             backend.snapshot_for(checkpoint)
         };
         if !increment.is_empty() {
@@ -262,6 +312,20 @@ impl SubtaskCheckpoints {
         let own = self.own_paths(self.chain.iter().map(|l| &l.artifact));
         self.referenced.insert(checkpoint, own);
         self.acknowledge(checkpoint);
+    }
+
+    /// Takes the links of the checkpoints `leaves` names out of the chain; uploads still
+    /// running are kept, to finish before their artifact may be deleted.
+    fn leave_chain(&mut self, leaves: impl Fn(CheckpointId) -> bool) {
+        let (gone, kept): (Vec<Link>, Vec<Link>) = std::mem::take(&mut self.chain)
+            .into_iter()
+            .partition(|l| leaves(l.artifact.checkpoint));
+        self.chain = kept;
+        for link in gone {
+            if link.upload.peek().is_none() {
+                self.superseded.insert(link.artifact.path, link.upload);
+            }
+        }
     }
 
     /// Acknowledges `checkpoint` once every upload of the current chain has finished.

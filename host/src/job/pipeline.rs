@@ -101,7 +101,7 @@ impl Pipeline {
                         .map_err(PrepareError::Store)?,
                     interval: c.interval,
                     retain: c.retain,
-                    max_chain: c.max_chain,
+                    chains: c.chains,
                 })
             })
             .transpose()?;

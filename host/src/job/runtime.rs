@@ -33,7 +33,7 @@ use crate::checkpoint::protocol::{Ack, Barrier, Notification};
 use crate::checkpoint::subtask_checkpoints::{
     RestoreAssignment, SubtaskCheckpoints, SubtaskIdentity,
 };
-use crate::checkpoint::{CheckpointStore, JobStart};
+use crate::checkpoint::{ChainPolicy, CheckpointStore, JobStart};
 use crate::connectors::{ConnectorError, Sink, Source};
 use crate::ids::{CheckpointId, OperatorName, SubtaskIndex};
 use crate::operator::{FailureKind, OperatorError, OperatorInstance, SubtaskContext};
@@ -62,7 +62,7 @@ pub struct Checkpointing {
     pub store: CheckpointStore,
     pub interval: Duration,
     pub retain: usize,
-    pub max_chain: usize,
+    pub chains: ChainPolicy,
 }
 
 /// Why a job failed.
@@ -217,7 +217,7 @@ pub async fn run(
                         range: ctx.range,
                     },
                     run_id.clone(),
-                    c.max_chain,
+                    c.chains,
                 )
             });
             let task = SubtaskTask {

@@ -29,7 +29,9 @@
 //! store = "file:///var/weir"     # any object_store URL; default: a folder next to the job file
 //! interval_ms = 1000             # how often a checkpoint starts
 //! retain = 2                     # completed checkpoints kept (at least 1)
-//! max_chain = 8                  # artifacts in a subtask's chain before a full snapshot
+//! max_chain = 16                 # the chain length each subtask keeps under
+//! rewrite_budget = 10000         # entries re-written per checkpoint to drain old increments
+//! # full_snapshot_every = 50     # instead: a full snapshot every N checkpoints (comparisons)
 //! restart_attempts = 3           # automatic restarts from the latest checkpoint
 //! ```
 //!
@@ -42,6 +44,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
+use crate::checkpoint::ChainPolicy;
 use crate::operator::GuestLimits;
 use crate::partition::KeyGroups;
 
@@ -67,6 +70,8 @@ pub struct CheckpointsFile {
     pub interval_ms: Option<u64>,
     pub retain: Option<usize>,
     pub max_chain: Option<usize>,
+    pub rewrite_budget: Option<usize>,
+    pub full_snapshot_every: Option<usize>,
     pub restart_attempts: Option<u32>,
 }
 
@@ -78,8 +83,8 @@ pub struct CheckpointSpec {
     pub interval: Duration,
     /// Completed checkpoints kept, at least 1.
     pub retain: usize,
-    /// Artifacts a subtask's chain may hold before its next snapshot is a full one.
-    pub max_chain: usize,
+    /// How the chains of subtasks stay bounded.
+    pub chains: ChainPolicy,
     /// Times a failed run is restarted from its latest checkpoint.
     pub restart_attempts: u32,
 }
@@ -87,7 +92,8 @@ pub struct CheckpointSpec {
 impl CheckpointSpec {
     pub const DEFAULT_INTERVAL: Duration = Duration::from_secs(1);
     pub const DEFAULT_RETAIN: usize = 2;
-    pub const DEFAULT_MAX_CHAIN: usize = 8;
+    pub const DEFAULT_MAX_CHAIN: usize = 16;
+    pub const DEFAULT_REWRITE_BUDGET: usize = 10_000;
     pub const DEFAULT_RESTART_ATTEMPTS: u32 = 3;
     /// The folder, next to the job file, that holds checkpoints when no store is named.
     pub const DEFAULT_FOLDER: &str = ".weir-checkpoints";
@@ -396,14 +402,26 @@ impl Checker<'_> {
             ));
         }
         let max_chain = file.max_chain.unwrap_or(CheckpointSpec::DEFAULT_MAX_CHAIN);
-        if max_chain == 0 {
-            return Err(self.invalid("[checkpoints] max_chain", "must be at least 1"));
+        if max_chain < 2 {
+            return Err(self.invalid(
+                "[checkpoints] max_chain",
+                "must be at least 2 (the newest increment and one being drained)",
+            ));
+        }
+        if file.full_snapshot_every == Some(0) {
+            return Err(self.invalid("[checkpoints] full_snapshot_every", "must be at least 1"));
         }
         Ok(CheckpointSpec {
             store,
             interval,
             retain,
-            max_chain,
+            chains: ChainPolicy {
+                max_chain,
+                rewrite_budget: file
+                    .rewrite_budget
+                    .unwrap_or(CheckpointSpec::DEFAULT_REWRITE_BUDGET),
+                full_snapshot_every: file.full_snapshot_every,
+            },
             restart_attempts: file
                 .restart_attempts
                 .unwrap_or(CheckpointSpec::DEFAULT_RESTART_ATTEMPTS),

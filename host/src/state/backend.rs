@@ -2,6 +2,7 @@
 
 use std::collections::HashMap;
 
+use super::aging::Ages;
 use super::list::ListBody;
 use super::map::MapBody;
 use super::table::KeyedTable;
@@ -133,6 +134,8 @@ pub struct KeyedStateBackend {
     pub(super) epoch: CheckpointId,
     /// Declaring is allowed only while the operator opens.
     declaring: bool,
+    /// The keys of each increment of the chain, for re-writing the oldest ([`super::aging`]).
+    pub(super) ages: Ages,
 }
 
 impl KeyedStateBackend {
@@ -145,6 +148,7 @@ impl KeyedStateBackend {
             by_name: HashMap::new(),
             epoch: CheckpointId(1),
             declaring: true,
+            ages: Ages::new(),
         }
     }
 

@@ -1,6 +1,7 @@
 //! The payload of a list-state entry: one key's list.
 
 use super::StateBytes;
+use crate::ids::CheckpointId;
 
 /// One key's list, appended to.
 #[derive(Debug, Default)]
@@ -11,6 +12,8 @@ pub struct ListBody {
     pub persisted: usize,
     /// The list was cleared since the last snapshot (one clear event).
     pub cleared: bool,
+    /// The increment that holds the list's first items (the oldest it needs).
+    pub oldest: CheckpointId,
 }
 
 impl ListBody {
@@ -20,6 +23,13 @@ impl ListBody {
 
     pub fn clear(&mut self) {
         self.items.clear();
+        self.persisted = 0;
+        self.cleared = true;
+    }
+
+    /// Writes the whole list again at the next snapshot: a clear event and every item, so
+    /// that the increment alone holds the list (bounded chains, [`super::aging`]).
+    pub fn rewrite(&mut self) {
         self.persisted = 0;
         self.cleared = true;
     }

@@ -77,6 +77,17 @@ impl MapBody {
         self.live = 0;
     }
 
+    /// Writes the whole map again in `epoch`: a clear event and every live entry, so that the
+    /// increment alone holds the map (bounded chains, [`super::aging`]).
+    pub fn rewrite(&mut self, epoch: CheckpointId) {
+        self.entries.retain(|_, v| v.value.is_some());
+        for v in self.entries.values_mut() {
+            v.written_in = epoch;
+        }
+        self.changed = self.entries.keys().cloned().collect();
+        self.cleared = true;
+    }
+
     /// Live entries after `after` (or from the first), in key order.
     pub fn range_after<'a>(
         &'a self,

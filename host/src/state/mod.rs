@@ -24,6 +24,7 @@
 //! - [`snapshot`]: [`Increment`], what a snapshot pins, and [`KeyedStateBackend::snapshot`] /
 //!   [`KeyedStateBackend::restore`] in the backend.
 
+mod aging;
 pub mod backend;
 pub mod bytes;
 pub mod list;

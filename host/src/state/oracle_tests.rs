@@ -23,7 +23,9 @@ enum Op {
     MapClear(u8),
     ListAppend(u8, Vec<u8>),
     ListClear(u8),
-    Snapshot,
+    /// A snapshot that first re-writes up to this many entries of the oldest increments;
+    /// those it drains leave the chain.
+    Snapshot(usize),
     /// A full snapshot: the chain starts again from it.
     FullSnapshot,
     /// Restore the chain of the n-th completed snapshot (modulo their number).
@@ -54,7 +56,7 @@ fn op() -> impl Strategy<Value = Op> {
         1 => key.clone().prop_map(Op::MapClear),
         3 => (key.clone(), value()).prop_map(|(k, v)| Op::ListAppend(k, v)),
         1 => key.prop_map(Op::ListClear),
-        2 => Just(Op::Snapshot),
+        3 => (0..6usize).prop_map(Op::Snapshot),
         1 => Just(Op::FullSnapshot),
         1 => any::<usize>().prop_map(Op::Restore),
         1 => any::<bool>().prop_map(|mid_snapshot| Op::Crash { mid_snapshot }),
@@ -274,21 +276,28 @@ fn run(ops: Vec<Op>) -> Result<(), TestCaseError> {
                     .expect("clear");
                 oracle.lists.remove(&key);
             }
-            Op::Snapshot | Op::FullSnapshot => {
+            Op::Snapshot(_) | Op::FullSnapshot => {
                 let id = CheckpointId(next_id);
                 next_id += 1;
-                let increment = if matches!(op, Op::FullSnapshot) {
+                let increment = if let Op::Snapshot(budget) = op {
+                    let released = backend.rewrite_oldest(id, budget);
+                    chain.retain(|i| !released.contains(&i.checkpoint));
+                    backend.snapshot_for(id)
+                } else {
                     chain.clear();
                     backend.snapshot_full(id)
-                } else {
-                    backend.snapshot_for(id)
                 };
                 prop_assert_eq!(increment.checkpoint, id);
                 // Every increment goes through the stored format, as it would in a checkpoint.
                 let bytes = format::encode(&increment).expect("encode");
                 let stored = format::decode(&bytes, None).expect("decode");
                 prop_assert_eq!(&stored, &increment);
-                chain.push(stored);
+                if !stored.is_empty() {
+                    chain.push(stored);
+                }
+                let ages: Vec<CheckpointId> = backend.chain_checkpoints().collect();
+                let links: Vec<CheckpointId> = chain.iter().map(|i| i.checkpoint).collect();
+                prop_assert_eq!(ages, links, "the backend knows its chain");
                 completed.push((chain.clone(), oracle.clone()));
                 prop_assert_eq!(backend.stats().dirty_keys, 0);
             }

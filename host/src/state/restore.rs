@@ -1,11 +1,12 @@
 //! Rebuilding state from increments: [`KeyedStateBackend::restore`].
 
+use super::aging::AgedKey;
 use super::backend::Tables;
 use super::map::MapValue;
 use super::snapshot::{Change, Increment};
-use super::{KeyedStateBackend, StateError, StateKind};
+use super::{KeyedStateBackend, StateBytes, StateError, StateKind};
 use crate::ids::CheckpointId;
-use crate::partition::hash_key;
+use crate::partition::{KeyHash, hash_key};
 
 impl KeyedStateBackend {
     /// Applies one increment of a chain, oldest first. Key groups outside this subtask's
@@ -20,6 +21,7 @@ impl KeyedStateBackend {
             return Err(StateError::RestoreOverWrites);
         }
         let checkpoint = increment.checkpoint;
+        let mut aged = Vec::new();
         for group in &increment.groups {
             let Some(offset) = self.range().offset(group.group) else {
                 continue;
@@ -28,10 +30,20 @@ impl KeyedStateBackend {
                 let id = self.declare_new(&changes.name, changes.kind)?;
                 let tables = &mut self.states[id.0 as usize].tables;
                 for change in &changes.changes {
-                    apply(tables, offset, checkpoint, change, changes.kind)?;
+                    if let Some((key, hash)) =
+                        apply(tables, offset, checkpoint, change, changes.kind)?
+                    {
+                        aged.push(AgedKey {
+                            state: id.0,
+                            offset: offset as u32,
+                            hash,
+                            key,
+                        });
+                    }
                 }
             }
         }
+        self.age(checkpoint, aged);
         if self.epoch <= checkpoint {
             self.epoch = CheckpointId(checkpoint.0 + 1);
         }
@@ -39,13 +51,15 @@ impl KeyedStateBackend {
     }
 }
 
+/// Applies one change; returns the key if it has content afterwards (the increment holds its
+/// latest version).
 fn apply(
     tables: &mut Tables,
     offset: usize,
     checkpoint: CheckpointId,
     change: &Change,
     kind: StateKind,
-) -> Result<(), StateError> {
+) -> Result<Option<(StateBytes, KeyHash)>, StateError> {
     match (tables, change) {
         (Tables::Value(tables), Change::Value { key, value }) => {
             let table = &mut tables[offset];
@@ -53,9 +67,11 @@ fn apply(
             match value {
                 Some(value) => {
                     table.restore(key, hash, checkpoint, || None).body = Some(value.clone());
+                    Ok(Some((key.clone(), hash)))
                 }
                 None => {
                     table.remove(key, hash);
+                    Ok(None)
                 }
             }
         }
@@ -92,7 +108,9 @@ fn apply(
             map.live = map.entries.len();
             if map.entries.is_empty() {
                 table.remove(key, hash);
+                return Ok(None);
             }
+            Ok(Some((key.clone(), hash)))
         }
         (
             Tables::List(tables),
@@ -108,19 +126,21 @@ fn apply(
             if *cleared {
                 list.items.clear();
             }
+            if list.items.is_empty() {
+                list.oldest = checkpoint;
+            }
             list.items.extend(appended.iter().cloned());
             list.persisted = list.items.len();
             if list.items.is_empty() {
                 table.remove(key, hash);
+                return Ok(None);
             }
+            Ok(Some((key.clone(), hash)))
         }
-        (tables, _) => {
-            return Err(StateError::WrongKind {
-                name: format!("(a {kind} change)"),
-                expected: kind,
-                actual: tables.kind(),
-            });
-        }
+        (tables, _) => Err(StateError::WrongKind {
+            name: format!("(a {kind} change)"),
+            expected: kind,
+            actual: tables.kind(),
+        }),
     }
-    Ok(())
 }

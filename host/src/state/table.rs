@@ -228,7 +228,9 @@ impl<T> KeyedTable<T> {
         make: impl FnOnce() -> T,
     ) -> &mut Entry<T> {
         let position = self.position_or_insert(key, hash, written_in, make);
-        &mut self.entries[position]
+        let entry = &mut self.entries[position];
+        entry.written_in = written_in;
+        entry
     }
 
     /// Removes `key`'s entry, if any. The last entry moves into its place (its index slot is

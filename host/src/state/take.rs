@@ -1,5 +1,6 @@
 //! The synchronous phase of a snapshot: [`KeyedStateBackend::snapshot`].
 
+use super::aging::AgedKey;
 use super::backend::Tables;
 use super::list::ListBody;
 use super::map::MapBody;
@@ -8,7 +9,7 @@ use super::table::KeyedTable;
 use super::value::ValueBody;
 use super::{KeyedStateBackend, StateBytes, StateKind};
 use crate::ids::CheckpointId;
-use crate::partition::{KeyGroupRange, hash_key};
+use crate::partition::{KeyGroupRange, KeyHash, hash_key};
 
 impl KeyedStateBackend {
     /// Takes the changes since the previous snapshot as the increment of the current epoch's
@@ -20,20 +21,41 @@ impl KeyedStateBackend {
     pub fn snapshot(&mut self) -> Increment {
         let checkpoint = self.epoch;
         let range = self.range();
+        let mut aged = Vec::new();
         let per_state: Vec<_> = self
             .states
             .iter_mut()
-            .map(|state| {
-                let per_group: Vec<Vec<Change>> = match &mut state.tables {
+            .enumerate()
+            .map(|(index, state)| {
+                let taken: Vec<Taken> = match &mut state.tables {
                     Tables::Value(tables) => tables.iter_mut().map(take_values).collect(),
                     Tables::Map(tables) => tables.iter_mut().map(take_maps).collect(),
-                    Tables::List(tables) => tables.iter_mut().map(take_lists).collect(),
+                    Tables::List(tables) => tables
+                        .iter_mut()
+                        .map(|t| take_lists(t, checkpoint))
+                        .collect(),
                 };
+                let per_group = taken
+                    .into_iter()
+                    .enumerate()
+                    .map(|(offset, (changes, live))| {
+                        aged.extend(live.into_iter().map(|(key, hash)| AgedKey {
+                            state: index as u32,
+                            offset: offset as u32,
+                            hash,
+                            key,
+                        }));
+                        changes
+                    })
+                    .collect();
                 (state.name.clone(), state.tables.kind(), per_group)
             })
             .collect();
         let groups = by_group(range, per_state);
         self.epoch = CheckpointId(checkpoint.0 + 1);
+        if !groups.is_empty() {
+            self.age(checkpoint, aged);
+        }
         Increment { checkpoint, groups }
     }
 
@@ -65,6 +87,12 @@ impl KeyedStateBackend {
             })
             .collect();
         let groups = by_group(self.range(), per_state);
+        // The full snapshot alone holds the state now: it is the whole chain.
+        self.ages.clear();
+        if !groups.is_empty() {
+            let keys = self.live_keys();
+            self.age(increment.checkpoint, keys);
+        }
         Increment {
             checkpoint: increment.checkpoint,
             groups,
@@ -139,34 +167,41 @@ fn full_lists(table: &KeyedTable<ListBody>) -> Vec<Change> {
         .collect()
 }
 
+/// What a table's dirty entries give a snapshot: their changes, and the keys that still have
+/// content (the increment holds their latest version).
+type Taken = (Vec<Change>, Vec<(StateBytes, KeyHash)>);
+
 /// Walks the dirty entries of `table` in memory order, turning each into a [`Change`] with
 /// `change`, which also says whether the entry can leave the table (a tombstone, an emptied
 /// map or list). Removals happen after the walk, since a removal moves another entry.
 fn take_changes<T>(
     table: &mut KeyedTable<T>,
     mut change: impl FnMut(StateBytes, &mut T) -> (Change, bool),
-) -> Vec<Change> {
+) -> Taken {
     let dirty = table.take_dirty();
     let mut changes = Vec::with_capacity(dirty.len());
+    let mut live = Vec::with_capacity(dirty.len());
     let mut removed = Vec::new();
     for position in dirty {
         let Some(entry) = table.entry_at_mut(position as usize) else {
             continue;
         };
-        let key = entry.key.clone();
+        let (key, hash) = (entry.key.clone(), entry.hash);
         let (c, remove) = change(key.clone(), &mut entry.body);
         if remove {
             removed.push(key);
+        } else {
+            live.push((key, hash));
         }
         changes.push(c);
     }
     for key in removed {
         table.remove(&key, hash_key(&key));
     }
-    changes
+    (changes, live)
 }
 
-fn take_values(table: &mut KeyedTable<ValueBody>) -> Vec<Change> {
+fn take_values(table: &mut KeyedTable<ValueBody>) -> Taken {
     take_changes(table, |key, value| {
         let value = value.clone();
         // A tombstone goes into the increment; the table no longer needs it.
@@ -175,7 +210,7 @@ fn take_values(table: &mut KeyedTable<ValueBody>) -> Vec<Change> {
     })
 }
 
-fn take_maps(table: &mut KeyedTable<MapBody>) -> Vec<Change> {
+fn take_maps(table: &mut KeyedTable<MapBody>) -> Taken {
     take_changes(table, |key, map| {
         let entries = std::mem::take(&mut map.changed)
             .into_iter()
@@ -195,9 +230,12 @@ fn take_maps(table: &mut KeyedTable<MapBody>) -> Vec<Change> {
     })
 }
 
-fn take_lists(table: &mut KeyedTable<ListBody>) -> Vec<Change> {
+fn take_lists(table: &mut KeyedTable<ListBody>, checkpoint: CheckpointId) -> Taken {
     take_changes(table, |key, list| {
         let appended = list.items[list.persisted..].to_vec();
+        if list.persisted == 0 && !appended.is_empty() {
+            list.oldest = checkpoint;
+        }
         list.persisted = list.items.len();
         let cleared = std::mem::take(&mut list.cleared);
         let change = Change::List {
@@ -207,4 +245,34 @@ fn take_lists(table: &mut KeyedTable<ListBody>) -> Vec<Change> {
         };
         (change, list.items.is_empty())
     })
+}
+
+impl KeyedStateBackend {
+    /// Every key with content, as aged keys of one increment (a full snapshot).
+    fn live_keys(&self) -> Vec<AgedKey> {
+        fn keys<T>(
+            state: usize,
+            tables: &[KeyedTable<T>],
+            live: impl Fn(&T) -> bool,
+            out: &mut Vec<AgedKey>,
+        ) {
+            for (offset, table) in tables.iter().enumerate() {
+                out.extend(table.iter().filter(|e| live(&e.body)).map(|e| AgedKey {
+                    state: state as u32,
+                    offset: offset as u32,
+                    hash: e.hash,
+                    key: e.key.clone(),
+                }));
+            }
+        }
+        let mut out = Vec::new();
+        for (i, state) in self.states.iter().enumerate() {
+            match &state.tables {
+                Tables::Value(t) => keys(i, t, Option::is_some, &mut out),
+                Tables::Map(t) => keys(i, t, |m| m.live > 0, &mut out),
+                Tables::List(t) => keys(i, t, |l| !l.items.is_empty(), &mut out),
+            }
+        }
+        out
+    }
 }
