@@ -73,6 +73,9 @@ pub struct SubtaskCheckpoints {
     superseded: HashMap<String, Upload>,
     /// Per checkpoint that may still be retained: the artifacts of this subtask it references.
     referenced: BTreeMap<CheckpointId, Vec<String>>,
+    /// Artifacts of aborted checkpoints: released at the next completion unless a retained
+    /// or later checkpoint still references them.
+    aborted: Vec<String>,
     cleanups: Vec<JoinHandle<()>>,
 }
 
@@ -150,6 +153,7 @@ impl SubtaskCheckpoints {
             chain: Vec::new(),
             superseded: HashMap::new(),
             referenced: BTreeMap::new(),
+            aborted: Vec::new(),
             cleanups: Vec::new(),
         }
     }
@@ -407,8 +411,18 @@ impl SubtaskCheckpoints {
         }
     }
 
+    /// `abort(checkpoint)`: the checkpoint will never be retained. Its artifacts are not
+    /// deleted now (a later increment may build on them) but at the next completion, if
+    /// nothing retained or later references them. A lost abort only delays this until the
+    /// checkpoint falls before the earliest retained one.
+    pub fn abort(&mut self, checkpoint: CheckpointId) {
+        if let Some(paths) = self.referenced.remove(&checkpoint) {
+            self.aborted.extend(paths);
+        }
+    }
+
     /// `complete(completed, earliest_retained)`: deletes the artifacts this subtask owns that
-    /// only checkpoints before `earliest_retained` referenced.
+    /// only checkpoints before `earliest_retained` (or aborted ones) referenced.
     pub fn complete(&mut self, completed: CheckpointId, earliest_retained: CheckpointId) {
         let keep_from = earliest_retained.min(completed);
         let retained = self.referenced.split_off(&keep_from);
@@ -420,11 +434,16 @@ impl SubtaskCheckpoints {
             .map(String::as_str)
             .chain(self.chain.iter().map(|l| l.artifact.path.as_str()))
             .collect();
+        let (still_needed, aborted): (Vec<String>, Vec<String>) = std::mem::take(&mut self.aborted)
+            .into_iter()
+            .partition(|p| keep.contains(p.as_str()));
         let doomed: BTreeSet<String> = released
             .into_values()
             .flatten()
+            .chain(aborted)
             .filter(|p| !keep.contains(p.as_str()))
             .collect();
+        self.aborted = still_needed;
         if !doomed.is_empty() {
             let uploads: Vec<Upload> = doomed
                 .iter()

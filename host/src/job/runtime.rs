@@ -478,7 +478,11 @@ impl SubtaskTask {
                 Event::Notification(Notification::Retake(checkpoint)) => {
                     self.snapshot(operator.as_mut(), checkpoint)?;
                 }
-                Event::Notification(Notification::Abort(_)) => {}
+                Event::Notification(Notification::Abort(checkpoint)) => {
+                    if let Some(checkpoints) = &mut self.checkpoints {
+                        checkpoints.abort(checkpoint);
+                    }
+                }
             }
         }
         if let Some(checkpoints) = &mut self.checkpoints {
