@@ -56,6 +56,8 @@ fn cold_keys_drain_from_old_increments_and_every_retained_checkpoint_restores() 
             operator: "op".into(),
             operator_index: 0,
             subtask: SubtaskIndex(0),
+            parallelism: 1,
+            key_groups: groups,
             range,
         },
         "test".into(),

@@ -469,3 +469,116 @@ fn a_failing_job_is_restarted_from_its_latest_checkpoint_as_often_as_allowed() {
         "restarts restore a checkpoint:\n{err}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rescaling_2_3_1_4_across_restores_gives_the_uninterrupted_output_with_one_deleter_each() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let expected = write_input(&dir.path().join("in.txt"), 120_000, 4_000, 13);
+    let job = job_file(
+        dir.path(),
+        "rescale",
+        32,
+        "interval_ms = 5\nretain = 2\nmax_chain = 6\nrewrite_budget = 200\nrestart_attempts = 0",
+    );
+    let memory: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+    let counted = InstrumentedStore::new(memory.clone(), Faults::default());
+    let stats = counted.stats();
+    let store = CheckpointStore::new(Arc::new(counted), &StorePath::from("root"), "rescale");
+    let clean = CheckpointStore::new(memory, &StorePath::from("root"), "rescale");
+    let engine = engine();
+    let steps = [2u32, 3, 1, 4];
+    for (step, &parallelism) in steps.iter().enumerate() {
+        let mut spec = JobSpec::load(&job).expect("job file");
+        spec.set_parallelism(None, parallelism)
+            .expect("parallelism");
+        let before = clean.completed().await.expect("list");
+        let restored = match before.last() {
+            Some(&id) => Some(clean.read_metadata(id).await.expect("metadata")),
+            None => None,
+        };
+        let options = RunOptions::default();
+        let last = step + 1 == steps.len();
+        // Stop the run once it has completed a few checkpoints of its own; check that the
+        // first of them wrote every subtask's range afresh.
+        let watcher = (!last).then(|| {
+            let (stop, clean) = (options.stop.clone(), clean.clone());
+            let newest = before.last().copied();
+            tokio::spawn(async move {
+                let mut first_checked = newest.is_none();
+                loop {
+                    tokio::time::sleep(Duration::from_millis(2)).await;
+                    let ids = clean.completed().await.unwrap_or_default();
+                    let new: Vec<_> = ids.iter().filter(|&&id| Some(id) > newest).collect();
+                    if let (false, Some(&&first)) = (first_checked, new.first())
+                        && let Ok(m) = clean.read_metadata(first).await
+                    {
+                        let count = m.operator("count").expect("count");
+                        assert_eq!(count.parallelism, parallelism);
+                        for handle in &count.subtasks {
+                            assert!(
+                                handle.chain.len() <= 1 && handle.chain.iter().all(|a| a.full),
+                                "the first checkpoint after a rescale writes each range afresh: {handle:?}"
+                            );
+                        }
+                        first_checked = true;
+                    }
+                    // Retention keeps two: count by ids.
+                    let since = newest.map_or(0, |n| n.0);
+                    if new.last().is_some_and(|&&id| id.0 >= since + 4) {
+                        stop.stop();
+                        return first_checked;
+                    }
+                }
+            })
+        });
+        let restore = (step > 0).then_some(weir_host::checkpoint::RestoreFrom::Latest);
+        let result = run_job_in(&spec, &engine, restore, options, Some(store.clone())).await;
+        let reads = stats.take_reads_by();
+        match watcher {
+            Some(watcher) => {
+                let error = result.expect_err("stopped");
+                assert!(error.to_string().contains("stopped"), "{error}");
+                assert!(
+                    watcher.await.expect("watcher"),
+                    "first checkpoint not checked"
+                );
+            }
+            None => {
+                result.expect("the last run finishes");
+            }
+        }
+        if let Some(restored) = &restored {
+            // Each subtask read about its share of the restored chains, not everything.
+            let total: u64 = restored.artifacts().map(|a| a.bytes).sum();
+            let groups = weir_host::partition::KeyGroups::new(128);
+            for subtask in 0..parallelism {
+                let actor = Actor::Subtask {
+                    operator: "count".into(),
+                    subtask,
+                };
+                let read = reads.get(&actor).copied().unwrap_or(0);
+                let share = groups
+                    .range_of(weir_host::ids::SubtaskIndex(subtask), parallelism)
+                    .len() as u64;
+                let fair = total * share / 128;
+                let overhead = 16_384 * restored.artifacts().count() as u64;
+                assert!(
+                    read > 0 && read <= fair + fair / 4 + overhead,
+                    "step {step}: subtask {subtask} of {parallelism} read {read} bytes; its share of {total} is {fair}"
+                );
+            }
+        }
+    }
+    assert!(committed(dir.path()) == expected, "output differs");
+    let deletes = stats.deletes();
+    assert!(deletes.len() > 10, "only {} objects deleted", deletes.len());
+    let twice: Vec<_> = deletes.iter().filter(|&(_, &n)| n != 1).collect();
+    assert!(twice.is_empty(), "deleted more than once: {twice:?}");
+    for (path, actor) in stats.delete_log() {
+        if let Some(Actor::Subtask { operator, .. }) = &actor {
+            assert_eq!(operator, "count", "{path}");
+        }
+        assert!(actor.is_some(), "{path} deleted by an unknown task");
+    }
+    assert_store_holds_exactly_the_retained(&clean).await;
+}

@@ -160,6 +160,25 @@ impl CheckpointStore {
         self.list(&self.subtask_prefix(operator, subtask)).await
     }
 
+    /// The subtask folders under `state/<operator>/`, by number: every subtask that ever
+    /// wrote there, in any run.
+    pub async fn subtask_folders(&self, operator: &str) -> Result<Vec<u32>, StorageError> {
+        let prefix = self.root.clone().join("state").join(operator);
+        let listing = self
+            .store
+            .list_with_delimiter(Some(&prefix))
+            .await
+            .map_err(|source| StorageError::Store {
+                path: prefix.clone(),
+                source,
+            })?;
+        Ok(listing
+            .common_prefixes
+            .iter()
+            .filter_map(|p| p.filename()?.parse().ok())
+            .collect())
+    }
+
     /// Every object of the job, for inspection and tests.
     pub async fn list_all(&self) -> Result<Vec<Path>, StorageError> {
         self.list(&self.root).await

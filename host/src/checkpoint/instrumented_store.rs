@@ -44,6 +44,8 @@ pub struct StoreStats {
     deletes: Mutex<HashMap<Path, u32>>,
     /// Every delete in order, with the task that issued it.
     delete_log: Mutex<Vec<(Path, Option<Actor>)>>,
+    /// Bytes read per task that declared itself.
+    reads_by: Mutex<HashMap<Actor, u64>>,
 }
 
 impl StoreStats {
@@ -53,6 +55,12 @@ impl StoreStats {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .clone()
+    }
+
+    /// Bytes read so far by each task that declared itself, and forgets them (so that a test
+    /// can look at one restore at a time).
+    pub fn take_reads_by(&self) -> HashMap<Actor, u64> {
+        std::mem::take(&mut *self.reads_by.lock().unwrap_or_else(|e| e.into_inner()))
     }
 
     /// Every delete so far, in order, with who issued it.
@@ -154,9 +162,17 @@ impl ObjectStore for InstrumentedStore {
         self.enter("get").await?;
         let result = self.inner.get_opts(location, options).await?;
         self.stats.gets.fetch_add(1, Ordering::Relaxed);
-        self.stats
-            .bytes_read
-            .fetch_add(result.range.end - result.range.start, Ordering::Relaxed);
+        let bytes = result.range.end - result.range.start;
+        self.stats.bytes_read.fetch_add(bytes, Ordering::Relaxed);
+        if let Some(actor) = actor::current() {
+            *self
+                .stats
+                .reads_by
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .entry(actor)
+                .or_default() += bytes;
+        }
         Ok(result)
     }
 

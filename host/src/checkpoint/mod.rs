@@ -8,6 +8,8 @@
 //!   metadata last), retains the last N, notifies.
 //! - [`subtask_checkpoints`]: a subtask's side: snapshot, asynchronous upload, its chain,
 //!   cleanup of what it owns, restore and orphan sweep.
+//! - [`ownership`]: which subtask deletes which artifact (and sweeps which folder) after a
+//!   restore with any parallelism.
 //! - [`metadata`]: [`metadata::CheckpointMetadata`], the object that makes a checkpoint
 //!   complete: source position and every subtask's handle (chain and owners).
 //! - [`checkpoint_store`]: where a job's objects live in the store, and the operations on them.
@@ -24,6 +26,7 @@ pub mod coordinator;
 pub mod format;
 pub mod instrumented_store;
 pub mod metadata;
+pub mod ownership;
 pub mod protocol;
 pub mod start;
 pub mod storage;

@@ -11,6 +11,7 @@ use object_store::path::Path;
 use object_store::{GetOptions, GetRange, ObjectStore, ObjectStoreExt, PutPayload};
 
 use bytes::Bytes;
+use futures::{StreamExt, TryStreamExt};
 
 use super::format::{self, FOOTER_LEN, FormatError, GroupEntry};
 use crate::partition::KeyGroupRange;
@@ -121,22 +122,57 @@ pub async fn read_increment(
         .await
         .map_err(store_err)?;
     let index = format::decode_index(&index_bytes, &footer).map_err(format_err)?;
-    let wanted: Vec<_> = index.groups_in(range).collect();
-    // The header, to check the version, and the wanted sections, in one coalesced request.
-    let mut ranges = Vec::with_capacity(wanted.len() + 1);
-    ranges.push(0..10u64);
-    ranges.extend(wanted.iter().map(|g| g.offset..g.offset + g.len));
-    let parts = store.get_ranges(path, &ranges).await.map_err(store_err)?;
-    format::check_header(&parts[0]).map_err(format_err)?;
-    let entries: Vec<GroupEntry> = wanted.into_iter().cloned().collect();
-    let groups = decode_groups(entries, parts[1..].to_vec())
-        .await
-        .map_err(format_err)?;
+    let entries: Vec<GroupEntry> = index.groups_in(range).cloned().collect();
+    let header = store.get_range(path, 0..10).await.map_err(store_err)?;
+    format::check_header(&header).map_err(format_err)?;
+    // Sections lie in key-group order, so a range of groups is one run of bytes: read exactly
+    // that (not coalesced with the header, which could pull in other groups' sections).
+    let sections = match (entries.first(), entries.last()) {
+        (Some(first), Some(last)) => {
+            let start = first.offset;
+            let run = store
+                .get_range(path, start..last.offset + last.len)
+                .await
+                .map_err(store_err)?;
+            let section = |e: &GroupEntry| {
+                let from = usize::try_from(e.offset.checked_sub(start)?).ok()?;
+                let to = from.checked_add(usize::try_from(e.len).ok()?)?;
+                (to <= run.len()).then(|| run.slice(from..to))
+            };
+            entries
+                .iter()
+                .map(|e| {
+                    section(e).ok_or_else(|| {
+                        format_err(FormatError::Truncated("index entries out of order"))
+                    })
+                })
+                .collect::<Result<Vec<_>, _>>()?
+        }
+        _ => Vec::new(),
+    };
+    let groups = decode_groups(entries, sections).await.map_err(format_err)?;
     Ok(Increment {
         checkpoint: index.checkpoint,
         groups,
     })
 }
+
+/// Reads the increments of a chain (`paths`, oldest first) for the key groups in `range`,
+/// several at a time; they come back in chain order, to be applied oldest first.
+pub async fn read_chain(
+    store: &dyn ObjectStore,
+    paths: &[Path],
+    range: KeyGroupRange,
+) -> Result<Vec<Increment>, StorageError> {
+    futures::stream::iter(paths)
+        .map(|path| read_increment(store, path, range))
+        .buffered(CHAIN_READS)
+        .try_collect()
+        .await
+}
+
+/// Artifacts of a chain read at once: enough to overlap reads with decoding.
+const CHAIN_READS: usize = 4;
 
 /// Decodes key-group sections on the blocking pool, split over the machine's cores: a
 /// restore is bound by decoding, and sections are independent.

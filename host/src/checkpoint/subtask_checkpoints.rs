@@ -28,10 +28,11 @@ use super::actor::{Actor, acting};
 use super::checkpoint_store::{CheckpointStore, delete_if_present};
 use super::format;
 use super::metadata::{ArtifactRef, CheckpointMetadata, SubtaskHandle};
+use super::ownership::Ownership;
 use super::protocol::Ack;
-use super::storage::read_increment;
+use super::storage::read_chain;
 use crate::ids::{CheckpointId, SubtaskIndex};
-use crate::partition::KeyGroupRange;
+use crate::partition::{KeyGroupRange, KeyGroups};
 use crate::state::{Increment, KeyedStateBackend};
 
 /// Deletes one subtask's cleanup runs at a time.
@@ -59,6 +60,8 @@ pub struct SubtaskCheckpoints {
     operator: String,
     operator_index: usize,
     subtask: SubtaskIndex,
+    parallelism: u32,
+    key_groups: KeyGroups,
     range: KeyGroupRange,
     /// Names this run's artifacts apart from other runs'.
     run: Arc<str>,
@@ -82,8 +85,8 @@ pub struct SubtaskCheckpoints {
 /// How a subtask keeps its chain of increments bounded.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ChainPolicy {
-    /// The chain length to stay under: the re-write budget grows so that the oldest
-    /// increments drain within about this many checkpoints.
+    /// The chain length to stay under: the re-write budget grows so that the whole state is
+    /// re-written within about this many checkpoints.
     pub max_chain: usize,
     /// Entries re-written per checkpoint at least (DESIGN.md §4).
     pub rewrite_budget: usize,
@@ -93,12 +96,12 @@ pub struct ChainPolicy {
 }
 
 impl ChainPolicy {
-    /// Entries to re-write at the next checkpoint when the chain holds `aged` keys: enough
-    /// to go through all of them in `max_chain - 1` checkpoints, and never less than the
+    /// Entries to re-write at the next checkpoint for a state of `entries` keys: enough to
+    /// re-write all of them in `max_chain - 1` checkpoints, and never less than the
     /// configured budget.
-    pub fn budget(&self, aged: usize) -> usize {
+    pub fn budget(&self, entries: usize) -> usize {
         let spread = self.max_chain.saturating_sub(1).max(1);
-        self.rewrite_budget.max(aged.div_ceil(spread))
+        self.rewrite_budget.max(entries.div_ceil(spread))
     }
 }
 
@@ -126,6 +129,8 @@ pub struct SubtaskIdentity {
     pub operator: String,
     pub operator_index: usize,
     pub subtask: SubtaskIndex,
+    pub parallelism: u32,
+    pub key_groups: KeyGroups,
     pub range: KeyGroupRange,
 }
 
@@ -145,6 +150,8 @@ impl SubtaskCheckpoints {
             operator: identity.operator,
             operator_index: identity.operator_index,
             subtask: identity.subtask,
+            parallelism: identity.parallelism,
+            key_groups: identity.key_groups,
             range: identity.range,
             run,
             policy,
@@ -158,24 +165,43 @@ impl SubtaskCheckpoints {
         }
     }
 
-    /// Rebuilds `backend` from the subtask's chain in the restored checkpoint, if any,
-    /// reading only its key groups; then deletes every object under its prefix that no
-    /// retained checkpoint references: artifacts of checkpoints that never completed.
+    /// Rebuilds `backend` from the restored checkpoint, if any, reading only the subtask's
+    /// key groups from the chains of the subtasks that held them; learns which retained
+    /// artifacts it owns ([`Ownership`]); then deletes, in the folders it sweeps, every
+    /// object no retained checkpoint references: artifacts of checkpoints that never
+    /// completed.
     pub fn start(
         &mut self,
         backend: &mut KeyedStateBackend,
         assignment: &RestoreAssignment,
     ) -> Result<(), String> {
+        let ownership = Ownership::plan(
+            &self.operator,
+            self.parallelism,
+            self.key_groups,
+            assignment.retained.iter().map(|m| &**m),
+        );
         for metadata in &assignment.retained {
-            if let Ok(handle) = self.handle_in(metadata) {
-                let own = self.own_paths(handle.chain.iter());
-                self.referenced.insert(metadata.id, own);
-            }
+            let own: Vec<String> = metadata
+                .operator(&self.operator)
+                .into_iter()
+                .flat_map(|o| &o.subtasks)
+                .flat_map(|h| &h.chain)
+                .filter(|a| ownership.owns(self.subtask, &a.path))
+                .map(|a| a.path.clone())
+                .collect();
+            self.referenced.insert(metadata.id, own);
         }
         if let Some(restored) = &assignment.restored {
             self.restore(backend, restored)?;
         }
-        self.sweep_orphans()
+        let everything: HashSet<&str> = assignment
+            .retained
+            .iter()
+            .flat_map(|m| m.artifacts())
+            .map(|a| a.path.as_str())
+            .collect();
+        self.sweep_orphans(&everything)
     }
 
     fn restore(
@@ -183,52 +209,70 @@ impl SubtaskCheckpoints {
         backend: &mut KeyedStateBackend,
         restored: &CheckpointMetadata,
     ) -> Result<(), String> {
-        let handle = self.handle_in(restored)?.clone();
-        for artifact in &handle.chain {
-            let path = self.store.resolve(&artifact.path);
-            let increment = self
-                .runtime
-                .block_on(read_increment(
-                    self.store.object_store().as_ref(),
-                    &path,
-                    self.range,
-                ))
-                .map_err(|e| format!("cannot restore checkpoint {}: {e}", restored.id))?;
-            backend
-                .restore(&increment)
-                .map_err(|e| format!("cannot restore {path}: {e}"))?;
-        }
-        let own = self.own_paths(handle.chain.iter());
-        self.referenced.insert(restored.id, own);
-        self.chain = handle
-            .chain
-            .iter()
-            .map(|artifact| Link {
-                artifact: artifact.clone(),
-                upload: futures::future::ready(Ok(artifact.bytes)).boxed().shared(),
-                increment: None,
-            })
-            .collect();
-        Ok(())
-    }
-
-    fn handle_in<'m>(&self, metadata: &'m CheckpointMetadata) -> Result<&'m SubtaskHandle, String> {
-        let operator = metadata.operator(&self.operator).ok_or_else(|| {
+        let operator = restored.operator(&self.operator).ok_or_else(|| {
             format!(
                 "checkpoint {} has no operator `{}`: it belongs to another job",
-                metadata.id, self.operator
+                restored.id, self.operator
             )
         })?;
-        operator
+        if restored.key_groups != self.key_groups.count() {
+            return Err(format!(
+                "checkpoint {} has {} key groups and the job {}: max_parallelism cannot change",
+                restored.id,
+                restored.key_groups,
+                self.key_groups.count()
+            ));
+        }
+        // The subtasks whose key groups overlap ours; with unchanged parallelism, just ours.
+        let sources: Vec<&SubtaskHandle> = operator
             .subtasks
-            .get(self.subtask.0 as usize)
-            .filter(|h| h.range() == self.range)
-            .ok_or_else(|| {
-                format!(
-                    "checkpoint {} ran operator `{}` with parallelism {}; restore it with the same parallelism",
-                    metadata.id, self.operator, operator.parallelism
-                )
+            .iter()
+            .filter(|h| {
+                let r = h.range();
+                r.start < self.range.end && self.range.start < r.end
             })
+            .collect();
+        let actor = Actor::Subtask {
+            operator: self.operator.clone(),
+            subtask: self.subtask.0,
+        };
+        for handle in &sources {
+            let paths: Vec<_> = handle
+                .chain
+                .iter()
+                .map(|a| self.store.resolve(&a.path))
+                .collect();
+            let increments = self
+                .runtime
+                .block_on(acting(
+                    actor.clone(),
+                    read_chain(self.store.object_store().as_ref(), &paths, self.range),
+                ))
+                .map_err(|e| format!("cannot restore checkpoint {}: {e}", restored.id))?;
+            for (increment, path) in increments.iter().zip(&paths) {
+                backend
+                    .restore(increment)
+                    .map_err(|e| format!("cannot restore {path}: {e}"))?;
+            }
+        }
+        let rescaled = operator.parallelism != self.parallelism;
+        if rescaled {
+            // Our state comes from others' chains: the first checkpoint writes it afresh,
+            // and the inherited artifacts go once that checkpoint is the earliest retained.
+            self.full_next = true;
+            backend.forget_chain();
+        } else if let Some(handle) = sources.first() {
+            self.chain = handle
+                .chain
+                .iter()
+                .map(|artifact| Link {
+                    artifact: artifact.clone(),
+                    upload: futures::future::ready(Ok(artifact.bytes)).boxed().shared(),
+                    increment: None,
+                })
+                .collect();
+        }
+        Ok(())
     }
 
     fn own_paths<'a>(&self, artifacts: impl Iterator<Item = &'a ArtifactRef>) -> Vec<String> {
@@ -238,23 +282,32 @@ impl SubtaskCheckpoints {
             .collect()
     }
 
-    /// Deletes what no retained checkpoint references under the subtask's prefix.
-    fn sweep_orphans(&mut self) -> Result<(), String> {
-        let keep: HashSet<&str> = self
-            .referenced
-            .values()
-            .flatten()
-            .map(String::as_str)
-            .collect();
-        let present = self
+    /// Deletes, in every folder this subtask sweeps, what no retained checkpoint
+    /// (`everything` they reference) needs and this run did not write.
+    fn sweep_orphans(&mut self, everything: &HashSet<&str>) -> Result<(), String> {
+        let folders = self
             .runtime
-            .block_on(self.store.list_subtask(&self.operator, self.subtask))
+            .block_on(self.store.subtask_folders(&self.operator))
             .map_err(|e| format!("cannot sweep orphans: {e}"))?;
-        let orphans: Vec<String> = present
-            .iter()
-            .map(|p| self.store.relative(p))
-            .filter(|p| !keep.contains(p.as_str()))
-            .collect();
+        let mut orphans = BTreeSet::new();
+        for folder in folders
+            .into_iter()
+            .filter(|&f| Ownership::sweeps(self.subtask, self.parallelism, f))
+        {
+            let present = self
+                .runtime
+                .block_on(
+                    self.store
+                        .list_subtask(&self.operator, SubtaskIndex(folder)),
+                )
+                .map_err(|e| format!("cannot sweep orphans: {e}"))?;
+            orphans.extend(
+                present
+                    .iter()
+                    .map(|p| self.store.relative(p))
+                    .filter(|p| !everything.contains(p.as_str()) && !p.contains(&*self.run)),
+            );
+        }
         if !orphans.is_empty() {
             tracing::info!(
                 operator = %self.operator,
@@ -262,7 +315,7 @@ impl SubtaskCheckpoints {
                 orphans = orphans.len(),
                 "deleting artifacts of checkpoints that never completed"
             );
-            let task = self.delete(orphans.into_iter().collect(), Vec::new());
+            let task = self.delete(orphans, Vec::new());
             self.runtime
                 .block_on(task)
                 .map_err(|e| format!("orphan sweep panicked: {e}"))?;
@@ -289,7 +342,7 @@ impl SubtaskCheckpoints {
             let released = match self.policy.full_snapshot_every {
                 Some(_) => Vec::new(),
                 None => {
-                    let budget = self.policy.budget(backend.aged_keys());
+                    let budget = self.policy.budget(backend.stats().entries);
                     backend.rewrite_oldest(checkpoint, budget)
                 }
             };

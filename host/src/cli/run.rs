@@ -17,6 +17,10 @@ pub struct RunArgs {
     /// `latest`, a job that has no completed checkpoint starts from the beginning.
     #[arg(long, value_name = "CHECKPOINT")]
     restore: Option<RestoreFrom>,
+    /// Runs keyed operators with N subtasks (`N`), or one operator (`OPERATOR=N`); with
+    /// `--restore`, the state is redistributed by key group (a rescale). Repeatable.
+    #[arg(long, value_name = "[OPERATOR=]N")]
+    parallelism: Vec<String>,
     /// The object store for checkpoints, overriding the job file's `[checkpoints] store`.
     #[arg(long, value_name = "URL")]
     checkpoint_store: Option<String>,
@@ -38,6 +42,19 @@ pub fn run(args: RunArgs) -> Result<(), Failure> {
             ))
         })?;
         checkpoints.store = url;
+    }
+    for setting in &args.parallelism {
+        let (operator, n) = match setting.split_once('=') {
+            Some((op, n)) => (Some(op), n),
+            None => (None, setting.as_str()),
+        };
+        let n: u32 = n.parse().map_err(|_| {
+            Failure::input(anyhow::anyhow!(
+                "--parallelism {setting:?}: expected N or OPERATOR=N with N a number"
+            ))
+        })?;
+        spec.set_parallelism(operator, n)
+            .map_err(|e| Failure::input(anyhow::anyhow!("--parallelism {setting}: {e}")))?;
     }
     let engine = super::engine()?;
     let runtime = tokio::runtime::Builder::new_multi_thread()

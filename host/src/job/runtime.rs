@@ -14,7 +14,7 @@
 //! a task failed; the others stop without committing anything more.
 
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use tokio::runtime::Handle;
@@ -39,12 +39,14 @@ use crate::ids::{CheckpointId, OperatorName, SubtaskIndex};
 use crate::operator::{FailureKind, OperatorError, OperatorInstance, SubtaskContext};
 
 /// Options for [`run`].
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 pub struct RunOptions {
     /// Show a progress line on a terminal.
     pub progress: bool,
     /// Batches that may wait in each channel.
     pub channel_capacity: usize,
+    /// Stops the job where it is (no last checkpoint) when raised.
+    pub stop: StopSignal,
 }
 
 impl Default for RunOptions {
@@ -52,7 +54,23 @@ impl Default for RunOptions {
         Self {
             progress: false,
             channel_capacity: 8,
+            stop: StopSignal::default(),
         }
+    }
+}
+
+/// Asks a running job to stop: its source reads no more and the job ends with
+/// [`JobError::Stopped`], as if it had crashed, so it resumes from its latest checkpoint.
+#[derive(Clone, Debug, Default)]
+pub struct StopSignal(Arc<AtomicBool>);
+
+impl StopSignal {
+    pub fn stop(&self) {
+        self.0.store(true, Ordering::Relaxed);
+    }
+
+    pub fn is_raised(&self) -> bool {
+        self.0.load(Ordering::Relaxed)
     }
 }
 
@@ -79,6 +97,8 @@ pub enum JobError {
     Route(#[from] RouteError),
     #[error("checkpoints: {0}")]
     Checkpoint(String),
+    #[error("the job was stopped")]
+    Stopped,
     #[error("a task of the job panicked: {0}")]
     Panicked(String),
     #[error("invalid pipeline: {0}")]
@@ -173,6 +193,7 @@ pub async fn run(
         triggers: trigger_rx,
         acks: ack_tx.clone(),
         metrics: metrics.clone(),
+        stop: options.stop.clone(),
     };
     tasks.spawn_blocking(move || source_task.run());
 
@@ -214,6 +235,8 @@ pub async fn run(
                         operator: stage.name.clone(),
                         operator_index: s,
                         subtask,
+                        parallelism: stage.parallelism,
+                        key_groups,
                         range: ctx.range,
                     },
                     run_id.clone(),
@@ -367,11 +390,15 @@ struct SourceTask {
     triggers: std::sync::mpsc::Receiver<Barrier>,
     acks: UnboundedSender<Ack>,
     metrics: Arc<JobMetrics>,
+    stop: StopSignal,
 }
 
 impl SourceTask {
     fn run(mut self) -> Result<(), JobError> {
         loop {
+            if self.stop.is_raised() {
+                return Err(JobError::Stopped);
+            }
             while let Ok(barrier) = self.triggers.try_recv() {
                 self.barrier(barrier)?;
             }

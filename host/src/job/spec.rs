@@ -226,6 +226,40 @@ pub enum SpecError {
 pub const DEFAULT_BATCH_SIZE: usize = 1024;
 
 impl JobSpec {
+    /// Sets the parallelism of `operator`, or of every operator that partitions its input by
+    /// key (the ones that hold keyed state) when `None`: a rescale, when the job is restored.
+    pub fn set_parallelism(
+        &mut self,
+        operator: Option<&str>,
+        parallelism: u32,
+    ) -> Result<(), String> {
+        let max = self.key_groups.count();
+        if !(1..=max).contains(&parallelism) {
+            return Err(format!(
+                "parallelism {parallelism} is out of range: use 1 to max_parallelism ({max})"
+            ));
+        }
+        let mut found = false;
+        for op in &mut self.operators {
+            let chosen = match operator {
+                Some(name) => op.name == name,
+                None => op.key_by.is_some(),
+            };
+            if chosen {
+                op.parallelism = parallelism;
+                found = true;
+            }
+        }
+        match (found, operator) {
+            (true, _) => Ok(()),
+            (false, Some(name)) => Err(format!("job `{}` has no operator `{name}`", self.name)),
+            (false, None) => Err(format!(
+                "job `{}` has no keyed operator; name one: --parallelism OPERATOR=N",
+                self.name
+            )),
+        }
+    }
+
     /// Reads, parses and checks a job file.
     pub fn load(path: &Path) -> Result<Self, SpecError> {
         let text = std::fs::read_to_string(path).map_err(|source| SpecError::Read {

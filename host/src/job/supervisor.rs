@@ -76,12 +76,12 @@ pub async fn run_job_in(
         if restore.is_some() && start.restored.is_none() {
             tracing::info!(job = %spec.name, "no completed checkpoint yet: starting from the beginning");
         }
-        match run(pipeline, start, options).await {
+        match run(pipeline, start, options.clone()).await {
             Ok(mut summary) => {
                 summary.restarts = restarts;
                 return Ok(summary);
             }
-            Err(error) if restarts < attempts => {
+            Err(error) if restarts < attempts && !matches!(error, JobError::Stopped) => {
                 restarts += 1;
                 tracing::warn!(
                     job = %spec.name,

@@ -92,6 +92,12 @@ impl KeyedStateBackend {
         self.ages.iter().map(|a| a.checkpoint)
     }
 
+    /// Forgets the chain the state was restored from: its next snapshot must be a full one
+    /// (after a rescale, the state comes from other subtasks' chains).
+    pub fn forget_chain(&mut self) {
+        self.ages.clear();
+    }
+
     /// Records that `checkpoint`'s increment wrote `keys` with content.
     pub(super) fn age(&mut self, checkpoint: CheckpointId, keys: Vec<AgedKey>) {
         self.ages.push_back(AgedIncrement {

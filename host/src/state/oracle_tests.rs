@@ -35,6 +35,10 @@ enum Op {
     Crash {
         mid_snapshot: bool,
     },
+    /// The job restarts from its last completed snapshot with this many subtasks: each
+    /// restores its key groups and writes them afresh, then the state goes back to one
+    /// subtask whose chain is those artifacts.
+    Rescale(u32),
 }
 
 fn value() -> impl Strategy<Value = Vec<u8>> {
@@ -60,6 +64,7 @@ fn op() -> impl Strategy<Value = Op> {
         1 => Just(Op::FullSnapshot),
         1 => any::<usize>().prop_map(Op::Restore),
         1 => any::<bool>().prop_map(|mid_snapshot| Op::Crash { mid_snapshot }),
+        1 => (2..5u32).prop_map(Op::Rescale),
     ]
 }
 
@@ -315,6 +320,46 @@ fn run(ops: Vec<Op>) -> Result<(), TestCaseError> {
                 }
                 backend = restored(groups, &chain, 0, 1);
                 oracle = completed.last().map(|(_, d)| d.clone()).unwrap_or_default();
+            }
+            Op::Rescale(parallelism) => {
+                let state = completed.last().map(|(_, d)| d.clone()).unwrap_or_default();
+                let id = CheckpointId(next_id);
+                next_id += 1;
+                let mut union = Dump::default();
+                let mut fresh = Vec::new();
+                for subtask in 0..parallelism {
+                    let mut part = restored(groups, &chain, subtask, parallelism);
+                    let d = dump(&part);
+                    union.values.extend(d.values);
+                    union.maps.extend(d.maps);
+                    union.lists.extend(d.lists);
+                    let full = part.snapshot_full(id);
+                    let bytes = format::encode(&full).expect("encode");
+                    let stored = format::decode(&bytes, None).expect("decode");
+                    if !stored.is_empty() {
+                        fresh.push(stored);
+                    }
+                }
+                prop_assert_eq!(
+                    &union,
+                    &state,
+                    "{} subtasks restoring their key groups",
+                    parallelism
+                );
+                completed.push((fresh.clone(), state.clone()));
+                // Back to one subtask: its state comes from the others' artifacts, so its
+                // first snapshot writes it afresh and starts its own chain.
+                backend = restored(groups, &fresh, 0, 1);
+                backend.forget_chain();
+                let full = backend.snapshot_full(CheckpointId(next_id));
+                next_id += 1;
+                chain = if full.is_empty() {
+                    Vec::new()
+                } else {
+                    vec![full]
+                };
+                completed.push((chain.clone(), state.clone()));
+                oracle = state;
             }
         }
         prop_assert_eq!(&dump(&backend), &oracle, "live state");
