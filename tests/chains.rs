@@ -112,6 +112,13 @@ fn cold_keys_drain_from_old_increments_and_every_retained_checkpoint_restores() 
             most_bytes = most_bytes.max(newest);
         }
         longest_chain = longest_chain.max(handle.chain.len());
+        // The handle reports the live state's size: every key and its 8-byte value.
+        let live: u64 = (0..KEYS).map(|i| key(i).len() as u64 + 8).sum();
+        if c == 1 || c == CHECKPOINTS {
+            assert_eq!(handle.live_bytes, live, "checkpoint {c}");
+            let amplification = handle.space_amplification().expect("a live state");
+            assert!(amplification < 3.0, "space amplification {amplification}");
+        }
         retained.push_back((metadata(id, &handle), oracle.clone()));
         if retained.len() > RETAIN {
             retained.pop_front();

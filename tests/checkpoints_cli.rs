@@ -57,6 +57,7 @@ fn metadata(job: &str, id: u64) -> CheckpointMetadata {
                         .filter(|a| a.checkpoint.0 <= id)
                         .cloned()
                         .collect(),
+                    live_bytes: 100,
                 })
                 .collect(),
         }],
@@ -191,6 +192,8 @@ fn list_and_show_a_jobs_checkpoints() {
         "operator `count` (parallelism 2)",
         "subtask 0: key groups 0..64, chain of 2, 130 bytes (100 + 30)",
         "subtask 1: key groups 64..128, chain of 2, 195 bytes (150 + 45)",
+        "oldest increment 1, live 100 bytes, stored 130 bytes, space amplification 1.30",
+        "oldest increment 1, live 100 bytes, stored 195 bytes, space amplification 1.95",
     ] {
         assert!(shown.contains(expected), "lacks {expected:?}:\n{shown}");
     }

@@ -48,6 +48,10 @@ pub struct SubtaskHandle {
     /// The key groups `start .. end` the subtask owned.
     pub key_groups: (u32, u32),
     pub chain: Vec<ArtifactRef>,
+    /// Bytes of the live keys and values the chain rebuilds (uncompressed, unframed): the
+    /// chain's stored bytes over this is the space amplification.
+    #[serde(default)]
+    pub live_bytes: u64,
 }
 
 /// One artifact of a chain.
@@ -74,6 +78,16 @@ impl SubtaskHandle {
 
     pub fn bytes(&self) -> u64 {
         self.chain.iter().map(|a| a.bytes).sum()
+    }
+
+    /// Stored bytes over live bytes; `None` for an empty state.
+    pub fn space_amplification(&self) -> Option<f64> {
+        (self.live_bytes > 0).then(|| self.bytes() as f64 / self.live_bytes as f64)
+    }
+
+    /// The oldest increment the chain still needs.
+    pub fn oldest(&self) -> Option<CheckpointId> {
+        self.chain.iter().map(|a| a.checkpoint).min()
     }
 }
 

@@ -94,6 +94,7 @@ mod tests {
                             owner: s,
                         })
                         .collect(),
+                    live_bytes: 0,
                 }
             })
             .collect();

@@ -368,7 +368,7 @@ impl SubtaskCheckpoints {
         }
         let own = self.own_paths(self.chain.iter().map(|l| &l.artifact));
         self.referenced.insert(checkpoint, own);
-        self.acknowledge(checkpoint);
+        self.acknowledge(checkpoint, backend.live_bytes() as u64);
     }
 
     /// Takes the links of the checkpoints `leaves` names out of the chain; uploads still
@@ -386,7 +386,7 @@ impl SubtaskCheckpoints {
     }
 
     /// Acknowledges `checkpoint` once every upload of the current chain has finished.
-    fn acknowledge(&self, checkpoint: CheckpointId) {
+    fn acknowledge(&self, checkpoint: CheckpointId, live_bytes: u64) {
         let links: Vec<(ArtifactRef, Upload)> = self
             .chain
             .iter()
@@ -413,6 +413,7 @@ impl SubtaskCheckpoints {
                 subtask,
                 key_groups: (range.start, range.end),
                 chain,
+                live_bytes,
             });
             // The coordinator is gone only when the job is stopping.
             let _ = acks.send(Ack::Subtask {

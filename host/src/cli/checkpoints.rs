@@ -359,6 +359,16 @@ fn describe(m: &CheckpointMetadata, cs: &CheckpointStore, stored: &BTreeMap<Path
                 s.bytes(),
                 sizes.join(" + ")
             );
+            let amplification = s
+                .space_amplification()
+                .map_or_else(|| "-".to_owned(), |a| format!("{a:.2}"));
+            let oldest = s.oldest().map_or_else(|| "-".to_owned(), |c| c.to_string());
+            let _ = writeln!(
+                out,
+                "    oldest increment {oldest}, live {} bytes, stored {} bytes, space amplification {amplification}",
+                s.live_bytes,
+                s.bytes(),
+            );
             let mut table = vec![cells(&[
                 "PATH",
                 "CHECKPOINT",

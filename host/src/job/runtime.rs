@@ -543,6 +543,7 @@ impl SubtaskTask {
                             subtask: self.ctx.subtask.0,
                             key_groups: (range.start, range.end),
                             chain: Vec::new(),
+                            live_bytes: 0,
                         }),
                     })
                     .map_err(|_| JobError::Aborted)?;

@@ -136,6 +136,9 @@ pub struct KeyedStateBackend {
     declaring: bool,
     /// The keys of each increment of the chain, for re-writing the oldest ([`super::aging`]).
     pub(super) ages: Ages,
+    /// Bytes of the live keys and values (maps and lists: their elements), kept as writes
+    /// happen: the state's size without reading it all.
+    pub(super) live_bytes: usize,
 }
 
 impl KeyedStateBackend {
@@ -149,6 +152,7 @@ impl KeyedStateBackend {
             epoch: CheckpointId(1),
             declaring: true,
             ages: Ages::new(),
+            live_bytes: 0,
         }
     }
 
@@ -343,9 +347,10 @@ impl KeyedStateBackend {
         let epoch = self.epoch;
         let table = self.table_mut::<ValueBody>(state, key)?;
         let hint = hint.map(|h| h.0 as usize);
-        table
-            .write_hinted(hint, key.bytes, key.hash, epoch, ValueBody::default)
-            .body = Some(StateBytes::copy_from_slice(value));
+        let entry = table.write_hinted(hint, key.bytes, key.hash, epoch, ValueBody::default);
+        let before = weight(&entry.body, key.bytes);
+        entry.body = Some(StateBytes::copy_from_slice(value));
+        self.live_bytes = self.live_bytes + key.bytes.len() + value.len() - before;
         Ok(())
     }
 
@@ -359,9 +364,10 @@ impl KeyedStateBackend {
     ) -> Result<(), StateError> {
         let epoch = self.epoch;
         let table = self.table_mut::<ValueBody>(state, key)?;
-        table
-            .write(key.bytes, key.hash, epoch, ValueBody::default)
-            .body = Some(StateBytes::copy_from_slice(value));
+        let entry = table.write(key.bytes, key.hash, epoch, ValueBody::default);
+        let before = weight(&entry.body, key.bytes);
+        entry.body = Some(StateBytes::copy_from_slice(value));
+        self.live_bytes = self.live_bytes + key.bytes.len() + value.len() - before;
         Ok(())
     }
 
@@ -373,7 +379,9 @@ impl KeyedStateBackend {
             .get(key.bytes, key.hash)
             .is_some_and(|e| e.body.is_some());
         if live && let Some(entry) = table.write_existing(key.bytes, key.hash, epoch) {
+            let before = weight(&entry.body, key.bytes);
             entry.body = None;
+            self.live_bytes -= before;
         }
         Ok(())
     }
@@ -404,10 +412,13 @@ impl KeyedStateBackend {
     ) -> Result<(), StateError> {
         let epoch = self.epoch;
         let table = self.table_mut::<MapBody>(state, key)?;
-        table
+        let map = &mut table
             .write(key.bytes, key.hash, epoch, MapBody::default)
-            .body
-            .put(map_key, value, epoch);
+            .body;
+        let before = map.bytes;
+        map.put(map_key, value, epoch);
+        let after = map.bytes;
+        self.live_bytes = self.live_bytes + after - before;
         Ok(())
     }
 
@@ -423,7 +434,10 @@ impl KeyedStateBackend {
             .get(key.bytes, key.hash)
             .is_some_and(|e| e.body.get(map_key).is_some());
         if present && let Some(entry) = table.write_existing(key.bytes, key.hash, epoch) {
+            let before = entry.body.bytes;
             entry.body.remove(map_key, epoch);
+            let freed = before - entry.body.bytes;
+            self.live_bytes -= freed;
         }
         Ok(())
     }
@@ -432,7 +446,9 @@ impl KeyedStateBackend {
         let epoch = self.epoch;
         let table = self.table_mut::<MapBody>(state, key)?;
         if let Some(entry) = table.write_existing(key.bytes, key.hash, epoch) {
+            let freed = entry.body.bytes;
             entry.body.clear();
+            self.live_bytes -= freed;
         }
         Ok(())
     }
@@ -459,6 +475,7 @@ impl KeyedStateBackend {
             .write(key.bytes, key.hash, epoch, ListBody::default)
             .body
             .append(item);
+        self.live_bytes += item.len();
         Ok(())
     }
 
@@ -466,9 +483,65 @@ impl KeyedStateBackend {
         let epoch = self.epoch;
         let table = self.table_mut::<ListBody>(state, key)?;
         if let Some(entry) = table.write_existing(key.bytes, key.hash, epoch) {
+            let freed = entry.body.bytes;
             entry.body.clear();
+            self.live_bytes -= freed;
         }
         Ok(())
+    }
+}
+
+/// The bytes a value entry holds: its key and value, or nothing for a tombstone.
+#[inline]
+fn weight(body: &ValueBody, key: &[u8]) -> usize {
+    body.as_ref().map_or(0, |v| key.len() + v.len())
+}
+
+impl KeyedStateBackend {
+    /// Bytes of the live keys and values (of maps and lists: their elements' keys and
+    /// values, and the items), for metrics and space amplification.
+    pub fn live_bytes(&self) -> usize {
+        self.live_bytes
+    }
+
+    /// Counts [`Self::live_bytes`] again from the tables, after a restore.
+    pub(super) fn recount_live_bytes(&mut self) {
+        let mut total = 0;
+        for state in &mut self.states {
+            match &mut state.tables {
+                Tables::Value(tables) => {
+                    for e in tables.iter().flat_map(|t| t.iter()) {
+                        total += weight(&e.body, &e.key);
+                    }
+                }
+                Tables::Map(tables) => {
+                    for table in tables.iter_mut() {
+                        for position in 0..table.len() {
+                            if let Some(e) = table.entry_at_mut(position) {
+                                e.body.bytes = e
+                                    .body
+                                    .entries
+                                    .iter()
+                                    .filter_map(|(k, v)| Some(k.len() + v.value.as_ref()?.len()))
+                                    .sum();
+                                total += e.body.bytes;
+                            }
+                        }
+                    }
+                }
+                Tables::List(tables) => {
+                    for table in tables.iter_mut() {
+                        for position in 0..table.len() {
+                            if let Some(e) = table.entry_at_mut(position) {
+                                e.body.bytes = e.body.items.iter().map(|i| i.len()).sum();
+                                total += e.body.bytes;
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        self.live_bytes = total;
     }
 }
 

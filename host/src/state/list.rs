@@ -14,14 +14,18 @@ pub struct ListBody {
     pub cleared: bool,
     /// The increment that holds the list's first items (the oldest it needs).
     pub oldest: CheckpointId,
+    /// Bytes of the items.
+    pub bytes: usize,
 }
 
 impl ListBody {
     pub fn append(&mut self, item: &[u8]) {
+        self.bytes += item.len();
         self.items.push(StateBytes::copy_from_slice(item));
     }
 
     pub fn clear(&mut self) {
+        self.bytes = 0;
         self.items.clear();
         self.persisted = 0;
         self.cleared = true;

@@ -24,6 +24,8 @@ pub struct MapBody {
     pub cleared: bool,
     /// Live (non-tombstone) entries.
     pub live: usize,
+    /// Bytes of the live entries' keys and values.
+    pub bytes: usize,
 }
 
 impl MapBody {
@@ -33,9 +35,14 @@ impl MapBody {
 
     pub fn put(&mut self, map_key: &[u8], value: &[u8], epoch: CheckpointId) {
         let value = StateBytes::copy_from_slice(value);
+        self.bytes += value.len();
         if let Some(slot) = self.entries.get_mut(map_key) {
-            if slot.value.is_none() {
-                self.live += 1;
+            match &slot.value {
+                Some(old) => self.bytes -= old.len(),
+                None => {
+                    self.live += 1;
+                    self.bytes += map_key.len();
+                }
             }
             slot.value = Some(value);
             if slot.written_in != epoch {
@@ -43,6 +50,7 @@ impl MapBody {
                 self.changed.push(StateBytes::copy_from_slice(map_key));
             }
         } else {
+            self.bytes += map_key.len();
             let map_key = StateBytes::copy_from_slice(map_key);
             self.changed.push(map_key.clone());
             self.entries.insert(
@@ -58,9 +66,9 @@ impl MapBody {
 
     pub fn remove(&mut self, map_key: &[u8], epoch: CheckpointId) {
         if let Some(slot) = self.entries.get_mut(map_key)
-            && slot.value.is_some()
+            && let Some(old) = slot.value.take()
         {
-            slot.value = None;
+            self.bytes -= map_key.len() + old.len();
             self.live -= 1;
             if slot.written_in != epoch {
                 slot.written_in = epoch;
@@ -75,6 +83,7 @@ impl MapBody {
         self.changed.clear();
         self.cleared = true;
         self.live = 0;
+        self.bytes = 0;
     }
 
     /// Writes the whole map again in `epoch`: a clear event and every live entry, so that the

@@ -213,6 +213,19 @@ fn full_snapshot(groups: KeyGroups, d: &Dump, checkpoint: CheckpointId) -> Incre
     }
 }
 
+/// The bytes the backend counts as live for the state `d`.
+fn weigh(d: &Dump) -> usize {
+    let values: usize = d.values.iter().map(|(k, v)| k.len() + v.len()).sum();
+    let maps: usize = d
+        .maps
+        .values()
+        .flat_map(|m| m.iter())
+        .map(|(k, v)| k.len() + v.len())
+        .sum();
+    let lists: usize = d.lists.values().flatten().map(Vec::len).sum();
+    values + maps + lists
+}
+
 fn run(ops: Vec<Op>) -> Result<(), TestCaseError> {
     // Few key groups, so that several keys share a group and a table.
     let groups = KeyGroups::new(8);
@@ -363,6 +376,7 @@ fn run(ops: Vec<Op>) -> Result<(), TestCaseError> {
             }
         }
         prop_assert_eq!(&dump(&backend), &oracle, "live state");
+        prop_assert_eq!(backend.live_bytes(), weigh(&oracle), "live bytes");
     }
     if let (Some(last), Some((_, expected))) = (chain.last(), completed.last()) {
         // The chain, a full snapshot and a rescaled restore all give the same state.

@@ -44,6 +44,7 @@ impl KeyedStateBackend {
             }
         }
         self.age(checkpoint, aged);
+        self.recount_live_bytes();
         if self.epoch <= checkpoint {
             self.epoch = CheckpointId(checkpoint.0 + 1);
         }
