@@ -147,7 +147,7 @@ fn sigkill_at_random_instants_then_restore_gives_exactly_the_uninterrupted_outpu
     eprintln!("seed {seed} (set WEIR_TEST_SEED to replay)");
     let mut rng = Rng(seed | 1);
     let dir = tempfile::tempdir().expect("tempdir");
-    let expected = write_input(&dir.path().join("in.txt"), 150_000, 3_000, seed);
+    let expected = write_input(&dir.path().join("in.txt"), 200_000, 3_000, seed);
     let store = dir.path().join("store");
     let job = job_file(
         dir.path(),
@@ -171,7 +171,7 @@ fn sigkill_at_random_instants_then_restore_gives_exactly_the_uninterrupted_outpu
             .stderr(std::process::Stdio::piped())
             .spawn()
             .expect("weir starts");
-        std::thread::sleep(Duration::from_millis(20 + rng.below(180)));
+        std::thread::sleep(Duration::from_millis(10 + rng.below(90)));
         let finished = child.try_wait().expect("poll").is_some();
         if !finished {
             child.kill().expect("SIGKILL");
