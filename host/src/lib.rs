@@ -69,10 +69,18 @@
 //!   when it completes. So a crash at any instant leaves either that checkpoint (restoring it
 //!   only commits) or an earlier one (restoring it replays), never committed output without a
 //!   checkpoint that covers it.
-//! - **Chains are bounded by full snapshots, for now.** A subtask whose chain reaches
-//!   `max_chain` artifacts writes a full snapshot at its next checkpoint, which starts a new
-//!   chain, and cleanup then frees the old one. Re-writing a bounded slice of the oldest
-//!   entries per checkpoint instead (DESIGN.md §4) is the next step.
+//! - **Chains are bounded without full snapshots.** The backend remembers the keys each
+//!   increment of its chain wrote; before a snapshot it re-writes, within a budget, the
+//!   entries whose latest version still lives in the oldest increments, and an increment
+//!   leaves the chain once drained (`state::aging`). Dropping only from the oldest end keeps
+//!   tombstones and clear events correct: nothing older remains for them to cancel. The budget
+//!   grows with the state so the whole of it is re-written within `max_chain` checkpoints.
+//! - **One owner per artifact, agreed without messages.** After a restore with any
+//!   parallelism, every subtask computes the same ownership plan from all retained
+//!   checkpoints (`checkpoint::ownership`): an inherited artifact belongs to the new subtask
+//!   holding the first key group of its old owner. DESIGN.md has the coordinator hand out the
+//!   assignment; a deterministic plan over the same picture gives the same answer and stays
+//!   correct if a subtask restarts alone.
 //! - **Artifact names carry the run.** A run restored from an older checkpoint, or started
 //!   fresh beside old checkpoints, writes artifacts under new names and continues checkpoint
 //!   ids after the newest, so it never overwrites an object a retained checkpoint references.
