@@ -413,6 +413,17 @@ fn restore_by_id_or_metadata_file_and_clear_errors_for_unusable_checkpoints() {
     assert!(out.status.success(), "{}", stderr(&out));
     assert!(committed(dir.path()) == expected);
 
+    let out = support::weir(&["run", job, "--restore", "latest", "--parallelism", "nope=2"]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("has no operator `nope`"),
+        "{}",
+        stderr(&out)
+    );
+    let out = support::weir(&["run", job, "--parallelism", "0"]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(stderr(&out).contains("out of range"), "{}", stderr(&out));
+
     let out = support::weir(&["run", job, "--restore", "999"]);
     assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
     assert!(
