@@ -10,8 +10,11 @@
 //!
 //! `cargo bench -p weir-host --bench chains [-- KEYS]`
 
+mod profiles;
+
 use std::time::Instant;
 
+use profiles::write;
 use tokio::sync::mpsc;
 use weir_host::checkpoint::metadata::SubtaskHandle;
 use weir_host::checkpoint::protocol::Ack;
@@ -19,10 +22,9 @@ use weir_host::checkpoint::storage::{open_store, read_chain};
 use weir_host::checkpoint::subtask_checkpoints::{SubtaskCheckpoints, SubtaskIdentity};
 use weir_host::checkpoint::{ChainPolicy, CheckpointStore};
 use weir_host::ids::{CheckpointId, SubtaskIndex};
-use weir_host::partition::{KeyGroups, hash_key};
-use weir_host::state::{KeyRef, KeyedStateBackend, StateId, StateKind};
+use weir_host::partition::KeyGroups;
+use weir_host::state::{KeyedStateBackend, StateKind};
 
-const VALUE_LEN: usize = 100;
 const CHECKPOINTS: u64 = 200;
 const STEADY_FROM: u64 = 101;
 const FULL_EVERY: usize = 50;
@@ -32,23 +34,6 @@ struct Figures {
     space_amplification: f64,
     max_chain_length: usize,
     restore_ms: f64,
-}
-
-fn key(i: u64) -> String {
-    format!("user-{i:08}")
-}
-
-fn write(backend: &mut KeyedStateBackend, state: StateId, i: u64, round: u64) {
-    let k = key(i);
-    let mut value = [round as u8; VALUE_LEN];
-    value[..8].copy_from_slice(&i.to_le_bytes());
-    backend
-        .value_set(
-            state,
-            KeyRef::new(k.as_bytes(), hash_key(k.as_bytes())),
-            &value,
-        )
-        .expect("set");
 }
 
 fn run(keys: u64, label: &str, policy: ChainPolicy) -> Figures {

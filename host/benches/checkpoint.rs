@@ -9,31 +9,15 @@
 //!
 //! `cargo bench -p weir-host --bench checkpoint [-- KEYS]`
 
+mod profiles;
+
 use std::time::{Duration, Instant};
 
+use profiles::{VALUE_LEN, write};
 use weir_host::checkpoint::storage::{open_store, put_increment, read_increment};
 use weir_host::ids::SubtaskIndex;
-use weir_host::partition::{KeyGroups, hash_key};
-use weir_host::state::{KeyRef, KeyedStateBackend, StateId, StateKind};
-
-const VALUE_LEN: usize = 100;
-
-fn key(i: u64) -> String {
-    format!("user-{i:08}")
-}
-
-fn write(backend: &mut KeyedStateBackend, state: StateId, i: u64, round: u8) {
-    let k = key(i);
-    let mut value = [round; VALUE_LEN];
-    value[..8].copy_from_slice(&i.to_le_bytes());
-    backend
-        .value_set(
-            state,
-            KeyRef::new(k.as_bytes(), hash_key(k.as_bytes())),
-            &value,
-        )
-        .expect("set");
-}
+use weir_host::partition::KeyGroups;
+use weir_host::state::{KeyedStateBackend, StateKind};
 
 fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1e3
