@@ -14,7 +14,7 @@
 //!   complete: source position and every subtask's handle (chain and owners).
 //! - [`checkpoint_store`]: where a job's objects live in the store, and the operations on them.
 //! - [`start`]: where a run starts: the checkpoint to restore, the retained ones, the next id.
-//! - [`format`]: the versioned, checksummed artifact of one increment, laid out by key group
+//! - [`format`](mod@format): the versioned, checksummed artifact of one increment, laid out by key group
 //!   with an index for ranged reads.
 //! - [`storage`]: stores chosen by URL through `object_store`; ranged reads of artifacts.
 //! - [`instrumented_store`]: a store wrapper that counts reads, writes and deletes per path

@@ -7,8 +7,12 @@
 //! store. A failed upload fails that checkpoint only: the increment stays in memory and is
 //! uploaded again at the next barrier, since later increments build on it.
 //!
+//! The chain stays bounded ([`ChainPolicy`]): before each snapshot the backend re-writes a
+//! slice of the entries still living in the oldest increments, and the increments it drains
+//! leave the chain with that snapshot (`state::aging`).
+//!
 //! Cleanup follows DESIGN.md §5: the subtask remembers, per checkpoint it snapshotted or
-//! restored, which of its own artifacts that checkpoint references. On
+//! restored, which of the artifacts it owns ([`Ownership`]) that checkpoint references. On
 //! `complete(completed, earliest_retained)` it deletes those referenced only by checkpoints
 //! before `earliest_retained`, never one referenced by a retained or later (in-flight)
 //! checkpoint or by its current chain. Deletes run off the processing path, a few at a time,
@@ -71,8 +75,9 @@ pub struct SubtaskCheckpoints {
     /// The next snapshot must be full: the state came from other subtasks' chains (rescale).
     full_next: bool,
     chain: Vec<Link>,
-    /// Uploads of artifacts that left the chain (a full snapshot replaced it) before they
-    /// finished: deleting such an artifact waits for its upload, lest it land afterwards.
+    /// Uploads of artifacts that left the chain (drained, or replaced by a full snapshot)
+    /// before they finished: deleting such an artifact waits for its upload, lest it land
+    /// afterwards.
     superseded: HashMap<String, Upload>,
     /// Per checkpoint that may still be retained: the artifacts of this subtask it references.
     referenced: BTreeMap<CheckpointId, Vec<String>>,

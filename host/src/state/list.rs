@@ -32,7 +32,7 @@ impl ListBody {
     }
 
     /// Writes the whole list again at the next snapshot: a clear event and every item, so
-    /// that the increment alone holds the list (bounded chains, [`super::aging`]).
+    /// that the increment alone holds the list (bounded chains, `state::aging`).
     pub fn rewrite(&mut self) {
         self.persisted = 0;
         self.cleared = true;

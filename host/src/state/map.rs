@@ -87,7 +87,7 @@ impl MapBody {
     }
 
     /// Writes the whole map again in `epoch`: a clear event and every live entry, so that the
-    /// increment alone holds the map (bounded chains, [`super::aging`]).
+    /// increment alone holds the map (bounded chains, `state::aging`).
     pub fn rewrite(&mut self, epoch: CheckpointId) {
         self.entries.retain(|_, v| v.value.is_some());
         for v in self.entries.values_mut() {
