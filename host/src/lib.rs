@@ -47,6 +47,7 @@
 //! - [`record`]: [`record::RecordBatch`], the flat batch that crosses tasks and the boundary.
 //! - [`connectors`]: replayable sources (text lines, JSON lines, generator) and two-phase
 //!   sinks (file; stdout and discard write through).
+//! - [`serve`]: `weir serve`, a long-running host running many jobs submitted over HTTP.
 //! - [`ids`]: identifier newtypes shared across modules.
 //!
 //! # Design notes
@@ -102,4 +103,5 @@ pub mod job;
 pub mod operator;
 pub mod partition;
 pub mod record;
+pub mod serve;
 pub mod state;

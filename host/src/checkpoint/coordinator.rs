@@ -49,6 +49,8 @@ pub struct CheckpointCounters {
     pub aborted: AtomicU64,
     /// Duration of the last completed checkpoint, trigger to metadata written.
     pub last_duration_us: AtomicU64,
+    /// The id of the last completed checkpoint (0 before the first).
+    pub last_completed: AtomicU64,
 }
 
 /// What the coordinator knows of the job.
@@ -294,6 +296,7 @@ impl Coordinator {
         }
         let earliest_retained = self.retained.front().copied().unwrap_or(id);
         self.counters.completed.fetch_add(1, Ordering::Relaxed);
+        self.counters.last_completed.store(id.0, Ordering::Relaxed);
         self.counters
             .last_duration_us
             .store(done.started.elapsed().as_micros() as u64, Ordering::Relaxed);

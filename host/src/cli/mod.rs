@@ -5,7 +5,9 @@
 //! 1 the job or check failed, 2 the input (job file, component, arguments) is unusable.
 
 mod checkpoints;
+mod client;
 mod run;
+mod serve;
 mod validate;
 
 use std::path::PathBuf;
@@ -32,6 +34,10 @@ enum Command {
     },
     /// Inspect the completed checkpoints in an object store.
     Checkpoints(checkpoints::CheckpointsArgs),
+    /// Run a host that runs jobs submitted over HTTP.
+    Serve(serve::ServeArgs),
+    #[command(flatten)]
+    Client(client::ClientCommand),
 }
 
 /// A failure with the exit code it maps to.
@@ -74,6 +80,8 @@ pub fn main() -> ExitCode {
         Command::Run(args) => run::run(args),
         Command::Validate { component } => validate::validate(&component),
         Command::Checkpoints(args) => checkpoints::checkpoints(args),
+        Command::Serve(args) => serve::serve(args),
+        Command::Client(command) => client::client(command),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

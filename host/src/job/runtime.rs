@@ -47,6 +47,9 @@ pub struct RunOptions {
     pub channel_capacity: usize,
     /// Stops the job where it is (no last checkpoint) when raised.
     pub stop: StopSignal,
+    /// Counters to update, for a caller that watches the job while it runs (`weir serve`);
+    /// they must be made for the pipeline's operators. A run makes its own otherwise.
+    pub metrics: Option<Arc<JobMetrics>>,
 }
 
 impl Default for RunOptions {
@@ -55,6 +58,7 @@ impl Default for RunOptions {
             progress: false,
             channel_capacity: 8,
             stop: StopSignal::default(),
+            metrics: None,
         }
     }
 }
@@ -129,9 +133,11 @@ pub async fn run(
         mut sink,
         checkpointing,
     } = pipeline;
-    let metrics = Arc::new(JobMetrics::new(
-        stages.iter().map(|s| (s.name.as_str(), s.parallelism)),
-    ));
+    let metrics = options.metrics.clone().unwrap_or_else(|| {
+        Arc::new(JobMetrics::new(
+            stages.iter().map(|s| (s.name.as_str(), s.parallelism)),
+        ))
+    });
     let started = Instant::now();
     if stages.is_empty() {
         return Err(JobError::Invalid(

@@ -1,0 +1,255 @@
+//! The commands that talk to a running `weir serve`: `submit`, `jobs`, `job`, `cancel`.
+//!
+//! The host is `--host URL`, else `WEIR_HOST`, else `http://127.0.0.1:7070`; the token is
+//! `WEIR_TOKEN`, else the file `$XDG_CONFIG_HOME/weir/token` (`~/.config/weir/token`).
+//! Exit codes: 0 done, 1 the host failed or cannot be reached, 2 the request is wrong (a bad
+//! job file, an unknown job), 3 the host refused the token.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, anyhow};
+use base64::Engine as _;
+use reqwest::StatusCode;
+
+use super::Failure;
+use crate::job::JobSpec;
+use crate::serve::protocol::{ErrorBody, JobInfo, SubmitRequest};
+
+#[derive(Debug, clap::Args)]
+pub struct HostArgs {
+    /// The host's URL.
+    #[arg(long, env = "WEIR_HOST", default_value = "http://127.0.0.1:7070")]
+    host: String,
+    /// Print JSON instead of a table.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Debug, clap::Subcommand)]
+pub enum ClientCommand {
+    /// Submit a job file and its components to a host.
+    Submit {
+        job: PathBuf,
+        #[command(flatten)]
+        host: HostArgs,
+    },
+    /// List the host's jobs.
+    Jobs {
+        #[command(flatten)]
+        host: HostArgs,
+    },
+    /// Show one job.
+    Job {
+        id: String,
+        #[command(flatten)]
+        host: HostArgs,
+    },
+    /// Stop a job (its checkpoints stay).
+    Cancel {
+        id: String,
+        #[command(flatten)]
+        host: HostArgs,
+    },
+}
+
+pub fn client(command: ClientCommand) -> Result<(), Failure> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the tokio runtime")
+        .map_err(Failure::failed)?;
+    runtime.block_on(async {
+        match command {
+            ClientCommand::Submit { job, host } => {
+                let request = submission(&job)?;
+                let info: JobInfo =
+                    call(&host, reqwest::Method::POST, "/v1/jobs", Some(&request)).await?;
+                print_jobs(&host, &[info])
+            }
+            ClientCommand::Jobs { host } => {
+                let jobs: Vec<JobInfo> =
+                    call(&host, reqwest::Method::GET, "/v1/jobs", None::<&()>).await?;
+                print_jobs(&host, &jobs)
+            }
+            ClientCommand::Job { id, host } => {
+                let info: JobInfo = call(
+                    &host,
+                    reqwest::Method::GET,
+                    &format!("/v1/jobs/{id}"),
+                    None::<&()>,
+                )
+                .await?;
+                print_job(&host, &info)
+            }
+            ClientCommand::Cancel { id, host } => {
+                let info: JobInfo = call(
+                    &host,
+                    reqwest::Method::POST,
+                    &format!("/v1/jobs/{id}/cancel"),
+                    None::<&()>,
+                )
+                .await?;
+                print_jobs(&host, &[info])
+            }
+        }
+    })
+}
+
+/// The job file with source and sink paths made absolute (the host reads them), and its
+/// components.
+fn submission(job: &Path) -> Result<SubmitRequest, Failure> {
+    let spec = JobSpec::load(job).map_err(Failure::input)?;
+    let text = std::fs::read_to_string(job)
+        .with_context(|| format!("cannot read {}", job.display()))
+        .map_err(Failure::input)?;
+    let mut table: toml::Table = toml::from_str(&text).map_err(Failure::input)?;
+    let base =
+        std::path::absolute(job.parent().unwrap_or(Path::new("."))).map_err(Failure::input)?;
+    for section in ["source", "sink"] {
+        if let Some(path) = table
+            .get_mut(section)
+            .and_then(|s| s.as_table_mut())
+            .and_then(|s| s.get_mut("path"))
+            && let Some(relative) = path.as_str().filter(|p| Path::new(p).is_relative())
+        {
+            *path = toml::Value::String(base.join(relative).display().to_string());
+        }
+    }
+    let mut components = BTreeMap::new();
+    for op in &spec.operators {
+        let bytes = std::fs::read(&op.component)
+            .with_context(|| format!("cannot read {}", op.component.display()))
+            .map_err(Failure::input)?;
+        components.insert(
+            op.name.clone(),
+            base64::engine::general_purpose::STANDARD.encode(bytes),
+        );
+    }
+    Ok(SubmitRequest {
+        job: table.to_string(),
+        components,
+    })
+}
+
+fn token() -> Result<String, Failure> {
+    if let Ok(token) = std::env::var("WEIR_TOKEN") {
+        return Ok(token);
+    }
+    let config = std::env::var_os("XDG_CONFIG_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".config")))
+        .map(|c| c.join("weir/token"));
+    match config.as_ref().map(std::fs::read_to_string) {
+        Some(Ok(token)) => Ok(token.trim().to_owned()),
+        _ => Err(Failure::input(anyhow!(
+            "no token: set WEIR_TOKEN or write it to {}",
+            config.map_or_else(
+                || "~/.config/weir/token".into(),
+                |c| c.display().to_string()
+            )
+        ))),
+    }
+}
+
+async fn call<T: serde::de::DeserializeOwned>(
+    host: &HostArgs,
+    method: reqwest::Method,
+    path: &str,
+    body: Option<&impl serde::Serialize>,
+) -> Result<T, Failure> {
+    let url = format!("{}{path}", host.host.trim_end_matches('/'));
+    let mut request = reqwest::Client::new()
+        .request(method, &url)
+        .bearer_auth(token()?);
+    if let Some(body) = body {
+        request = request.json(body);
+    }
+    let response = request
+        .send()
+        .await
+        .with_context(|| format!("cannot reach the host at {}", host.host))
+        .map_err(Failure::failed)?;
+    let status = response.status();
+    if status.is_success() {
+        return response
+            .json()
+            .await
+            .context("the host sent an unreadable answer")
+            .map_err(Failure::failed);
+    }
+    let message = response
+        .json::<ErrorBody>()
+        .await
+        .map_or_else(|_| status.to_string(), |e| e.error);
+    let error = anyhow!("{} ({status})", message);
+    Err(match status {
+        StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN => Failure {
+            code: 3,
+            error: error.context("the host refused the token"),
+        },
+        s if s.is_client_error() => Failure::input(error),
+        _ => Failure::failed(error),
+    })
+}
+
+fn print_jobs(host: &HostArgs, jobs: &[JobInfo]) -> Result<(), Failure> {
+    if host.json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(jobs).map_err(Failure::failed)?
+        );
+        return Ok(());
+    }
+    println!(
+        "{:<10} {:<20} {:<10} {:>12} {:>12} {:>11}",
+        "ID", "NAME", "STATUS", "RECORDS IN", "RECORDS OUT", "CHECKPOINT"
+    );
+    for j in jobs {
+        println!(
+            "{:<10} {:<20} {:<10} {:>12} {:>12} {:>11}",
+            j.id,
+            j.name,
+            j.status.to_string(),
+            j.source_records,
+            j.sink_records,
+            j.last_checkpoint
+                .map_or_else(|| "-".into(), |c| c.to_string())
+        );
+    }
+    Ok(())
+}
+
+fn print_job(host: &HostArgs, job: &JobInfo) -> Result<(), Failure> {
+    if host.json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(job).map_err(Failure::failed)?
+        );
+        return Ok(());
+    }
+    println!("job         {} ({})", job.id, job.name);
+    println!("status      {}", job.status);
+    if let Some(error) = &job.error {
+        println!("error       {error}");
+    }
+    println!("source      {} records", job.source_records);
+    println!("sink        {} records", job.sink_records);
+    println!(
+        "checkpoints {} completed, last {}",
+        job.checkpoints_completed,
+        job.last_checkpoint
+            .map_or_else(|| "-".into(), |c| c.to_string())
+    );
+    println!(
+        "\n{:<20} {:>11} {:>12} {:>12}",
+        "OPERATOR", "PARALLELISM", "RECORDS IN", "RECORDS OUT"
+    );
+    for o in &job.operators {
+        println!(
+            "{:<20} {:>11} {:>12} {:>12}",
+            o.name, o.parallelism, o.records_in, o.records_out
+        );
+    }
+    Ok(())
+}

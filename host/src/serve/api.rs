@@ -1,0 +1,108 @@
+//! The HTTP API of `weir serve`.
+//!
+//! | method and path | what |
+//! |---|---|
+//! | `POST /v1/jobs` | submit a job ([`SubmitRequest`]); 201 with its [`JobInfo`] |
+//! | `GET /v1/jobs` | every job |
+//! | `GET /v1/jobs/{id}` | one job: status, records per operator, last checkpoint |
+//! | `POST /v1/jobs/{id}/cancel` | stop a job; its checkpoints stay |
+//! | `GET /metrics` | Prometheus text |
+//!
+//! Every call needs the host's bearer token: 401 without one or with a wrong one.
+
+use std::sync::Arc;
+
+use axum::extract::{Path, Request, State};
+use axum::http::{StatusCode, header};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+
+use super::Registry;
+use super::protocol::{ErrorBody, JobInfo, SubmitRequest};
+
+/// The API over `registry`, guarded by `token`.
+pub fn router(registry: Arc<Registry>, token: String) -> Router {
+    Router::new()
+        .route("/v1/jobs", post(submit).get(list))
+        .route("/v1/jobs/{id}", get(show))
+        .route("/v1/jobs/{id}/cancel", post(cancel))
+        .route("/metrics", get(metrics))
+        .layer(middleware::from_fn_with_state(
+            Arc::<str>::from(token),
+            authorize,
+        ))
+        .with_state(registry)
+}
+
+fn error(status: StatusCode, message: impl Into<String>) -> Response {
+    (
+        status,
+        Json(ErrorBody {
+            error: message.into(),
+        }),
+    )
+        .into_response()
+}
+
+/// Refuses calls without `Authorization: Bearer <token>`.
+async fn authorize(State(token): State<Arc<str>>, request: Request, next: Next) -> Response {
+    let given = request
+        .headers()
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "));
+    match given {
+        Some(given) if same(given.as_bytes(), token.as_bytes()) => next.run(request).await,
+        Some(_) => error(StatusCode::UNAUTHORIZED, "wrong token"),
+        None => error(
+            StatusCode::UNAUTHORIZED,
+            "missing token: send Authorization: Bearer <token>",
+        ),
+    }
+}
+
+/// Compares in time that depends only on the lengths, so a wrong guess learns nothing from
+/// how long the refusal took.
+fn same(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+async fn submit(
+    State(registry): State<Arc<Registry>>,
+    Json(request): Json<SubmitRequest>,
+) -> Response {
+    // Checking components compiles them: off the async workers.
+    match tokio::task::spawn_blocking(move || registry.submit(request)).await {
+        Ok(Ok(info)) => (StatusCode::CREATED, Json(info)).into_response(),
+        Ok(Err(e)) => error(StatusCode::BAD_REQUEST, e.to_string()),
+        Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
+    }
+}
+
+async fn list(State(registry): State<Arc<Registry>>) -> Json<Vec<JobInfo>> {
+    Json(registry.list())
+}
+
+async fn show(State(registry): State<Arc<Registry>>, Path(id): Path<String>) -> Response {
+    match registry.get(&id) {
+        Some(info) => Json(info).into_response(),
+        None => error(StatusCode::NOT_FOUND, format!("no job {id}")),
+    }
+}
+
+async fn cancel(State(registry): State<Arc<Registry>>, Path(id): Path<String>) -> Response {
+    match registry.cancel(&id) {
+        Some(info) => Json(info).into_response(),
+        None => error(StatusCode::NOT_FOUND, format!("no job {id}")),
+    }
+}
+
+async fn metrics(State(registry): State<Arc<Registry>>) -> Response {
+    (
+        [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
+        super::prometheus::render(&registry),
+    )
+        .into_response()
+}

@@ -1,0 +1,53 @@
+//! `weir serve`: a long-running host that runs many jobs, submitted over HTTP.
+//!
+//! - [`api`]: the HTTP API (axum) and its bearer-token check.
+//! - [`protocol`]: the request and response bodies, shared with the CLI client.
+//! - [`registry`]: the jobs the host runs, each isolated in its own folder, checkpoint store
+//!   prefix, metrics and failures.
+//! - [`prometheus`]: `/metrics` in the Prometheus text format.
+//!
+//! Every call needs `Authorization: Bearer <token>`, the token given at start (a file or
+//! `WEIR_TOKEN`); the comparison takes the same time whatever the token.
+
+pub mod api;
+pub mod prometheus;
+pub mod protocol;
+pub mod registry;
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use anyhow::Context;
+
+use crate::engine::Engine;
+pub use registry::Registry;
+
+/// How `weir serve` runs.
+#[derive(Clone, Debug)]
+pub struct ServeOptions {
+    pub listen: SocketAddr,
+    /// Jobs' files, outputs and checkpoints live under it.
+    pub data_dir: PathBuf,
+    pub token: String,
+}
+
+/// Serves until the process ends; calls `ready` with the bound address first.
+pub async fn serve(
+    options: ServeOptions,
+    engine: Engine,
+    ready: impl FnOnce(SocketAddr),
+) -> anyhow::Result<()> {
+    std::fs::create_dir_all(&options.data_dir)
+        .with_context(|| format!("cannot create {}", options.data_dir.display()))?;
+    let registry = Arc::new(Registry::new(engine, options.data_dir.clone()));
+    let listener = tokio::net::TcpListener::bind(options.listen)
+        .await
+        .with_context(|| format!("cannot listen on {}", options.listen))?;
+    let address = listener.local_addr()?;
+    ready(address);
+    let app = api::router(registry, options.token);
+    axum::serve(listener, app)
+        .await
+        .context("the server stopped")
+}

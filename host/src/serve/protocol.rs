@@ -1,0 +1,64 @@
+//! The bodies of `weir serve`'s HTTP API, shared by the server and the CLI client.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+/// `POST /v1/jobs`: a job file and its components.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct SubmitRequest {
+    /// The job file's text. Source and sink paths are paths on the host.
+    pub job: String,
+    /// Per operator name, its component's bytes in base64.
+    pub components: BTreeMap<String, String>,
+}
+
+/// What the host says of a job.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct JobInfo {
+    pub id: String,
+    pub name: String,
+    pub status: JobStatus,
+    /// Why it failed, if it did.
+    pub error: Option<String>,
+    pub source_records: u64,
+    pub sink_records: u64,
+    pub operators: Vec<OperatorInfo>,
+    pub checkpoints_completed: u64,
+    /// The id of the last completed checkpoint, if any.
+    pub last_checkpoint: Option<u64>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum JobStatus {
+    Running,
+    Finished,
+    Failed,
+    Cancelled,
+}
+
+impl std::fmt::Display for JobStatus {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            JobStatus::Running => "running",
+            JobStatus::Finished => "finished",
+            JobStatus::Failed => "failed",
+            JobStatus::Cancelled => "cancelled",
+        })
+    }
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct OperatorInfo {
+    pub name: String,
+    pub parallelism: u32,
+    pub records_in: u64,
+    pub records_out: u64,
+}
+
+/// An error, with the HTTP status it came with.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct ErrorBody {
+    pub error: String,
+}

@@ -1,0 +1,213 @@
+//! [`Registry`]: the jobs a host runs.
+//!
+//! Each job gets its own folder under the data directory (`jobs/<id>/`): its job file, its
+//! components, and its checkpoints, whatever store the job file names, so that no job can
+//! reach another's state. Jobs run as tasks of the host's runtime; one failing fails alone.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use base64::Engine as _;
+
+use super::protocol::{JobInfo, JobStatus, OperatorInfo, SubmitRequest};
+use crate::engine::Engine;
+use crate::job::{JobMetrics, JobSpec, Pipeline, RunOptions, StopSignal, run_job};
+
+/// A submission that cannot be run, with why.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct SubmitError(pub String);
+
+/// One job of the host.
+struct HostedJob {
+    id: String,
+    name: String,
+    metrics: Arc<JobMetrics>,
+    stop: StopSignal,
+    outcome: Mutex<(JobStatus, Option<String>)>,
+}
+
+/// The jobs of one host.
+pub struct Registry {
+    engine: Engine,
+    data_dir: PathBuf,
+    jobs: Mutex<BTreeMap<String, Arc<HostedJob>>>,
+    next: AtomicU64,
+}
+
+impl Registry {
+    pub fn new(engine: Engine, data_dir: PathBuf) -> Self {
+        Self {
+            engine,
+            data_dir,
+            jobs: Mutex::default(),
+            next: AtomicU64::new(1),
+        }
+    }
+
+    fn jobs(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, Arc<HostedJob>>> {
+        self.jobs.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Stores a submitted job in its folder, checks it (job file and components), and starts
+    /// it. Blocking: components may compile.
+    pub fn submit(self: &Arc<Self>, request: SubmitRequest) -> Result<JobInfo, SubmitError> {
+        let id = loop {
+            let id = format!("job-{}", self.next.fetch_add(1, Ordering::Relaxed));
+            if !self.data_dir.join("jobs").join(&id).exists() {
+                break id;
+            }
+        };
+        let dir = self.data_dir.join("jobs").join(&id);
+        let prepared = prepare(&dir, &request).and_then(|spec| {
+            Pipeline::from_spec(&spec, &self.engine)
+                .map(|_| spec)
+                .map_err(|e| SubmitError(e.to_string()))
+        });
+        let spec = match prepared {
+            Ok(spec) => spec,
+            Err(e) => {
+                let _ = std::fs::remove_dir_all(&dir);
+                return Err(e);
+            }
+        };
+        let metrics = Arc::new(JobMetrics::new(
+            spec.operators
+                .iter()
+                .map(|o| (o.name.as_str(), o.parallelism)),
+        ));
+        let job = Arc::new(HostedJob {
+            id: id.clone(),
+            name: spec.name.clone(),
+            metrics: metrics.clone(),
+            stop: StopSignal::default(),
+            outcome: Mutex::new((JobStatus::Running, None)),
+        });
+        self.jobs().insert(id.clone(), job.clone());
+        let engine = self.engine.clone();
+        let options = RunOptions {
+            stop: job.stop.clone(),
+            metrics: Some(metrics),
+            ..RunOptions::default()
+        };
+        let running = job.clone();
+        tokio::spawn(async move {
+            let result = run_job(&spec, &engine, None, options).await;
+            let outcome = match result {
+                Ok(_) => (JobStatus::Finished, None),
+                Err(_) if running.stop.is_raised() => (JobStatus::Cancelled, None),
+                Err(e) => {
+                    tracing::warn!(job = %running.id, error = %e, "job failed");
+                    (JobStatus::Failed, Some(e.to_string()))
+                }
+            };
+            *running.outcome.lock().unwrap_or_else(|e| e.into_inner()) = outcome;
+        });
+        Ok(info(&job))
+    }
+
+    pub fn list(&self) -> Vec<JobInfo> {
+        self.jobs().values().map(|j| info(j)).collect()
+    }
+
+    pub fn get(&self, id: &str) -> Option<JobInfo> {
+        self.jobs().get(id).map(|j| info(j))
+    }
+
+    /// Stops a running job; its checkpoints stay, so it can be restarted from them.
+    pub fn cancel(&self, id: &str) -> Option<JobInfo> {
+        let job = self.jobs().get(id).cloned()?;
+        job.stop.stop();
+        Some(info(&job))
+    }
+
+    /// Every job's counters, for `/metrics`.
+    pub fn metrics(&self) -> Vec<(String, String, Arc<JobMetrics>)> {
+        self.jobs()
+            .values()
+            .map(|j| (j.id.clone(), j.name.clone(), j.metrics.clone()))
+            .collect()
+    }
+}
+
+fn info(job: &HostedJob) -> JobInfo {
+    let summary = job.metrics.summary(&job.name, std::time::Duration::ZERO);
+    let (status, error) = job
+        .outcome
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .clone();
+    let last = job
+        .metrics
+        .checkpoints
+        .last_completed
+        .load(Ordering::Relaxed);
+    JobInfo {
+        id: job.id.clone(),
+        name: job.name.clone(),
+        status,
+        error,
+        source_records: summary.source_records,
+        sink_records: summary.sink_records,
+        operators: summary
+            .operators
+            .into_iter()
+            .map(|o| OperatorInfo {
+                name: o.name,
+                parallelism: o.parallelism,
+                records_in: o.records_in,
+                records_out: o.records_out,
+            })
+            .collect(),
+        checkpoints_completed: summary.checkpoints_completed,
+        last_checkpoint: (last > 0).then_some(last),
+    }
+}
+
+/// Writes the job's files into `dir`: its components under `components/`, and its job file
+/// pointing at them, with checkpoints (if any) kept in the job's own folder.
+fn prepare(dir: &Path, request: &SubmitRequest) -> Result<JobSpec, SubmitError> {
+    let bad = |m: String| SubmitError(m);
+    let io = |what: &Path, e: std::io::Error| SubmitError(format!("{}: {e}", what.display()));
+    let components = dir.join("components");
+    std::fs::create_dir_all(&components).map_err(|e| io(&components, e))?;
+    let mut table: toml::Table = toml::from_str(&request.job)
+        .map_err(|e| bad(format!("the job file is not valid TOML: {e}")))?;
+    let operators = table
+        .get_mut("operators")
+        .and_then(|o| o.as_array_mut())
+        .ok_or_else(|| bad("the job file has no [[operators]]".into()))?;
+    for op in operators.iter_mut().filter_map(|o| o.as_table_mut()) {
+        let name = op
+            .get("name")
+            .and_then(|n| n.as_str())
+            .ok_or_else(|| bad("an operator has no name".into()))?
+            .to_owned();
+        let encoded = request
+            .components
+            .get(&name)
+            .ok_or_else(|| bad(format!("no component was sent for operator `{name}`")))?;
+        let bytes = base64::engine::general_purpose::STANDARD
+            .decode(encoded)
+            .map_err(|e| bad(format!("the component of `{name}` is not base64: {e}")))?;
+        if name.contains(['/', '\\']) || name.starts_with('.') {
+            return Err(bad(format!("operator name `{name}` cannot name a file")));
+        }
+        let file = components.join(format!("{name}.wasm"));
+        std::fs::write(&file, bytes).map_err(|e| io(&file, e))?;
+        op.insert(
+            "component".into(),
+            toml::Value::String(format!("components/{name}.wasm")),
+        );
+    }
+    if let Some(checkpoints) = table.get_mut("checkpoints").and_then(|c| c.as_table_mut()) {
+        let store = url::Url::from_directory_path(dir.join("checkpoints"))
+            .map_err(|()| bad(format!("cannot name {} as a URL", dir.display())))?;
+        checkpoints.insert("store".into(), toml::Value::String(store.to_string()));
+    }
+    let path = dir.join("job.toml");
+    std::fs::write(&path, table.to_string()).map_err(|e| io(&path, e))?;
+    JobSpec::load(&path).map_err(|e| bad(e.to_string()))
+}
