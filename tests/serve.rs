@@ -18,15 +18,15 @@ const TOKEN: &str = "a-test-token-of-some-length";
 struct Host {
     child: Child,
     url: String,
-    data: tempfile::TempDir,
+    data: std::path::PathBuf,
 }
 
 impl Host {
-    fn start() -> Self {
-        let data = tempfile::tempdir().expect("tempdir");
+    /// Starts a host keeping its jobs in `data`.
+    fn start(data: &Path) -> Self {
         let mut child = Command::new(env!("CARGO_BIN_EXE_weir"))
             .args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
-            .arg(data.path())
+            .arg(data)
             .env("WEIR_TOKEN", TOKEN)
             .env("WEIR_CACHE_DIR", cache_dir())
             .env("RUST_LOG", "warn")
@@ -43,7 +43,11 @@ impl Host {
             .strip_prefix("listening on ")
             .unwrap_or_else(|| panic!("unexpected first line {line:?}"))
             .to_owned();
-        Self { child, url, data }
+        Self {
+            child,
+            url,
+            data: data.to_owned(),
+        }
     }
 
     /// Runs a client command against this host with `token`.
@@ -54,7 +58,7 @@ impl Host {
             .args(["--host", &self.url])
             .env("WEIR_CACHE_DIR", cache_dir())
             .env_remove("WEIR_TOKEN")
-            .env("HOME", self.data.path())
+            .env("HOME", &self.data)
             .env_remove("XDG_CONFIG_HOME");
         if let Some(token) = token {
             command.env("WEIR_TOKEN", token);
@@ -152,7 +156,8 @@ fn wordcount_job(dir: &Path, checkpoints: &str) -> std::path::PathBuf {
 
 #[test]
 fn submit_list_inspect_and_cancel_jobs_through_the_cli() {
-    let host = Host::start();
+    let data = tempfile::tempdir().expect("tempdir");
+    let host = Host::start(data.path());
     let dir = tempfile::tempdir().expect("tempdir");
     let elsewhere = dir.path().join("elsewhere");
     let job = wordcount_job(
@@ -180,7 +185,7 @@ fn submit_list_inspect_and_cancel_jobs_through_the_cli() {
         !elsewhere.exists(),
         "the job wrote to a store outside its folder"
     );
-    let own = host.data.path().join("jobs").join(&id).join("checkpoints");
+    let own = host.data.join("jobs").join(&id).join("checkpoints");
     assert!(
         own.join("wc/checkpoints").is_dir(),
         "no checkpoints in {}",
@@ -254,7 +259,8 @@ fn submit_list_inspect_and_cancel_jobs_through_the_cli() {
 
 #[test]
 fn calls_without_the_right_token_are_refused() {
-    let host = Host::start();
+    let data = tempfile::tempdir().expect("tempdir");
+    let host = Host::start(data.path());
     for path in ["/v1/jobs", "/metrics", "/v1/jobs/job-1"] {
         let (status, body) = host.get(path, None);
         assert_eq!(status, 401, "{path}: {body}");
@@ -275,9 +281,66 @@ fn calls_without_the_right_token_are_refused() {
     assert_eq!(none.status.code(), Some(2), "{}", stderr(&none));
     assert!(stderr(&none).contains("no token"), "{}", stderr(&none));
     // The token can also come from the config file.
-    let config = host.data.path().join(".config/weir");
+    let config = host.data.join(".config/weir");
     std::fs::create_dir_all(&config).expect("config dir");
     std::fs::write(config.join("token"), format!("{TOKEN}\n")).expect("token file");
     let from_file = host.weir(&["jobs", "--json"], None);
     assert!(from_file.status.success(), "{}", stderr(&from_file));
+}
+
+#[test]
+fn a_host_stopped_mid_job_resumes_it_from_its_latest_checkpoint_with_exactly_once_output() {
+    let data = tempfile::tempdir().expect("tempdir");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let lines = 60_000;
+    let mut input = String::new();
+    for i in 0..lines {
+        input.push_str(&format!("w{} w{}\n", i % 700, i % 300));
+    }
+    let job = wordcount_job(dir.path(), "[checkpoints]\ninterval_ms = 5");
+    std::fs::write(dir.path().join("in.txt"), &input).expect("input");
+    let text = std::fs::read_to_string(&job)
+        .expect("job")
+        .replace("name = \"wc\"", "name = \"wc\"\nbatch_size = 16");
+    std::fs::write(&job, text).expect("job");
+
+    let first = Host::start(data.path());
+    let id = submitted_id(&first.weir(
+        &["submit", job.to_str().expect("utf-8"), "--json"],
+        Some(TOKEN),
+    ));
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let info = first.job(&id);
+        assert_eq!(
+            info["status"], "running",
+            "the job ended before the host was stopped: {info}"
+        );
+        if info["last_checkpoint"].as_u64().unwrap_or(0) >= 3 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "no checkpoint: {info}");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    drop(first); // SIGKILL
+
+    let second = Host::start(data.path());
+    let info = second.wait(&id);
+    assert_eq!(info["status"], "finished", "{info}");
+    let mut expected: Vec<String> = Vec::new();
+    let mut counts = std::collections::HashMap::<String, u64>::new();
+    for word in input.split_whitespace() {
+        let n = counts.entry(word.to_owned()).or_default();
+        *n += 1;
+        expected.push(format!("{word}\t{n}"));
+    }
+    expected.sort();
+    let mut got: Vec<String> = std::fs::read_to_string(dir.path().join("out.txt"))
+        .expect("output")
+        .lines()
+        .map(str::to_owned)
+        .collect();
+    got.sort();
+    assert_eq!(got.len(), expected.len(), "lost or repeated lines");
+    assert!(got == expected, "output differs");
 }

@@ -41,6 +41,8 @@ pub async fn serve(
     std::fs::create_dir_all(&options.data_dir)
         .with_context(|| format!("cannot create {}", options.data_dir.display()))?;
     let registry = Arc::new(Registry::new(engine, options.data_dir.clone()));
+    // Jobs running when the host last stopped go on from their latest checkpoint.
+    registry.resume();
     let listener = tokio::net::TcpListener::bind(options.listen)
         .await
         .with_context(|| format!("cannot listen on {}", options.listen))?;

@@ -12,6 +12,7 @@ use std::sync::{Arc, Mutex};
 use base64::Engine as _;
 
 use super::protocol::{JobInfo, JobStatus, OperatorInfo, SubmitRequest};
+use crate::checkpoint::RestoreFrom;
 use crate::engine::Engine;
 use crate::job::{JobMetrics, JobSpec, Pipeline, RunOptions, StopSignal, run_job};
 
@@ -73,28 +74,59 @@ impl Registry {
                 return Err(e);
             }
         };
-        let metrics = Arc::new(JobMetrics::new(
-            spec.operators
-                .iter()
-                .map(|o| (o.name.as_str(), o.parallelism)),
-        ));
-        let job = Arc::new(HostedJob {
-            id: id.clone(),
-            name: spec.name.clone(),
-            metrics: metrics.clone(),
-            stop: StopSignal::default(),
-            outcome: Mutex::new((JobStatus::Running, None)),
-        });
-        self.jobs().insert(id.clone(), job.clone());
+        let job = self.start(id, spec, None, &dir);
+        Ok(info(&job))
+    }
+
+    /// Picks up the jobs of an earlier run of the host from the data directory: those that
+    /// were running resume from their latest checkpoint (or from the beginning, if they had
+    /// none); the others are listed as they ended.
+    pub fn resume(self: &Arc<Self>) {
+        let Ok(folders) = std::fs::read_dir(self.data_dir.join("jobs")) else {
+            return;
+        };
+        for folder in folders.flatten() {
+            let dir = folder.path();
+            let Some(record) = JobRecord::read(&dir) else {
+                continue;
+            };
+            let spec = match JobSpec::load(&dir.join("job.toml")) {
+                Ok(spec) => spec,
+                Err(e) => {
+                    tracing::warn!(job = %record.id, error = %e, "cannot resume");
+                    continue;
+                }
+            };
+            if record.status == JobStatus::Running {
+                tracing::info!(job = %record.id, "resuming from the latest checkpoint");
+                self.start(record.id, spec, Some(RestoreFrom::Latest), &dir);
+            } else {
+                let job = hosted(record.id, &spec, (record.status, record.error));
+                self.jobs().insert(job.id.clone(), job);
+            }
+        }
+    }
+
+    /// Runs `spec` as job `id`, recording its status in `dir` as it changes.
+    fn start(
+        self: &Arc<Self>,
+        id: String,
+        spec: JobSpec,
+        restore: Option<RestoreFrom>,
+        dir: &Path,
+    ) -> Arc<HostedJob> {
+        let job = hosted(id.clone(), &spec, (JobStatus::Running, None));
+        JobRecord::of(&job).write(dir);
+        self.jobs().insert(id, job.clone());
         let engine = self.engine.clone();
         let options = RunOptions {
             stop: job.stop.clone(),
-            metrics: Some(metrics),
+            metrics: Some(job.metrics.clone()),
             ..RunOptions::default()
         };
-        let running = job.clone();
+        let (running, dir) = (job.clone(), dir.to_owned());
         tokio::spawn(async move {
-            let result = run_job(&spec, &engine, None, options).await;
+            let result = run_job(&spec, &engine, restore, options).await;
             let outcome = match result {
                 Ok(_) => (JobStatus::Finished, None),
                 Err(_) if running.stop.is_raised() => (JobStatus::Cancelled, None),
@@ -104,8 +136,9 @@ impl Registry {
                 }
             };
             *running.outcome.lock().unwrap_or_else(|e| e.into_inner()) = outcome;
+            JobRecord::of(&running).write(&dir);
         });
-        Ok(info(&job))
+        job
     }
 
     pub fn list(&self) -> Vec<JobInfo> {
@@ -129,6 +162,59 @@ impl Registry {
             .values()
             .map(|j| (j.id.clone(), j.name.clone(), j.metrics.clone()))
             .collect()
+    }
+}
+
+fn hosted(id: String, spec: &JobSpec, outcome: (JobStatus, Option<String>)) -> Arc<HostedJob> {
+    Arc::new(HostedJob {
+        id,
+        name: spec.name.clone(),
+        metrics: Arc::new(JobMetrics::new(
+            spec.operators
+                .iter()
+                .map(|o| (o.name.as_str(), o.parallelism)),
+        )),
+        stop: StopSignal::default(),
+        outcome: Mutex::new(outcome),
+    })
+}
+
+/// What survives the host: `jobs/<id>/job.json`, written when a job starts and ends.
+#[derive(serde::Serialize, serde::Deserialize)]
+struct JobRecord {
+    id: String,
+    status: JobStatus,
+    error: Option<String>,
+}
+
+impl JobRecord {
+    fn of(job: &HostedJob) -> Self {
+        let (status, error) = job
+            .outcome
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        Self {
+            id: job.id.clone(),
+            status,
+            error,
+        }
+    }
+
+    fn read(dir: &Path) -> Option<Self> {
+        serde_json::from_slice(&std::fs::read(dir.join("job.json")).ok()?).ok()
+    }
+
+    /// Written to a temporary file and renamed, so a crash never leaves half a record.
+    fn write(&self, dir: &Path) {
+        let (temp, path) = (dir.join("job.json.tmp"), dir.join("job.json"));
+        let written = serde_json::to_vec(self)
+            .map_err(std::io::Error::other)
+            .and_then(|bytes| std::fs::write(&temp, bytes))
+            .and_then(|()| std::fs::rename(&temp, &path));
+        if let Err(e) = written {
+            tracing::warn!(job = %self.id, error = %e, "cannot record the job's status");
+        }
     }
 }
 
