@@ -226,7 +226,22 @@ fn submit_list_inspect_and_cancel_jobs_through_the_cli() {
         Some(TOKEN),
     ));
     std::thread::sleep(Duration::from_millis(300));
-    assert_eq!(host.job(&endless_id)["status"], "running");
+    let info = host.job(&endless_id);
+    assert_eq!(info["status"], "running");
+    assert!(
+        info["last_checkpoint"].is_null(),
+        "no interval, no checkpoint yet: {info}"
+    );
+    let asked = host.weir(&["checkpoint", &endless_id], Some(TOKEN));
+    assert!(asked.status.success(), "{}", stderr(&asked));
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while host.job(&endless_id)["last_checkpoint"].is_null() {
+        assert!(
+            Instant::now() < deadline,
+            "the asked-for checkpoint never completed"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
     let cancelled = host.weir(&["cancel", &endless_id], Some(TOKEN));
     assert!(cancelled.status.success(), "{}", stderr(&cancelled));
     let info = host.wait(&endless_id);

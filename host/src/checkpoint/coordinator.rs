@@ -103,6 +103,8 @@ pub struct Coordinator {
     position: SourcePosition,
     source_ended: bool,
     last_attempts: u32,
+    /// Requests for a checkpoint now, besides the interval's.
+    requests: Arc<tokio::sync::Notify>,
 }
 
 impl Coordinator {
@@ -112,6 +114,7 @@ impl Coordinator {
         acks: UnboundedReceiver<Ack>,
         notify: Vec<UnboundedSender<Notification>>,
         counters: Arc<CheckpointCounters>,
+        requests: Arc<tokio::sync::Notify>,
     ) -> Self {
         Self {
             retained: setup.retained.iter().copied().collect(),
@@ -123,6 +126,7 @@ impl Coordinator {
             position: SourcePosition::Null,
             source_ended: false,
             last_attempts: 0,
+            requests,
         }
     }
 
@@ -143,8 +147,13 @@ impl Coordinator {
                     None => std::future::pending().await,
                 }
             };
+            let idle = in_flight.is_none() && !self.source_ended;
             tokio::select! {
-                () = tick, if in_flight.is_none() && !self.source_ended => {
+                () = tick, if idle => {
+                    in_flight = Some(self.trigger(false)?);
+                }
+                // A request stays pending while a checkpoint is in flight.
+                () = self.requests.notified(), if idle => {
                     in_flight = Some(self.trigger(false)?);
                 }
                 ack = self.acks.recv() => {

@@ -1,4 +1,5 @@
-//! The commands that talk to a running `weir serve`: `submit`, `jobs`, `job`, `cancel`.
+//! The commands that talk to a running `weir serve`: `submit`, `jobs`, `job`, `cancel`,
+//! `checkpoint`.
 //!
 //! The host is `--host URL`, else `WEIR_HOST`, else `http://127.0.0.1:7070`; the token is
 //! `WEIR_TOKEN`, else the file `$XDG_CONFIG_HOME/weir/token` (`~/.config/weir/token`).
@@ -51,6 +52,12 @@ pub enum ClientCommand {
         #[command(flatten)]
         host: HostArgs,
     },
+    /// Ask a job for a checkpoint now.
+    Checkpoint {
+        id: String,
+        #[command(flatten)]
+        host: HostArgs,
+    },
 }
 
 pub fn client(command: ClientCommand) -> Result<(), Failure> {
@@ -87,6 +94,16 @@ pub fn client(command: ClientCommand) -> Result<(), Failure> {
                     &host,
                     reqwest::Method::POST,
                     &format!("/v1/jobs/{id}/cancel"),
+                    None::<&()>,
+                )
+                .await?;
+                print_jobs(&host, &[info])
+            }
+            ClientCommand::Checkpoint { id, host } => {
+                let info: JobInfo = call(
+                    &host,
+                    reqwest::Method::POST,
+                    &format!("/v1/jobs/{id}/checkpoint"),
                     None::<&()>,
                 )
                 .await?;

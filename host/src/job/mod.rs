@@ -23,6 +23,6 @@ pub mod supervisor;
 
 pub use metrics::{JobMetrics, RunSummary};
 pub use pipeline::{Pipeline, Stage};
-pub use runtime::{Checkpointing, JobError, RunOptions, StopSignal, run};
+pub use runtime::{CheckpointRequest, Checkpointing, JobError, RunOptions, StopSignal, run};
 pub use spec::{CheckpointSpec, JobSpec, KeyBy, SpecError};
 pub use supervisor::{SupervisorError, run_job, run_job_in};

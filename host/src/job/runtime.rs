@@ -47,6 +47,8 @@ pub struct RunOptions {
     pub channel_capacity: usize,
     /// Stops the job where it is (no last checkpoint) when raised.
     pub stop: StopSignal,
+    /// Asks for a checkpoint now (`weir checkpoint ID`), besides the periodic ones.
+    pub checkpoint_now: CheckpointRequest,
     /// Counters to update, for a caller that watches the job while it runs (`weir serve`);
     /// they must be made for the pipeline's operators. A run makes its own otherwise.
     pub metrics: Option<Arc<JobMetrics>>,
@@ -58,8 +60,19 @@ impl Default for RunOptions {
             progress: false,
             channel_capacity: 8,
             stop: StopSignal::default(),
+            checkpoint_now: CheckpointRequest::default(),
             metrics: None,
         }
+    }
+}
+
+/// Asks a running job for a checkpoint as soon as none is in flight.
+#[derive(Clone, Debug, Default)]
+pub struct CheckpointRequest(Arc<tokio::sync::Notify>);
+
+impl CheckpointRequest {
+    pub fn request(&self) {
+        self.0.notify_one();
     }
 }
 
@@ -296,6 +309,7 @@ pub async fn run(
         ack_rx,
         notify,
         metrics.checkpoints.clone(),
+        options.checkpoint_now.0.clone(),
     );
     let coordinator = tokio::spawn(acting(Actor::Coordinator, coordinator.run()));
     let stop_coordinator = coordinator.abort_handle();

@@ -6,6 +6,7 @@
 //! | `GET /v1/jobs` | every job |
 //! | `GET /v1/jobs/{id}` | one job: status, records per operator, last checkpoint |
 //! | `POST /v1/jobs/{id}/cancel` | stop a job; its checkpoints stay |
+//! | `POST /v1/jobs/{id}/checkpoint` | take a checkpoint now |
 //! | `GET /metrics` | Prometheus text |
 //!
 //! Every call needs the host's bearer token: 401 without one or with a wrong one.
@@ -28,6 +29,7 @@ pub fn router(registry: Arc<Registry>, token: String) -> Router {
         .route("/v1/jobs", post(submit).get(list))
         .route("/v1/jobs/{id}", get(show))
         .route("/v1/jobs/{id}/cancel", post(cancel))
+        .route("/v1/jobs/{id}/checkpoint", post(checkpoint))
         .route("/metrics", get(metrics))
         .layer(middleware::from_fn_with_state(
             Arc::<str>::from(token),
@@ -94,6 +96,13 @@ async fn show(State(registry): State<Arc<Registry>>, Path(id): Path<String>) -> 
 
 async fn cancel(State(registry): State<Arc<Registry>>, Path(id): Path<String>) -> Response {
     match registry.cancel(&id) {
+        Some(info) => Json(info).into_response(),
+        None => error(StatusCode::NOT_FOUND, format!("no job {id}")),
+    }
+}
+
+async fn checkpoint(State(registry): State<Arc<Registry>>, Path(id): Path<String>) -> Response {
+    match registry.checkpoint(&id) {
         Some(info) => Json(info).into_response(),
         None => error(StatusCode::NOT_FOUND, format!("no job {id}")),
     }

@@ -14,7 +14,9 @@ use base64::Engine as _;
 use super::protocol::{JobInfo, JobStatus, OperatorInfo, SubmitRequest};
 use crate::checkpoint::RestoreFrom;
 use crate::engine::Engine;
-use crate::job::{JobMetrics, JobSpec, Pipeline, RunOptions, StopSignal, run_job};
+use crate::job::{
+    CheckpointRequest, JobMetrics, JobSpec, Pipeline, RunOptions, StopSignal, run_job,
+};
 
 /// A submission that cannot be run, with why.
 #[derive(Debug, thiserror::Error)]
@@ -27,6 +29,7 @@ struct HostedJob {
     name: String,
     metrics: Arc<JobMetrics>,
     stop: StopSignal,
+    checkpoint_now: CheckpointRequest,
     outcome: Mutex<(JobStatus, Option<String>)>,
 }
 
@@ -121,6 +124,7 @@ impl Registry {
         let engine = self.engine.clone();
         let options = RunOptions {
             stop: job.stop.clone(),
+            checkpoint_now: job.checkpoint_now.clone(),
             metrics: Some(job.metrics.clone()),
             ..RunOptions::default()
         };
@@ -156,6 +160,13 @@ impl Registry {
         Some(info(&job))
     }
 
+    /// Asks a job for a checkpoint now.
+    pub fn checkpoint(&self, id: &str) -> Option<JobInfo> {
+        let job = self.jobs().get(id).cloned()?;
+        job.checkpoint_now.request();
+        Some(info(&job))
+    }
+
     /// Every job's counters, for `/metrics`.
     pub fn metrics(&self) -> Vec<(String, String, Arc<JobMetrics>)> {
         self.jobs()
@@ -175,6 +186,7 @@ fn hosted(id: String, spec: &JobSpec, outcome: (JobStatus, Option<String>)) -> A
                 .map(|o| (o.name.as_str(), o.parallelism)),
         )),
         stop: StopSignal::default(),
+        checkpoint_now: CheckpointRequest::default(),
         outcome: Mutex::new(outcome),
     })
 }
