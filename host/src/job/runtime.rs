@@ -165,6 +165,26 @@ pub async fn run(
             "the job had finished; committing its output"
         );
         sink.recover(Some(checkpoint.id)).map_err(JobError::Sink)?;
+        // A run killed after its last checkpoint completed may not have cleaned up: every
+        // subtask still sweeps what no retained checkpoint references.
+        if let Some(checkpointing) = &checkpointing {
+            let sweep = Sweep {
+                checkpointing: checkpointing.clone(),
+                stages: stages
+                    .iter()
+                    .map(|s| (s.name.clone(), s.parallelism))
+                    .collect(),
+                key_groups,
+                assignment: RestoreAssignment {
+                    restored: None,
+                    retained: start.retained.clone(),
+                },
+            };
+            tokio::task::spawn_blocking(move || sweep.run())
+                .await
+                .map_err(|e| JobError::Panicked(e.to_string()))?
+                .map_err(JobError::Checkpoint)?;
+        }
         return Ok(metrics.summary(&name, started.elapsed()));
     }
     if let Some(checkpoint) = &start.restored {
@@ -342,6 +362,45 @@ pub async fn run(
     match failure {
         Some(e) => Err(e),
         None => Ok(summary),
+    }
+}
+
+/// The cleanup of a job that had finished: each subtask's orphan sweep, without running.
+struct Sweep {
+    checkpointing: Checkpointing,
+    stages: Vec<(String, u32)>,
+    key_groups: crate::partition::KeyGroups,
+    assignment: RestoreAssignment,
+}
+
+impl Sweep {
+    fn run(self) -> Result<(), String> {
+        let (acks, _ignored) = mpsc::unbounded_channel();
+        for (index, (operator, parallelism)) in self.stages.iter().enumerate() {
+            for i in 0..*parallelism {
+                let subtask = SubtaskIndex(i);
+                let range = self.key_groups.range_of(subtask, *parallelism);
+                let mut checkpoints = SubtaskCheckpoints::new(
+                    self.checkpointing.store.clone(),
+                    Handle::current(),
+                    acks.clone(),
+                    SubtaskIdentity {
+                        operator: operator.clone(),
+                        operator_index: index,
+                        subtask,
+                        parallelism: *parallelism,
+                        key_groups: self.key_groups,
+                        range,
+                    },
+                    run_id().into(),
+                    self.checkpointing.chains,
+                );
+                let mut empty = crate::state::KeyedStateBackend::new(self.key_groups, range);
+                checkpoints.start(&mut empty, &self.assignment)?;
+                checkpoints.finish();
+            }
+        }
+        Ok(())
     }
 }
 
