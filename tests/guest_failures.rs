@@ -142,3 +142,37 @@ fn guest_log_lines_land_in_the_host_log_tagged_with_their_origin() {
         }
     }
 }
+
+#[test]
+fn an_operator_whose_state_grows_past_its_limit_is_stopped_naming_the_limit() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    // 200 000 distinct words: about 4 MB of keys and counts over two subtasks, each limited
+    // to 1 MiB.
+    let mut input = String::new();
+    for i in 0..20_000 {
+        for j in 0..10 {
+            input.push_str(&format!("uniquelongword{i}x{j} "));
+        }
+        input.push('\n');
+    }
+    std::fs::write(dir.path().join("in.txt"), input).expect("write");
+    let job = tokenize_then(
+        dir.path(),
+        "name = \"hoarder\"",
+        "count",
+        "weir-example-counter",
+        "parallelism = 2\nlimits = { state_mb = 1 }",
+        "",
+    );
+    let out = weir(&["run", job.to_str().expect("utf-8")]);
+    assert_clean_failure(
+        &out,
+        &[
+            "operator `count` subtask",
+            "exceeded its state limit",
+            "past its limit of 1 MiB",
+            "state_mb",
+        ],
+    );
+    no_output(dir.path());
+}

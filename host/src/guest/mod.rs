@@ -50,6 +50,10 @@ pub struct GuestState {
     pub(crate) log: LogContext,
     /// The checkpoint that current writes belong to, for log lines.
     pub(crate) checkpoint: CheckpointId,
+    /// Bytes of keyed state the operator may hold, and whether a call went past it: the call
+    /// then fails whatever the guest does with the error it got.
+    pub(crate) state_limit: Option<usize>,
+    pub(crate) over_state_limit: bool,
 }
 
 impl GuestState {
@@ -65,6 +69,8 @@ impl GuestState {
             table: ResourceTable::new(),
             limits,
             checkpoint: backend.epoch(),
+            state_limit: None,
+            over_state_limit: false,
             backend,
             slots: KeySlots::default(),
             log,

@@ -98,6 +98,15 @@ impl wit::Host for GuestState {
                 ));
             }
         }
+        if let Some(limit) = self.state_limit
+            && self.backend.live_bytes() > limit
+        {
+            self.over_state_limit = true;
+            return Err(format!(
+                "the operator's state holds {} bytes, over its limit of {limit}",
+                self.backend.live_bytes()
+            ));
+        }
         Ok(())
     }
 

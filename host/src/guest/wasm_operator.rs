@@ -66,7 +66,9 @@ impl WasmOperator {
             operator: ctx.operator.clone(),
             subtask: ctx.subtask,
         };
-        let mut store = Store::new(engine.wasmtime(), GuestState::new(backend, limits, log));
+        let mut state = GuestState::new(backend, limits, log);
+        state.state_limit = ctx.limits.state_bytes;
+        let mut store = Store::new(engine.wasmtime(), state);
         store.limiter(|s| &mut s.limits);
         let deadline_ticks =
             (ctx.limits.cpu_time_per_call.as_millis() / EPOCH_TICK.as_millis()).max(1) as u64;
@@ -139,6 +141,17 @@ impl WasmOperator {
         &mut self,
         result: wasmtime::Result<Result<Batch, String>>,
     ) -> Result<RecordBatch, OperatorError> {
+        let state = self.store.data();
+        if state.over_state_limit {
+            return Err(self.ctx.error(
+                FailureKind::StateLimit,
+                format!(
+                    "its keyed state grew to {} bytes, past its limit of {} MiB; raise `state_mb` in the operator's `limits` if this is expected",
+                    state.backend.live_bytes(),
+                    state.state_limit.unwrap_or(0) >> 20
+                ),
+            ));
+        }
         match result {
             Ok(Ok(out)) => {
                 let out = RecordBatch::from_wit(out);

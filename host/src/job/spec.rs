@@ -159,6 +159,7 @@ pub enum KeyByFile {
 pub struct LimitsFile {
     pub memory_mb: Option<usize>,
     pub cpu_ms_per_call: Option<u64>,
+    pub state_mb: Option<usize>,
 }
 
 /// Where records go. As parsed, a path is relative to the job file; in a [`JobSpec`], it
@@ -548,6 +549,11 @@ impl Checker<'_> {
                 .limits
                 .cpu_ms_per_call
                 .map_or(defaults.cpu_time_per_call, Duration::from_millis),
+            state_bytes: op
+                .limits
+                .state_mb
+                .map(|mb| mb << 20)
+                .or(defaults.state_bytes),
         };
         if limits.memory_bytes < 1 << 20 {
             return Err(self.invalid(format!("{at} limits.memory_mb"), "must be at least 1"));

@@ -24,6 +24,8 @@ pub enum FailureKind {
     BadOutput,
     /// Its state could not be restored from a checkpoint.
     Restore,
+    /// Its keyed state grew past the limit.
+    StateLimit,
 }
 
 impl fmt::Display for FailureKind {
@@ -37,6 +39,7 @@ impl fmt::Display for FailureKind {
             FailureKind::MemoryLimit => "exceeded its memory limit",
             FailureKind::BadOutput => "returned a malformed batch",
             FailureKind::Restore => "could not restore its state",
+            FailureKind::StateLimit => "exceeded its state limit",
         })
     }
 }

@@ -24,6 +24,8 @@ pub struct GuestLimits {
     pub memory_bytes: usize,
     /// CPU time one call into the guest may take before it is interrupted.
     pub cpu_time_per_call: Duration,
+    /// Bytes of keyed state (live keys and values) the subtask may hold; `None`: no limit.
+    pub state_bytes: Option<usize>,
 }
 
 impl Default for GuestLimits {
@@ -31,6 +33,7 @@ impl Default for GuestLimits {
         Self {
             memory_bytes: 512 << 20,
             cpu_time_per_call: Duration::from_secs(10),
+            state_bytes: None,
         }
     }
 }
