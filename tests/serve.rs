@@ -10,7 +10,7 @@ use std::path::Path;
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use support::{cache_dir, component, stderr, toml_path, write_job};
+use support::{cache_dir, component, stderr, tokenize_then, toml_path, write_job};
 
 const TOKEN: &str = "a-test-token-of-some-length";
 
@@ -126,31 +126,13 @@ fn submitted_id(out: &Output) -> String {
 
 fn wordcount_job(dir: &Path, checkpoints: &str) -> std::path::PathBuf {
     std::fs::write(dir.join("in.txt"), "a b a\nc a b\n".repeat(500)).expect("input");
-    write_job(
+    tokenize_then(
         dir,
-        &format!(
-            r#"
-            [job]
-            name = "wc"
-            [source]
-            kind = "text-lines"
-            path = "in.txt"
-            [[operators]]
-            name = "tokenize"
-            component = {tokenizer}
-            [[operators]]
-            name = "count"
-            component = {counter}
-            parallelism = 2
-            key_by = "key"
-            [sink]
-            kind = "file"
-            path = "out.txt"
-            {checkpoints}
-            "#,
-            tokenizer = toml_path(&component("weir-example-tokenizer")),
-            counter = toml_path(&component("weir-example-counter")),
-        ),
+        "name = \"wc\"",
+        "count",
+        "weir-example-counter",
+        "parallelism = 2",
+        checkpoints,
     )
 }
 

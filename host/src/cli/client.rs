@@ -89,28 +89,17 @@ pub fn client(command: ClientCommand) -> Result<(), Failure> {
                 .await?;
                 print_job(&host, &info)
             }
-            ClientCommand::Cancel { id, host } => {
-                let info: JobInfo = call(
-                    &host,
-                    reqwest::Method::POST,
-                    &format!("/v1/jobs/{id}/cancel"),
-                    None::<&()>,
-                )
-                .await?;
-                print_jobs(&host, &[info])
-            }
-            ClientCommand::Checkpoint { id, host } => {
-                let info: JobInfo = call(
-                    &host,
-                    reqwest::Method::POST,
-                    &format!("/v1/jobs/{id}/checkpoint"),
-                    None::<&()>,
-                )
-                .await?;
-                print_jobs(&host, &[info])
-            }
+            ClientCommand::Cancel { id, host } => act(&host, &id, "cancel").await,
+            ClientCommand::Checkpoint { id, host } => act(&host, &id, "checkpoint").await,
         }
     })
+}
+
+/// `POST /v1/jobs/{id}/{action}`, then the job as it is.
+async fn act(host: &HostArgs, id: &str, action: &str) -> Result<(), Failure> {
+    let path = format!("/v1/jobs/{id}/{action}");
+    let info: JobInfo = call(host, reqwest::Method::POST, &path, None::<&()>).await?;
+    print_jobs(host, &[info])
 }
 
 /// The job file with source and sink paths made absolute (the host reads them), and its
