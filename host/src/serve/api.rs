@@ -13,7 +13,7 @@
 
 use std::sync::Arc;
 
-use axum::extract::{Path, Request, State};
+use axum::extract::{DefaultBodyLimit, Path, Request, State};
 use axum::http::{StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
@@ -23,6 +23,9 @@ use axum::{Json, Router};
 use super::Registry;
 use super::protocol::{ErrorBody, JobInfo, SubmitRequest};
 
+/// The largest submission accepted (a job file and its components, base64-encoded).
+const MAX_SUBMISSION: usize = 512 << 20;
+
 /// The API over `registry`, guarded by `token`.
 pub fn router(registry: Arc<Registry>, token: String) -> Router {
     Router::new()
@@ -31,6 +34,8 @@ pub fn router(registry: Arc<Registry>, token: String) -> Router {
         .route("/v1/jobs/{id}/cancel", post(cancel))
         .route("/v1/jobs/{id}/checkpoint", post(checkpoint))
         .route("/metrics", get(metrics))
+        // Components travel in the submission: a Python or JavaScript one weighs tens of MB.
+        .layer(DefaultBodyLimit::max(MAX_SUBMISSION))
         .layer(middleware::from_fn_with_state(
             Arc::<str>::from(token),
             authorize,
