@@ -224,10 +224,15 @@ fn submit_list_inspect_and_cancel_jobs_through_the_cli() {
         );
         std::thread::sleep(Duration::from_millis(20));
     }
-    let cancelled = host.weir(&["cancel", &endless_id], Some(TOKEN));
+    let before = host.job(&endless_id)["last_checkpoint"]
+        .as_u64()
+        .expect("a checkpoint");
+    let cancelled = host.weir(&["cancel", &endless_id, "--checkpoint"], Some(TOKEN));
     assert!(cancelled.status.success(), "{}", stderr(&cancelled));
     let info = host.wait(&endless_id);
     assert_eq!(info["status"], "cancelled", "{info}");
+    let last = info["last_checkpoint"].as_u64().expect("a checkpoint");
+    assert!(last > before, "no last checkpoint before stopping: {info}");
     assert!(info["source_records"].as_u64().expect("count") > 0);
 
     // Metrics name every job, operator and subtask.

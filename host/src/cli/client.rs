@@ -49,6 +49,9 @@ pub enum ClientCommand {
     /// Stop a job (its checkpoints stay).
     Cancel {
         id: String,
+        /// Take a last checkpoint first, so a restart loses no progress.
+        #[arg(long)]
+        checkpoint: bool,
         #[command(flatten)]
         host: HostArgs,
     },
@@ -89,7 +92,18 @@ pub fn client(command: ClientCommand) -> Result<(), Failure> {
                 .await?;
                 print_job(&host, &info)
             }
-            ClientCommand::Cancel { id, host } => act(&host, &id, "cancel").await,
+            ClientCommand::Cancel {
+                id,
+                checkpoint,
+                host,
+            } => {
+                let action = if checkpoint {
+                    "cancel?checkpoint=true"
+                } else {
+                    "cancel"
+                };
+                act(&host, &id, action).await
+            }
             ClientCommand::Checkpoint { id, host } => act(&host, &id, "checkpoint").await,
         }
     })

@@ -5,7 +5,7 @@
 //! | `POST /v1/jobs` | submit a job ([`SubmitRequest`]); 201 with its [`JobInfo`] |
 //! | `GET /v1/jobs` | every job |
 //! | `GET /v1/jobs/{id}` | one job: status, records per operator, last checkpoint |
-//! | `POST /v1/jobs/{id}/cancel` | stop a job; its checkpoints stay |
+//! | `POST /v1/jobs/{id}/cancel[?checkpoint=true]` | stop a job (after a last checkpoint); its checkpoints stay |
 //! | `POST /v1/jobs/{id}/checkpoint` | take a checkpoint now |
 //! | `GET /metrics` | Prometheus text |
 //!
@@ -13,7 +13,7 @@
 
 use std::sync::Arc;
 
-use axum::extract::{DefaultBodyLimit, Path, Request, State};
+use axum::extract::{DefaultBodyLimit, Path, Query, Request, State};
 use axum::http::{StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
@@ -99,8 +99,19 @@ async fn show(State(registry): State<Arc<Registry>>, Path(id): Path<String>) -> 
     }
 }
 
-async fn cancel(State(registry): State<Arc<Registry>>, Path(id): Path<String>) -> Response {
-    match registry.cancel(&id) {
+/// `?checkpoint=true`: stop after a last checkpoint.
+#[derive(serde::Deserialize)]
+struct CancelOptions {
+    #[serde(default)]
+    checkpoint: bool,
+}
+
+async fn cancel(
+    State(registry): State<Arc<Registry>>,
+    Path(id): Path<String>,
+    Query(options): Query<CancelOptions>,
+) -> Response {
+    match registry.cancel(&id, options.checkpoint) {
         Some(info) => Json(info).into_response(),
         None => error(StatusCode::NOT_FOUND, format!("no job {id}")),
     }

@@ -154,9 +154,32 @@ impl Registry {
     }
 
     /// Stops a running job; its checkpoints stay, so it can be restarted from them.
-    pub fn cancel(&self, id: &str) -> Option<JobInfo> {
+    ///
+    /// With `final_checkpoint`, the job first takes a checkpoint and stops once it completed
+    /// (or after a minute without one), so a restart loses no progress.
+    pub fn cancel(&self, id: &str, final_checkpoint: bool) -> Option<JobInfo> {
         let job = self.jobs().get(id).cloned()?;
-        job.stop.stop();
+        if !final_checkpoint {
+            job.stop.stop();
+            return Some(info(&job));
+        }
+        let stopping = job.clone();
+        tokio::spawn(async move {
+            let last = || {
+                stopping
+                    .metrics
+                    .checkpoints
+                    .last_completed
+                    .load(Ordering::Relaxed)
+            };
+            let before = last();
+            stopping.checkpoint_now.request();
+            let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(60);
+            while last() == before && tokio::time::Instant::now() < deadline {
+                tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+            }
+            stopping.stop.stop();
+        });
         Some(info(&job))
     }
 
