@@ -10,7 +10,7 @@
 use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
 
-use anyhow::{Context, anyhow};
+use anyhow::anyhow;
 use futures::TryStreamExt;
 use object_store::ObjectStore;
 use object_store::path::Path;
@@ -57,11 +57,7 @@ enum CheckpointsCommand {
 pub fn checkpoints(args: CheckpointsArgs) -> Result<(), Failure> {
     // One thread is plenty for a handful of sequential requests; the runtime still needs
     // I/O and timers for remote stores.
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .context("cannot start the tokio runtime")
-        .map_err(Failure::failed)?;
+    let runtime = super::runtime(false)?;
     match args.command {
         CheckpointsCommand::List { store, json } => runtime.block_on(list(&store, json)),
         CheckpointsCommand::Show {

@@ -64,11 +64,7 @@ pub enum ClientCommand {
 }
 
 pub fn client(command: ClientCommand) -> Result<(), Failure> {
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .context("cannot start the tokio runtime")
-        .map_err(Failure::failed)?;
+    let runtime = super::runtime(false)?;
     runtime.block_on(async {
         match command {
             ClientCommand::Submit { job, host } => {

@@ -99,3 +99,18 @@ fn engine() -> Result<crate::engine::Engine, Failure> {
     })
     .map_err(Failure::failed)
 }
+
+/// The tokio runtime of a command: several workers for commands that run jobs, one thread
+/// for those that only talk to a store or a host.
+fn runtime(jobs: bool) -> Result<tokio::runtime::Runtime, Failure> {
+    let mut builder = if jobs {
+        let mut b = tokio::runtime::Builder::new_multi_thread();
+        b.thread_name("weir-worker");
+        b
+    } else {
+        tokio::runtime::Builder::new_current_thread()
+    };
+    builder.enable_all().build().map_err(|e| {
+        Failure::failed(anyhow::Error::new(e).context("cannot start the tokio runtime"))
+    })
+}

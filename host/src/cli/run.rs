@@ -3,8 +3,6 @@
 use std::io::IsTerminal;
 use std::path::PathBuf;
 
-use anyhow::Context;
-
 use super::Failure;
 use crate::checkpoint::RestoreFrom;
 use crate::job::{JobSpec, RunOptions, run_job};
@@ -57,12 +55,7 @@ pub fn run(args: RunArgs) -> Result<(), Failure> {
             .map_err(|e| Failure::input(anyhow::anyhow!("--parallelism {setting}: {e}")))?;
     }
     let engine = super::engine()?;
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .thread_name("weir-worker")
-        .build()
-        .context("cannot start the tokio runtime")
-        .map_err(Failure::failed)?;
+    let runtime = super::runtime(true)?;
     let options = RunOptions {
         progress: !args.no_progress && std::io::stderr().is_terminal(),
         ..RunOptions::default()

@@ -40,12 +40,7 @@ pub fn serve(args: ServeArgs) -> Result<(), Failure> {
         )));
     }
     let engine = super::engine()?;
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .thread_name("weir-host")
-        .build()
-        .context("cannot start the tokio runtime")
-        .map_err(Failure::failed)?;
+    let runtime = super::runtime(true)?;
     let options = ServeOptions {
         listen: args.listen,
         data_dir: args.data_dir,
