@@ -346,3 +346,392 @@ fn a_host_stopped_mid_job_resumes_it_from_its_latest_checkpoint_with_exactly_onc
     assert_eq!(got.len(), expected.len(), "lost or repeated lines");
     assert!(got == expected, "output differs");
 }
+
+/// Expected output of a word counter over `input`: every word with its running count.
+fn running_counts(input: &str) -> Vec<String> {
+    let mut counts = std::collections::HashMap::<&str, u64>::new();
+    let mut expected: Vec<String> = input
+        .split_whitespace()
+        .map(|word| {
+            let n = counts.entry(word).or_default();
+            *n += 1;
+            format!("{word}\t{n}")
+        })
+        .collect();
+    expected.sort();
+    expected
+}
+
+fn sorted_lines(path: &Path) -> Vec<String> {
+    let mut lines: Vec<String> = std::fs::read_to_string(path)
+        .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+        .lines()
+        .map(str::to_owned)
+        .collect();
+    lines.sort();
+    lines
+}
+
+/// A job that runs the test guest `faulty` in `mode` (triggered by the word "boom") in a
+/// folder of its own, with `lines` added to the operator's section and `tail` after the sink.
+fn faulty_job(name: &str, mode: &str, lines: &str, tail: &str) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut input = "w1 w2 w3\n".repeat(2000);
+    input.push_str("boom\n");
+    std::fs::write(dir.path().join("in.txt"), input).expect("input");
+    tokenize_then(
+        dir.path(),
+        &format!("name = \"{name}\""),
+        "victim",
+        "weir-test-faulty",
+        &format!("config = {{ mode = \"{mode}\", word = \"boom\" }}\n{lines}"),
+        tail,
+    );
+    dir
+}
+
+#[test]
+fn misbehaving_jobs_are_stopped_at_their_limits_while_a_neighbour_finishes() {
+    let data = tempfile::tempdir().expect("tempdir");
+    let host = Host::start(data.path());
+    let restart_once = "[checkpoints]\ninterval_ms = 20\nrestart_attempts = 1";
+    // (job, its folder, what its error must say, whether it restarted once)
+    let spinner = faulty_job(
+        "spinner",
+        "loop-on",
+        "limits = { cpu_ms_per_call = 300 }",
+        restart_once,
+    );
+    let hog = faulty_job(
+        "hog",
+        "alloc-on",
+        "limits = { memory_mb = 64 }",
+        restart_once,
+    );
+    let crasher = faulty_job("crasher", "trap-on", "", restart_once);
+    // 200 000 distinct words over two subtasks limited to 1 MiB of state each; this job's
+    // policy restarts on a limit, so it fails a second time before it gives up.
+    let hoarder = tempfile::tempdir().expect("tempdir");
+    let mut input = String::new();
+    for i in 0..20_000 {
+        for j in 0..10 {
+            input.push_str(&format!("uniquelongword{i}x{j} "));
+        }
+        input.push('\n');
+    }
+    std::fs::write(hoarder.path().join("in.txt"), input).expect("input");
+    tokenize_then(
+        hoarder.path(),
+        "name = \"hoarder\"",
+        "count",
+        "weir-example-counter",
+        "parallelism = 2\nlimits = { state_mb = 1 }",
+        &format!("{restart_once}\non_limit = \"restart\""),
+    );
+    let bad: [(&str, &Path, &[&str], bool); 4] = [
+        (
+            "spinner",
+            spinner.path(),
+            &[
+                "operator `victim` subtask",
+                "exceeded its CPU time limit",
+                "300ms",
+            ],
+            false,
+        ),
+        (
+            "hog",
+            hog.path(),
+            &[
+                "operator `victim` subtask",
+                "exceeded its memory limit",
+                "64 MiB",
+            ],
+            false,
+        ),
+        (
+            "crasher",
+            crasher.path(),
+            &[
+                "operator `victim` subtask",
+                "trapped",
+                "trap on value `boom`",
+            ],
+            true,
+        ),
+        (
+            "hoarder",
+            hoarder.path(),
+            &[
+                "operator `count` subtask",
+                "exceeded its state limit",
+                "1 MiB",
+            ],
+            true,
+        ),
+    ];
+
+    // The neighbour: a word count big enough to run while the others fail.
+    let good = tempfile::tempdir().expect("tempdir");
+    let mut input = String::new();
+    for i in 0..100_000 {
+        input.push_str(&format!("w{} w{}\n", i % 500, i % 70));
+    }
+    // A full snapshot every other checkpoint, so that cleanup has artifacts to delete.
+    let job = wordcount_job(
+        good.path(),
+        "[checkpoints]\ninterval_ms = 10\nretain = 1\nfull_snapshot_every = 2",
+    );
+    std::fs::write(good.path().join("in.txt"), &input).expect("input");
+    let good_id = submitted_id(&host.weir(
+        &["submit", job.to_str().expect("utf-8"), "--json"],
+        Some(TOKEN),
+    ));
+    let submitted: Vec<(String, Instant)> = bad
+        .iter()
+        .map(|(_, dir, _, _)| {
+            let job = dir.join("job.toml");
+            let id = submitted_id(&host.weir(
+                &["submit", job.to_str().expect("utf-8"), "--json"],
+                Some(TOKEN),
+            ));
+            (id, Instant::now())
+        })
+        .collect();
+
+    for ((name, dir, expected, restarted), (id, since)) in bad.iter().zip(&submitted) {
+        let info = host.wait(id);
+        let took = since.elapsed();
+        assert_eq!(info["status"], "failed", "{name}: {info}");
+        let error = info["error"].as_str().expect("an error");
+        for part in *expected {
+            assert!(error.contains(part), "{name}: `{part}` missing in: {error}");
+        }
+        assert_eq!(
+            error.contains("(after 1 restart)"),
+            *restarted,
+            "{name}: the restart policy was not followed: {error}"
+        );
+        // Within the limit: a spinning call is cut after its 300 ms, not left to run.
+        assert!(took < Duration::from_secs(30), "{name} took {took:?}");
+        let committed = std::fs::read_to_string(dir.join("out.txt")).unwrap_or_default();
+        assert!(
+            committed.is_empty(),
+            "{name} committed output of a failed run"
+        );
+    }
+    assert_eq!(
+        host.job(&submitted[0].0)["error"]
+            .as_str()
+            .map(|e| e.contains("CPU")),
+        Some(true)
+    );
+
+    let info = host.wait(&good_id);
+    assert_eq!(info["status"], "finished", "{info}");
+    assert_eq!(
+        sorted_lines(&good.path().join("out.txt")),
+        running_counts(&input)
+    );
+
+    // The guests' log lines of one job, with operator, subtask and checkpoint, and the
+    // panic message the crasher printed before its trap.
+    let (crasher_id, _) = &submitted[2];
+    let out = host.weir(&["job", crasher_id, "--logs", "--json"], Some(TOKEN));
+    assert!(out.status.success(), "{}", stderr(&out));
+    let lines: Vec<serde_json::Value> = serde_json::from_slice(&out.stdout).expect("JSON");
+    let opened = lines
+        .iter()
+        .find(|l| {
+            l["message"]
+                .as_str()
+                .is_some_and(|m| m.starts_with("faulty operator opened in mode trap-on"))
+        })
+        .unwrap_or_else(|| panic!("no open line in {lines:?}"));
+    assert_eq!(opened["operator"], "victim");
+    assert_eq!(opened["stream"], "log");
+    assert!(opened["checkpoint"].as_u64().is_some(), "{opened}");
+    assert!(
+        lines.iter().any(|l| l["stream"] == "stderr"
+            && l["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("trap on value `boom`"))),
+        "no panic message in {lines:?}"
+    );
+    // As text, for people; only the crasher's lines.
+    let out = host.weir(&["job", crasher_id, "--logs", "--tail", "500"], Some(TOKEN));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.lines()
+            .any(|l| l.contains("INFO  victim[") && l.contains("opened in mode trap-on")),
+        "{text}"
+    );
+    assert!(
+        !text.contains("mode loop-on"),
+        "another job's lines: {text}"
+    );
+
+    // The neighbour's metrics: batch latency, state size, snapshots, cleanup.
+    let (_, metrics) = host.get("/metrics", Some(&format!("Bearer {TOKEN}")));
+    let value = |family: &str| -> f64 {
+        let prefix =
+            format!("{family}{{job_id=\"{good_id}\",job=\"wc\",operator=\"count\",subtask=\"0\"");
+        metrics
+            .lines()
+            .find(|l| l.starts_with(&prefix))
+            .and_then(|l| l.rsplit(' ').next())
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| panic!("no {family} in\n{metrics}"))
+    };
+    assert!(value("weir_batch_latency_seconds_count") > 0.0);
+    assert!(value("weir_bytes_in_total") > 0.0);
+    assert!(value("weir_state_bytes") > 0.0);
+    assert!(value("weir_checkpoint_dirty_keys_total") > 0.0);
+    assert!(value("weir_checkpoint_uploaded_bytes_total") > 0.0);
+    // Four checkpoints or more, so at least one full snapshot replaced a chain.
+    assert!(
+        info["checkpoints_completed"].as_u64().expect("count") >= 4,
+        "{info}"
+    );
+    assert!(
+        value("weir_checkpoint_cleanup_deletes_total") > 0.0,
+        "{metrics}"
+    );
+}
+
+#[test]
+fn a_job_cannot_reach_another_jobs_files_and_an_ended_job_restarts_from_its_checkpoint() {
+    let data = tempfile::tempdir().expect("tempdir");
+    let host = Host::start(data.path());
+    let dir = tempfile::tempdir().expect("tempdir");
+    let job = write_job(
+        dir.path(),
+        &format!(
+            r#"
+            [job]
+            name = "endless"
+            [source]
+            kind = "generator"
+            records = 10000000000
+            keys = 1000
+            [[operators]]
+            name = "count"
+            component = {counter}
+            key_by = "key"
+            [sink]
+            kind = "discard"
+            [checkpoints]
+            interval_ms = 20
+            "#,
+            counter = toml_path(&component("weir-example-counter")),
+        ),
+    );
+    let id = submitted_id(&host.weir(
+        &["submit", job.to_str().expect("utf-8"), "--json"],
+        Some(TOKEN),
+    ));
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while host.job(&id)["last_checkpoint"].as_u64().unwrap_or(0) < 2 {
+        assert!(Instant::now() < deadline, "no checkpoint");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+
+    // A job whose source is another job's checkpoint, or whose sink would write into the
+    // host's data directory, is refused.
+    let metadata = data
+        .path()
+        .join("jobs")
+        .join(&id)
+        .join("checkpoints/endless/checkpoints");
+    let stolen = std::fs::read_dir(&metadata)
+        .expect("checkpoints")
+        .flatten()
+        .next()
+        .expect("a checkpoint file")
+        .path();
+    let thief = tempfile::tempdir().expect("tempdir");
+    for (source, sink) in [
+        (stolen.clone(), thief.path().join("out.txt")),
+        (
+            // Through `..` from a folder outside, too.
+            thief
+                .path()
+                .join("../")
+                .join(data.path().file_name().expect("name"))
+                .join("jobs")
+                .join(&id)
+                .join("job.toml"),
+            thief.path().join("out.txt"),
+        ),
+        (
+            job.clone(),
+            data.path().join("jobs").join(&id).join("guest.log"),
+        ),
+    ] {
+        std::fs::write(thief.path().join("in.txt"), "x\n").expect("input");
+        let text = format!(
+            r#"
+            [job]
+            name = "thief"
+            [source]
+            kind = "text-lines"
+            path = {source}
+            [[operators]]
+            name = "count"
+            component = {counter}
+            key_by = "key"
+            [sink]
+            kind = "file"
+            path = {sink}
+            "#,
+            source = toml_path(&source),
+            sink = toml_path(&sink),
+            counter = toml_path(&component("weir-example-counter")),
+        );
+        let file = write_job(thief.path(), &text);
+        let out = host.weir(&["submit", file.to_str().expect("utf-8")], Some(TOKEN));
+        assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+        assert!(
+            stderr(&out).contains("inside the host's data directory"),
+            "{}",
+            stderr(&out)
+        );
+    }
+
+    // Restarting: refused while running, and for a checkpoint that does not exist.
+    let running = host.weir(&["restart", &id], Some(TOKEN));
+    assert_eq!(running.status.code(), Some(2), "{}", stderr(&running));
+    assert!(
+        stderr(&running).contains("is running"),
+        "{}",
+        stderr(&running)
+    );
+    let cancelled = host.weir(&["cancel", &id, "--checkpoint"], Some(TOKEN));
+    assert!(cancelled.status.success(), "{}", stderr(&cancelled));
+    let info = host.wait(&id);
+    assert_eq!(info["status"], "cancelled", "{info}");
+    let last = info["last_checkpoint"].as_u64().expect("a checkpoint");
+    let missing = host.weir(&["restart", &id, "--checkpoint", "999999"], Some(TOKEN));
+    assert_eq!(missing.status.code(), Some(2), "{}", stderr(&missing));
+    assert!(stderr(&missing).contains("999999"), "{}", stderr(&missing));
+
+    // From its latest checkpoint: it runs again, and its checkpoint ids continue after it.
+    let restarted = host.weir(&["restart", &id, "--json"], Some(TOKEN));
+    assert!(restarted.status.success(), "{}", stderr(&restarted));
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let info = host.job(&id);
+        assert_eq!(info["status"], "running", "{info}");
+        if info["last_checkpoint"].as_u64().is_some_and(|c| c > last) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no checkpoint after the restart: {info}"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let stopped = host.weir(&["cancel", &id], Some(TOKEN));
+    assert!(stopped.status.success(), "{}", stderr(&stopped));
+    assert_eq!(host.wait(&id)["status"], "cancelled");
+}

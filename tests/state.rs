@@ -27,6 +27,7 @@ fn counter_subtask(subtask: u32, parallelism: u32) -> WasmOperator {
         range: groups.range_of(SubtaskIndex(subtask), parallelism),
         config_json: "{}".into(),
         limits: GuestLimits::default(),
+        guest_log: None,
     };
     WasmOperator::open(&engine, &component, &ctx).expect("open")
 }

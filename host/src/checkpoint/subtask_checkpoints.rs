@@ -20,6 +20,7 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use futures::StreamExt;
 use futures::future::{BoxFuture, FutureExt, Shared};
@@ -85,6 +86,22 @@ pub struct SubtaskCheckpoints {
     /// or later checkpoint still references them.
     aborted: Vec<String>,
     cleanups: Vec<JoinHandle<()>>,
+    counters: Arc<SnapshotCounters>,
+}
+
+/// What a subtask's checkpoints did, for metrics.
+#[derive(Debug, Default)]
+pub struct SnapshotCounters {
+    /// Bytes of keyed state held (keys and values), as of the last snapshot.
+    pub state_bytes: AtomicU64,
+    /// Entries the last snapshot wrote: keys changed since the one before, plus entries
+    /// re-written to bound the chain.
+    pub last_entries: AtomicU64,
+    pub entries_total: AtomicU64,
+    /// Bytes of artifacts uploaded.
+    pub uploaded_bytes: AtomicU64,
+    /// Artifacts deleted from the store (cleanup after completions, and orphan sweeps).
+    pub deleted_artifacts: AtomicU64,
 }
 
 /// How a subtask keeps its chain of increments bounded.
@@ -167,7 +184,13 @@ impl SubtaskCheckpoints {
             referenced: BTreeMap::new(),
             aborted: Vec::new(),
             cleanups: Vec::new(),
+            counters: Arc::default(),
         }
+    }
+
+    /// Counts into `counters` from now on (the job's metrics).
+    pub fn count_into(&mut self, counters: Arc<SnapshotCounters>) {
+        self.counters = counters;
     }
 
     /// Rebuilds `backend` from the restored checkpoint, if any, reading only the subtask's
@@ -354,6 +377,14 @@ impl SubtaskCheckpoints {
             self.leave_chain(|c| released.contains(&c));
             backend.snapshot_for(checkpoint)
         };
+        let entries = increment.changes() as u64;
+        self.counters.last_entries.store(entries, Ordering::Relaxed);
+        self.counters
+            .entries_total
+            .fetch_add(entries, Ordering::Relaxed);
+        self.counters
+            .state_bytes
+            .store(backend.live_bytes() as u64, Ordering::Relaxed);
         if !increment.is_empty() {
             let path =
                 self.store
@@ -435,6 +466,7 @@ impl SubtaskCheckpoints {
     fn upload(&self, path: &object_store::path::Path, increment: Arc<Increment>) -> Upload {
         let store = self.store.object_store().clone();
         let path = path.clone();
+        let counters = self.counters.clone();
         let upload = async move {
             let bytes = tokio::task::spawn_blocking(move || format::encode(&increment))
                 .await
@@ -445,6 +477,7 @@ impl SubtaskCheckpoints {
                 .put(&path, PutPayload::from(bytes))
                 .await
                 .map_err(|e| format!("cannot write {path}: {e}"))?;
+            counters.uploaded_bytes.fetch_add(size, Ordering::Relaxed);
             Ok(size)
         }
         .boxed()
@@ -519,6 +552,7 @@ impl SubtaskCheckpoints {
     fn delete(&self, paths: BTreeSet<String>, uploads: Vec<Upload>) -> JoinHandle<()> {
         let store = self.store.clone();
         let (operator, subtask) = (self.operator.clone(), self.subtask.0);
+        let counters = self.counters.clone();
         let actor = Actor::Subtask {
             operator: operator.clone(),
             subtask,
@@ -529,13 +563,17 @@ impl SubtaskCheckpoints {
                 .for_each_concurrent(CLEANUP_CONCURRENCY, |relative| {
                     let store = store.clone();
                     let operator = operator.clone();
+                    let counters = counters.clone();
                     async move {
                         let path = store.resolve(&relative);
                         let mut attempt = 0;
                         loop {
                             attempt += 1;
                             match delete_if_present(store.object_store().as_ref(), &path).await {
-                                Ok(()) => break,
+                                Ok(()) => {
+                                    counters.deleted_artifacts.fetch_add(1, Ordering::Relaxed);
+                                    break;
+                                }
                                 Err(e) if attempt >= DELETE_ATTEMPTS => {
                                     tracing::warn!(%operator, subtask, error = %e, "artifact left for a later sweep");
                                     break;

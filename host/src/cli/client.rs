@@ -1,5 +1,5 @@
-//! The commands that talk to a running `weir serve`: `submit`, `jobs`, `job`, `cancel`,
-//! `checkpoint`.
+//! The commands that talk to a running `weir serve`: `submit`, `jobs`, `job` (with `--logs`,
+//! its guests' log lines), `cancel`, `checkpoint`, `restart`.
 //!
 //! The host is `--host URL`, else `WEIR_HOST`, else `http://127.0.0.1:7070`; the token is
 //! `WEIR_TOKEN`, else the file `$XDG_CONFIG_HOME/weir/token` (`~/.config/weir/token`).
@@ -14,6 +14,7 @@ use base64::Engine as _;
 use reqwest::StatusCode;
 
 use super::Failure;
+use crate::guest::LogLine;
 use crate::job::JobSpec;
 use crate::serve::protocol::{ErrorBody, JobInfo, SubmitRequest};
 
@@ -40,9 +41,15 @@ pub enum ClientCommand {
         #[command(flatten)]
         host: HostArgs,
     },
-    /// Show one job.
+    /// Show one job, or with --logs the lines its operators logged.
     Job {
         id: String,
+        /// Show the job's guest log lines (newest last) instead of its status.
+        #[arg(long)]
+        logs: bool,
+        /// How many of the last log lines to show.
+        #[arg(long, default_value_t = 200, requires = "logs")]
+        tail: usize,
         #[command(flatten)]
         host: HostArgs,
     },
@@ -58,6 +65,15 @@ pub enum ClientCommand {
     /// Ask a job for a checkpoint now.
     Checkpoint {
         id: String,
+        #[command(flatten)]
+        host: HostArgs,
+    },
+    /// Run a job that ended (cancelled, failed, finished) again from a checkpoint.
+    Restart {
+        id: String,
+        /// The checkpoint's id; the job's latest by default.
+        #[arg(long)]
+        checkpoint: Option<u64>,
         #[command(flatten)]
         host: HostArgs,
     },
@@ -78,7 +94,18 @@ pub fn client(command: ClientCommand) -> Result<(), Failure> {
                     call(&host, reqwest::Method::GET, "/v1/jobs", None::<&()>).await?;
                 print_jobs(&host, &jobs)
             }
-            ClientCommand::Job { id, host } => {
+            ClientCommand::Job {
+                id,
+                logs: true,
+                tail,
+                host,
+            } => {
+                let path = format!("/v1/jobs/{id}/logs?tail={tail}");
+                let lines: Vec<LogLine> =
+                    call(&host, reqwest::Method::GET, &path, None::<&()>).await?;
+                print_logs(&host, &lines)
+            }
+            ClientCommand::Job { id, host, .. } => {
                 let info: JobInfo = call(
                     &host,
                     reqwest::Method::GET,
@@ -101,6 +128,17 @@ pub fn client(command: ClientCommand) -> Result<(), Failure> {
                 act(&host, &id, action).await
             }
             ClientCommand::Checkpoint { id, host } => act(&host, &id, "checkpoint").await,
+            ClientCommand::Restart {
+                id,
+                checkpoint,
+                host,
+            } => {
+                let action = match checkpoint {
+                    Some(c) => format!("restart?checkpoint={c}"),
+                    None => "restart".into(),
+                };
+                act(&host, &id, &action).await
+            }
         }
     })
 }
@@ -232,6 +270,20 @@ fn print_jobs(host: &HostArgs, jobs: &[JobInfo]) -> Result<(), Failure> {
             j.last_checkpoint
                 .map_or_else(|| "-".into(), |c| c.to_string())
         );
+    }
+    Ok(())
+}
+
+fn print_logs(host: &HostArgs, lines: &[LogLine]) -> Result<(), Failure> {
+    if host.json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(lines).map_err(Failure::failed)?
+        );
+    } else {
+        for line in lines {
+            println!("{line}");
+        }
     }
     Ok(())
 }

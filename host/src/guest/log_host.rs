@@ -18,18 +18,20 @@ impl wit::Host for GuestState {
         }
         let c = &self.log;
         let (job, operator, subtask, checkpoint) =
-            (&*c.job, &c.operator.0, c.subtask.0, self.checkpoint.0);
+            (&*c.job, &c.operator.0, c.subtask.0, self.backend.epoch().0);
         macro_rules! emit {
-            ($lvl:expr) => {
-                tracing::event!(target: "weir::guest", $lvl, job, operator, subtask, checkpoint, "{message}")
-            };
+            ($lvl:expr, $name:literal) => {{
+                tracing::event!(target: "weir::guest", $lvl, job, operator, subtask, checkpoint, "{message}");
+                $name
+            }};
         }
-        match level {
-            Level::Trace => emit!(tracing::Level::TRACE),
-            Level::Debug => emit!(tracing::Level::DEBUG),
-            Level::Info => emit!(tracing::Level::INFO),
-            Level::Warn => emit!(tracing::Level::WARN),
-            Level::Error => emit!(tracing::Level::ERROR),
-        }
+        let name = match level {
+            Level::Trace => emit!(tracing::Level::TRACE, "trace"),
+            Level::Debug => emit!(tracing::Level::DEBUG, "debug"),
+            Level::Info => emit!(tracing::Level::INFO, "info"),
+            Level::Warn => emit!(tracing::Level::WARN, "warn"),
+            Level::Error => emit!(tracing::Level::ERROR, "error"),
+        };
+        c.keep(name, Some(checkpoint), "log", &message);
     }
 }

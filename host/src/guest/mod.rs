@@ -5,10 +5,12 @@
 //! - [`slots`]: [`KeySlots`], the distinct keys of the batch being processed; state calls name
 //!   keys by slot.
 //! - [`state_host`], [`log_host`]: the `state` and `log` imports.
+//! - [`log_file`]: [`GuestLogFile`], a job's guest log lines kept for `weir job ID --logs`.
 //! - [`output`]: [`output::GuestOutput`], the guest's stdout and stderr, into the log.
 //! - [`wasm_operator`]: [`WasmOperator`], an [`crate::operator::OperatorInstance`] backed by a
 //!   component instance.
 
+pub mod log_file;
 pub mod log_host;
 pub mod output;
 pub mod slots;
@@ -20,19 +22,38 @@ use std::sync::Arc;
 use wasmtime::StoreLimits;
 use wasmtime_wasi::{ResourceTable, WasiCtx, WasiCtxView, WasiView};
 
+pub use log_file::{GuestLogFile, LogLine};
 pub use output::{GuestOutput, Stream};
 pub use slots::KeySlots;
 pub use wasm_operator::{WasmOperator, WasmOperatorFactory};
 
-use crate::ids::{CheckpointId, OperatorName, SubtaskIndex};
+use crate::ids::{OperatorName, SubtaskIndex};
 use crate::state::KeyedStateBackend;
 
-/// Who is logging, attached to every guest log line.
+/// Who is logging, attached to every guest log line, and where the job keeps its lines.
 #[derive(Clone, Debug)]
 pub struct LogContext {
     pub job: Arc<str>,
     pub operator: OperatorName,
     pub subtask: SubtaskIndex,
+    pub file: Option<Arc<GuestLogFile>>,
+}
+
+impl LogContext {
+    /// Sends a line to the job's log file, if it keeps one.
+    pub fn keep(&self, level: &str, checkpoint: Option<u64>, stream: &str, message: &str) {
+        if let Some(file) = &self.file {
+            file.append(LogLine {
+                time: String::new(),
+                level: level.to_owned(),
+                operator: self.operator.0.clone(),
+                subtask: self.subtask.0,
+                checkpoint,
+                stream: stream.to_owned(),
+                message: message.to_owned(),
+            });
+        }
+    }
 }
 
 /// The data of one subtask's wasmtime store.
@@ -48,8 +69,6 @@ pub struct GuestState {
     pub(crate) backend: KeyedStateBackend,
     pub(crate) slots: KeySlots,
     pub(crate) log: LogContext,
-    /// The checkpoint that current writes belong to, for log lines.
-    pub(crate) checkpoint: CheckpointId,
     /// Bytes of keyed state the operator may hold, and whether a call went past it: the call
     /// then fails whatever the guest does with the error it got.
     pub(crate) state_limit: Option<usize>,
@@ -68,7 +87,6 @@ impl GuestState {
             stderr,
             table: ResourceTable::new(),
             limits,
-            checkpoint: backend.epoch(),
             state_limit: None,
             over_state_limit: false,
             backend,

@@ -92,10 +92,12 @@ impl GuestOutput {
         let (job, operator, subtask) = (&*c.job, &c.operator.0, c.subtask.0);
         match self.stream {
             Stream::Stdout => {
-                tracing::info!(target: "weir::guest", job, operator, subtask, stream = "stdout", "{text}")
+                tracing::info!(target: "weir::guest", job, operator, subtask, stream = "stdout", "{text}");
+                c.keep("info", None, "stdout", &text);
             }
             Stream::Stderr => {
-                tracing::warn!(target: "weir::guest", job, operator, subtask, stream = "stderr", "{text}")
+                tracing::warn!(target: "weir::guest", job, operator, subtask, stream = "stderr", "{text}");
+                c.keep("warn", None, "stderr", &text);
             }
         }
     }
@@ -168,6 +170,7 @@ mod tests {
             job: Arc::from("j"),
             operator: OperatorName("op".into()),
             subtask: SubtaskIndex(0),
+            file: None,
         };
         let mut out = GuestOutput::new(Stream::Stderr, log);
         out.write(Bytes::from(vec![b'x'; 3 * TAIL_BYTES]))

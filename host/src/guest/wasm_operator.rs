@@ -65,6 +65,7 @@ impl WasmOperator {
             job: ctx.job.clone(),
             operator: ctx.operator.clone(),
             subtask: ctx.subtask,
+            file: ctx.guest_log.clone(),
         };
         let mut state = GuestState::new(backend, limits, log);
         state.state_limit = ctx.limits.state_bytes;

@@ -5,14 +5,47 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
+use super::latency_histogram::LatencyHistogram;
 use crate::checkpoint::coordinator::CheckpointCounters;
+use crate::checkpoint::subtask_checkpoints::SnapshotCounters;
+use crate::record::RecordBatch;
 
-/// Records in and out of each subtask of one operator.
+/// The counters of one operator: one [`SubtaskMetrics`] per subtask.
 #[derive(Debug)]
 pub struct OperatorMetrics {
     pub name: String,
-    pub records_in: Vec<AtomicU64>,
-    pub records_out: Vec<AtomicU64>,
+    pub subtasks: Vec<Arc<SubtaskMetrics>>,
+}
+
+/// What one subtask did: updated by its task (records, batches) and by its checkpoints
+/// (snapshots, uploads, deletes); read by `/metrics` while it runs.
+#[derive(Debug, Default)]
+pub struct SubtaskMetrics {
+    pub records_in: AtomicU64,
+    pub records_out: AtomicU64,
+    /// Key and value bytes of the records in and out.
+    pub bytes_in: AtomicU64,
+    pub bytes_out: AtomicU64,
+    /// How long each `process` call took, host work around the guest included.
+    pub batch_latency: LatencyHistogram,
+    /// Snapshots, uploads and deletes of the subtask's checkpoints.
+    pub snapshots: Arc<SnapshotCounters>,
+}
+
+impl SubtaskMetrics {
+    pub fn count_in(&self, batch: &RecordBatch) {
+        self.records_in
+            .fetch_add(batch.len() as u64, Ordering::Relaxed);
+        self.bytes_in
+            .fetch_add(batch.data_len() as u64, Ordering::Relaxed);
+    }
+
+    pub fn count_out(&self, batch: &RecordBatch) {
+        self.records_out
+            .fetch_add(batch.len() as u64, Ordering::Relaxed);
+        self.bytes_out
+            .fetch_add(batch.data_len() as u64, Ordering::Relaxed);
+    }
 }
 
 /// Counters shared by the tasks of one job; read by the progress display and the summary.
@@ -26,7 +59,6 @@ pub struct JobMetrics {
 
 impl JobMetrics {
     pub fn new<'a>(operators: impl IntoIterator<Item = (&'a str, u32)>) -> Self {
-        let counters = |n: u32| (0..n).map(|_| AtomicU64::new(0)).collect();
         Self {
             checkpoints: Arc::default(),
             source_records: AtomicU64::new(0),
@@ -35,15 +67,19 @@ impl JobMetrics {
                 .into_iter()
                 .map(|(name, parallelism)| OperatorMetrics {
                     name: name.to_owned(),
-                    records_in: counters(parallelism),
-                    records_out: counters(parallelism),
+                    subtasks: (0..parallelism).map(|_| Arc::default()).collect(),
                 })
                 .collect(),
         }
     }
 
     pub fn summary(&self, job: &str, elapsed: Duration) -> RunSummary {
-        let sum = |v: &[AtomicU64]| v.iter().map(|c| c.load(Ordering::Relaxed)).sum();
+        let sum = |subtasks: &[Arc<SubtaskMetrics>], counter: fn(&SubtaskMetrics) -> &AtomicU64| {
+            subtasks
+                .iter()
+                .map(|s| counter(s).load(Ordering::Relaxed))
+                .sum()
+        };
         RunSummary {
             job: job.to_owned(),
             elapsed,
@@ -57,9 +93,9 @@ impl JobMetrics {
                 .iter()
                 .map(|o| OperatorSummary {
                     name: o.name.clone(),
-                    parallelism: o.records_in.len() as u32,
-                    records_in: sum(&o.records_in),
-                    records_out: sum(&o.records_out),
+                    parallelism: o.subtasks.len() as u32,
+                    records_in: sum(&o.subtasks, |s| &s.records_in),
+                    records_out: sum(&o.subtasks, |s| &s.records_out),
                 })
                 .collect(),
         }

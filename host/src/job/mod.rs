@@ -9,10 +9,12 @@
 //! - [`input_gate`]: how a task reads its inputs, aligning checkpoint barriers.
 //! - [`supervisor`]: [`run_job`], a job from its spec, restarted from its latest checkpoint
 //!   when it fails.
-//! - [`metrics`]: counters per operator and subtask, and the end-of-run [`RunSummary`].
+//! - [`metrics`]: counters per operator and subtask, and the end-of-run [`RunSummary`];
+//!   [`latency_histogram`], the batch latencies among them.
 //! - [`progress`]: the progress line on a terminal.
 
 pub mod input_gate;
+pub mod latency_histogram;
 pub mod metrics;
 pub mod pipeline;
 pub mod progress;
@@ -21,7 +23,7 @@ pub mod runtime;
 pub mod spec;
 pub mod supervisor;
 
-pub use metrics::{JobMetrics, RunSummary};
+pub use metrics::{JobMetrics, RunSummary, SubtaskMetrics};
 pub use pipeline::{Pipeline, Stage};
 pub use runtime::{CheckpointRequest, Checkpointing, JobError, RunOptions, StopSignal, run};
 pub use spec::{CheckpointSpec, JobSpec, KeyBy, SpecError};

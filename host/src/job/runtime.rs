@@ -35,6 +35,7 @@ use crate::checkpoint::subtask_checkpoints::{
 };
 use crate::checkpoint::{ChainPolicy, CheckpointStore, JobStart};
 use crate::connectors::{ConnectorError, Sink, Source};
+use crate::guest::GuestLogFile;
 use crate::ids::{CheckpointId, OperatorName, SubtaskIndex};
 use crate::operator::{FailureKind, OperatorError, OperatorInstance, SubtaskContext};
 
@@ -52,6 +53,9 @@ pub struct RunOptions {
     /// Counters to update, for a caller that watches the job while it runs (`weir serve`);
     /// they must be made for the pipeline's operators. A run makes its own otherwise.
     pub metrics: Option<Arc<JobMetrics>>,
+    /// Where to keep the guests' log lines besides the host's log (`weir serve` keeps them
+    /// in the job's folder, for `weir job ID --logs`).
+    pub guest_log: Option<Arc<GuestLogFile>>,
 }
 
 impl Default for RunOptions {
@@ -62,6 +66,7 @@ impl Default for RunOptions {
             stop: StopSignal::default(),
             checkpoint_now: CheckpointRequest::default(),
             metrics: None,
+            guest_log: None,
         }
     }
 }
@@ -250,6 +255,7 @@ pub async fn run(
                 range: key_groups.range_of(subtask, stage.parallelism),
                 config_json: stage.config_json.clone(),
                 limits: stage.limits,
+                guest_log: options.guest_log.clone(),
             };
             let from = format!("operator `{}` subtask {i}", stage.name);
             let router = match next {
@@ -266,7 +272,7 @@ pub async fn run(
             let (notify_tx, notify_rx) = mpsc::unbounded_channel();
             notify.push(notify_tx);
             let checkpoints = checkpointing.as_ref().map(|c| {
-                SubtaskCheckpoints::new(
+                let mut checkpoints = SubtaskCheckpoints::new(
                     c.store.clone(),
                     runtime.clone(),
                     ack_tx.clone(),
@@ -280,7 +286,13 @@ pub async fn run(
                     },
                     run_id.clone(),
                     c.chains,
-                )
+                );
+                checkpoints.count_into(
+                    metrics.operators[s].subtasks[subtask.0 as usize]
+                        .snapshots
+                        .clone(),
+                );
+                checkpoints
             });
             let task = SubtaskTask {
                 stage: stage.clone(),
@@ -542,23 +554,24 @@ impl SubtaskTask {
                 .start(operator.state_mut(), &self.assignment)
                 .map_err(|e| self.ctx.error(FailureKind::Restore, e))?;
         }
-        let metrics = self.metrics.clone();
-        let counters = &metrics.operators[self.stage_index];
-        let i = self.ctx.subtask.0 as usize;
+        let counters =
+            self.metrics.operators[self.stage_index].subtasks[self.ctx.subtask.0 as usize].clone();
         let mut last: Option<CheckpointId> = None;
         loop {
             match self.gate.recv()? {
                 Event::Batch(batch) => {
-                    counters.records_in[i].fetch_add(batch.len() as u64, Ordering::Relaxed);
+                    counters.count_in(&batch);
+                    let started = Instant::now();
                     let out = operator.process(batch)?;
-                    counters.records_out[i].fetch_add(out.len() as u64, Ordering::Relaxed);
+                    counters.batch_latency.observe(started.elapsed());
+                    counters.count_out(&out);
                     self.router.route(out)?;
                     send_ready(&mut self.router, &self.targets)?;
                 }
                 Event::Barrier(barrier) => {
                     if barrier.last {
                         let out = operator.close()?;
-                        counters.records_out[i].fetch_add(out.len() as u64, Ordering::Relaxed);
+                        counters.count_out(&out);
                         self.router.route(out)?;
                         send_ready(&mut self.router, &self.targets)?;
                         last = Some(barrier.checkpoint);

@@ -33,6 +33,8 @@
 //! rewrite_budget = 10000         # entries re-written per checkpoint to drain old increments
 //! # full_snapshot_every = 50     # instead: a full snapshot every N checkpoints (comparisons)
 //! restart_attempts = 3           # automatic restarts from the latest checkpoint
+//! on_limit = "fail"              # a guest over its CPU, memory or state limit: "fail" the
+//!                                # job, or "restart" it like any other failure
 //! ```
 //!
 //! Unknown fields are errors, reported with line and column; checks that need more than the
@@ -73,6 +75,19 @@ pub struct CheckpointsFile {
     pub rewrite_budget: Option<usize>,
     pub full_snapshot_every: Option<usize>,
     pub restart_attempts: Option<u32>,
+    pub on_limit: Option<OnLimit>,
+}
+
+/// What a job does when a guest exceeds one of its limits.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum OnLimit {
+    /// Fail at once. The default: replaying the same input after a restart usually hits the
+    /// same limit again, and each restart costs a restore.
+    #[default]
+    Fail,
+    /// Restart from the latest checkpoint, counted against `restart_attempts`.
+    Restart,
 }
 
 /// How a job checkpoints, checked.
@@ -87,6 +102,8 @@ pub struct CheckpointSpec {
     pub chains: ChainPolicy,
     /// Times a failed run is restarted from its latest checkpoint.
     pub restart_attempts: u32,
+    /// Whether a guest over a limit is such a failure.
+    pub on_limit: OnLimit,
 }
 
 impl CheckpointSpec {
@@ -460,6 +477,7 @@ impl Checker<'_> {
             restart_attempts: file
                 .restart_attempts
                 .unwrap_or(CheckpointSpec::DEFAULT_RESTART_ATTEMPTS),
+            on_limit: file.on_limit.unwrap_or_default(),
         })
     }
 

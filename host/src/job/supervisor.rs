@@ -1,8 +1,10 @@
 //! [`run_job`]: runs a job from its spec, from where its checkpoints say, and restarts it
-//! from its latest checkpoint when a run fails (as often as the job file allows).
+//! from its latest checkpoint when a run fails (as often as the job file allows; a guest over
+//! one of its limits only if `on_limit = "restart"`).
 
 use super::pipeline::{Pipeline, PrepareError};
 use super::runtime::{JobError, RunOptions, run};
+use super::spec::OnLimit;
 use super::{JobSpec, RunSummary};
 use crate::checkpoint::start::StartError;
 use crate::checkpoint::{CheckpointStore, JobStart, RestoreFrom};
@@ -59,6 +61,15 @@ pub async fn run_job_in(
     store: Option<CheckpointStore>,
 ) -> Result<RunSummary, SupervisorError> {
     let attempts = spec.checkpoints.as_ref().map_or(0, |c| c.restart_attempts);
+    let on_limit = spec
+        .checkpoints
+        .as_ref()
+        .map_or_else(OnLimit::default, |c| c.on_limit);
+    let restartable = |error: &JobError| match error {
+        JobError::Stopped => false,
+        JobError::Operator(e) if e.kind.is_limit() => on_limit == OnLimit::Restart,
+        _ => true,
+    };
     let mut restore = restore;
     let mut restarts = 0;
     loop {
@@ -81,7 +92,7 @@ pub async fn run_job_in(
                 summary.restarts = restarts;
                 return Ok(summary);
             }
-            Err(error) if restarts < attempts && !matches!(error, JobError::Stopped) => {
+            Err(error) if restarts < attempts && restartable(&error) => {
                 restarts += 1;
                 tracing::warn!(
                     job = %spec.name,

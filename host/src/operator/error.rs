@@ -28,6 +28,16 @@ pub enum FailureKind {
     StateLimit,
 }
 
+impl FailureKind {
+    /// The guest went past one of the limits the job file sets.
+    pub fn is_limit(self) -> bool {
+        matches!(
+            self,
+            FailureKind::CpuLimit | FailureKind::MemoryLimit | FailureKind::StateLimit
+        )
+    }
+}
+
 impl fmt::Display for FailureKind {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(match self {

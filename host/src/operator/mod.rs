@@ -12,6 +12,7 @@ use std::time::Duration;
 
 pub use error::{FailureKind, OperatorError};
 
+use crate::guest::GuestLogFile;
 use crate::ids::{OperatorName, SubtaskIndex};
 use crate::partition::{KeyGroupRange, KeyGroups};
 use crate::record::RecordBatch;
@@ -51,6 +52,8 @@ pub struct SubtaskContext {
     /// The operator's configuration, as a JSON object.
     pub config_json: String,
     pub limits: GuestLimits,
+    /// Where the job keeps its guest log lines besides the host's log, if anywhere.
+    pub guest_log: Option<Arc<GuestLogFile>>,
 }
 
 impl SubtaskContext {

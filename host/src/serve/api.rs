@@ -7,6 +7,8 @@
 //! | `GET /v1/jobs/{id}` | one job: status, records per operator, last checkpoint |
 //! | `POST /v1/jobs/{id}/cancel[?checkpoint=true]` | stop a job (after a last checkpoint); its checkpoints stay |
 //! | `POST /v1/jobs/{id}/checkpoint` | take a checkpoint now |
+//! | `POST /v1/jobs/{id}/restart[?checkpoint=N]` | run an ended job again from checkpoint `N` (default: its latest) |
+//! | `GET /v1/jobs/{id}/logs[?tail=N]` | the last `N` (default 200) lines its guests logged ([`LogLine`]s) |
 //! | `GET /metrics` | Prometheus text |
 //!
 //! Every call needs the host's bearer token: 401 without one or with a wrong one.
@@ -22,6 +24,9 @@ use axum::{Json, Router};
 
 use super::Registry;
 use super::protocol::{ErrorBody, JobInfo, SubmitRequest};
+use super::registry::RestartError;
+use crate::guest::LogLine;
+use crate::ids::CheckpointId;
 
 /// The largest submission accepted (a job file and its components, base64-encoded).
 const MAX_SUBMISSION: usize = 512 << 20;
@@ -33,6 +38,8 @@ pub fn router(registry: Arc<Registry>, token: String) -> Router {
         .route("/v1/jobs/{id}", get(show))
         .route("/v1/jobs/{id}/cancel", post(cancel))
         .route("/v1/jobs/{id}/checkpoint", post(checkpoint))
+        .route("/v1/jobs/{id}/restart", post(restart))
+        .route("/v1/jobs/{id}/logs", get(logs))
         .route("/metrics", get(metrics))
         // Components travel in the submission: a Python or JavaScript one weighs tens of MB.
         .layer(DefaultBodyLimit::max(MAX_SUBMISSION))
@@ -121,6 +128,55 @@ async fn checkpoint(State(registry): State<Arc<Registry>>, Path(id): Path<String
     match registry.checkpoint(&id) {
         Some(info) => Json(info).into_response(),
         None => error(StatusCode::NOT_FOUND, format!("no job {id}")),
+    }
+}
+
+/// `?checkpoint=N`: restart from checkpoint `N` instead of the latest.
+#[derive(serde::Deserialize)]
+struct RestartOptions {
+    checkpoint: Option<u64>,
+}
+
+async fn restart(
+    State(registry): State<Arc<Registry>>,
+    Path(id): Path<String>,
+    Query(options): Query<RestartOptions>,
+) -> Response {
+    match registry
+        .restart(&id, options.checkpoint.map(CheckpointId))
+        .await
+    {
+        Ok(info) => Json(info).into_response(),
+        Err(e @ RestartError::NoSuchJob(_)) => error(StatusCode::NOT_FOUND, e.to_string()),
+        Err(e @ RestartError::Running(_)) => error(StatusCode::CONFLICT, e.to_string()),
+        Err(e @ RestartError::Unusable(_)) => error(StatusCode::BAD_REQUEST, e.to_string()),
+    }
+}
+
+/// `?tail=N`: how many of the last lines.
+#[derive(serde::Deserialize)]
+struct LogOptions {
+    #[serde(default = "default_tail")]
+    tail: usize,
+}
+
+fn default_tail() -> usize {
+    200
+}
+
+async fn logs(
+    State(registry): State<Arc<Registry>>,
+    Path(id): Path<String>,
+    Query(options): Query<LogOptions>,
+) -> Response {
+    // Reading the file blocks.
+    let read =
+        tokio::task::spawn_blocking(move || registry.logs(&id, options.tail).ok_or(id)).await;
+    match read {
+        Ok(Ok(Ok(lines))) => Json::<Vec<LogLine>>(lines).into_response(),
+        Ok(Ok(Err(e))) => error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
+        Ok(Err(id)) => error(StatusCode::NOT_FOUND, format!("no job {id}")),
+        Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
     }
 }
 

@@ -1,102 +1,183 @@
-//! `/metrics`: every job's counters in the Prometheus text format.
+//! `/metrics`: every job's counters in the Prometheus text format (version 0.0.4).
+//!
+//! Per subtask (labels `job_id`, `job`, `operator`, `subtask`): records and bytes in and out,
+//! batch latency, state size, entries per snapshot ("dirty keys"), uploaded and deleted
+//! artifacts. Per job: source and sink records, checkpoints completed and failed, and the
+//! last checkpoint's duration.
 
 use std::fmt::Write as _;
-use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::Registry;
+use crate::job::{JobMetrics, SubtaskMetrics};
+
+/// A per-subtask counter or gauge: its name, type, help, and where to read it.
+type SubtaskFamily = (
+    &'static str,
+    &'static str,
+    &'static str,
+    fn(&SubtaskMetrics) -> &AtomicU64,
+);
+
+const SUBTASK_FAMILIES: [SubtaskFamily; 9] = [
+    (
+        "weir_records_in_total",
+        "counter",
+        "Records an operator subtask received.",
+        |s| &s.records_in,
+    ),
+    (
+        "weir_records_out_total",
+        "counter",
+        "Records an operator subtask emitted.",
+        |s| &s.records_out,
+    ),
+    (
+        "weir_bytes_in_total",
+        "counter",
+        "Key and value bytes an operator subtask received.",
+        |s| &s.bytes_in,
+    ),
+    (
+        "weir_bytes_out_total",
+        "counter",
+        "Key and value bytes an operator subtask emitted.",
+        |s| &s.bytes_out,
+    ),
+    (
+        "weir_state_bytes",
+        "gauge",
+        "Bytes of keyed state (keys and values) a subtask held at its last snapshot.",
+        |s| &s.snapshots.state_bytes,
+    ),
+    (
+        "weir_checkpoint_dirty_keys",
+        "gauge",
+        "Entries a subtask's last snapshot wrote: changed keys plus entries re-written to bound the chain.",
+        |s| &s.snapshots.last_entries,
+    ),
+    (
+        "weir_checkpoint_dirty_keys_total",
+        "counter",
+        "Entries a subtask's snapshots wrote.",
+        |s| &s.snapshots.entries_total,
+    ),
+    (
+        "weir_checkpoint_uploaded_bytes_total",
+        "counter",
+        "Bytes of snapshot artifacts a subtask uploaded.",
+        |s| &s.snapshots.uploaded_bytes,
+    ),
+    (
+        "weir_checkpoint_cleanup_deletes_total",
+        "counter",
+        "Snapshot artifacts a subtask deleted (cleanup and orphan sweeps).",
+        |s| &s.snapshots.deleted_artifacts,
+    ),
+];
+
+/// A per-job counter or gauge.
+type JobFamily = (
+    &'static str,
+    &'static str,
+    &'static str,
+    fn(&JobMetrics) -> f64,
+);
+
+const JOB_FAMILIES: [JobFamily; 5] = [
+    (
+        "weir_source_records_total",
+        "counter",
+        "Records a job's source read.",
+        |m| m.source_records.load(Ordering::Relaxed) as f64,
+    ),
+    (
+        "weir_sink_records_total",
+        "counter",
+        "Records a job's sink wrote.",
+        |m| m.sink_records.load(Ordering::Relaxed) as f64,
+    ),
+    (
+        "weir_checkpoints_completed_total",
+        "counter",
+        "Checkpoints a job completed.",
+        |m| m.checkpoints.completed.load(Ordering::Relaxed) as f64,
+    ),
+    (
+        "weir_checkpoints_failed_total",
+        "counter",
+        "Checkpoints a job aborted.",
+        |m| m.checkpoints.aborted.load(Ordering::Relaxed) as f64,
+    ),
+    (
+        "weir_checkpoint_duration_seconds",
+        "gauge",
+        "Duration of a job's last completed checkpoint.",
+        |m| m.checkpoints.last_duration_us.load(Ordering::Relaxed) as f64 / 1e6,
+    ),
+];
 
 /// Renders the metrics of every job of `registry`.
 pub fn render(registry: &Registry) -> String {
+    render_jobs(&registry.metrics())
+}
+
+fn render_jobs(jobs: &[(String, String, Arc<JobMetrics>)]) -> String {
     let mut out = String::new();
-    let jobs = registry.metrics();
-    let families: [(&str, &str, &str); 5] = [
-        (
-            "weir_records_in_total",
-            "counter",
-            "Records an operator subtask received.",
-        ),
-        (
-            "weir_records_out_total",
-            "counter",
-            "Records an operator subtask emitted.",
-        ),
-        (
-            "weir_source_records_total",
-            "counter",
-            "Records a job's source read.",
-        ),
-        (
-            "weir_sink_records_total",
-            "counter",
-            "Records a job's sink wrote.",
-        ),
-        (
-            "weir_checkpoints_completed_total",
-            "counter",
-            "Checkpoints a job completed.",
-        ),
-    ];
-    for (name, kind, help) in families {
-        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
-        for (id, job, m) in &jobs {
-            let labels = format!("job_id=\"{id}\",job=\"{}\"", escape(job));
-            match name {
-                "weir_records_in_total" | "weir_records_out_total" => {
-                    for op in &m.operators {
-                        let counters = if name == "weir_records_in_total" {
-                            &op.records_in
-                        } else {
-                            &op.records_out
-                        };
-                        for (subtask, c) in counters.iter().enumerate() {
-                            let _ = writeln!(
-                                out,
-                                "{name}{{{labels},operator=\"{}\",subtask=\"{subtask}\"}} {}",
-                                escape(&op.name),
-                                c.load(Ordering::Relaxed)
-                            );
-                        }
-                    }
-                }
-                "weir_source_records_total" => {
-                    let _ = writeln!(
-                        out,
-                        "{name}{{{labels}}} {}",
-                        m.source_records.load(Ordering::Relaxed)
-                    );
-                }
-                "weir_sink_records_total" => {
-                    let _ = writeln!(
-                        out,
-                        "{name}{{{labels}}} {}",
-                        m.sink_records.load(Ordering::Relaxed)
-                    );
-                }
-                _ => {
-                    let _ = writeln!(
-                        out,
-                        "{name}{{{labels}}} {}",
-                        m.checkpoints.completed.load(Ordering::Relaxed)
-                    );
-                }
-            }
+    let job_labels =
+        |id: &str, job: &str| format!("job_id=\"{}\",job=\"{}\"", escape(id), escape(job));
+    for (name, kind, help, read) in JOB_FAMILIES {
+        header(&mut out, name, kind, help);
+        for (id, job, m) in jobs {
+            let _ = writeln!(out, "{name}{{{}}} {}", job_labels(id, job), read(m));
         }
     }
-    let name = "weir_checkpoint_duration_seconds";
-    let _ = writeln!(
-        out,
-        "# HELP {name} Duration of a job's last completed checkpoint.\n# TYPE {name} gauge"
+    let subtasks = || {
+        jobs.iter().flat_map(move |(id, job, m)| {
+            m.operators.iter().flat_map(move |op| {
+                op.subtasks.iter().enumerate().map(move |(i, s)| {
+                    let labels = format!(
+                        "{},operator=\"{}\",subtask=\"{i}\"",
+                        job_labels(id, job),
+                        escape(&op.name)
+                    );
+                    (labels, s)
+                })
+            })
+        })
+    };
+    for (name, kind, help, read) in SUBTASK_FAMILIES {
+        header(&mut out, name, kind, help);
+        for (labels, s) in subtasks() {
+            let _ = writeln!(
+                out,
+                "{name}{{{labels}}} {}",
+                read(s).load(Ordering::Relaxed)
+            );
+        }
+    }
+    let name = "weir_batch_latency_seconds";
+    header(
+        &mut out,
+        name,
+        "histogram",
+        "Time an operator subtask took per batch, host work around the guest included.",
     );
-    for (id, job, m) in &jobs {
-        let us = m.checkpoints.last_duration_us.load(Ordering::Relaxed);
-        let _ = writeln!(
-            out,
-            "{name}{{job_id=\"{id}\",job=\"{}\"}} {}",
-            escape(job),
-            us as f64 / 1e6
-        );
+    for (labels, s) in subtasks() {
+        let h = s.batch_latency.snapshot();
+        for (bound, count) in &h.cumulative {
+            let _ = writeln!(out, "{name}_bucket{{{labels},le=\"{bound}\"}} {count}");
+        }
+        let _ = writeln!(out, "{name}_bucket{{{labels},le=\"+Inf\"}} {}", h.count);
+        let _ = writeln!(out, "{name}_sum{{{labels}}} {}", h.sum_seconds);
+        let _ = writeln!(out, "{name}_count{{{labels}}} {}", h.count);
     }
     out
+}
+
+fn header(out: &mut String, name: &str, kind: &str, help: &str) {
+    let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
 }
 
 /// A label value with `\`, `"` and newlines escaped.
@@ -105,4 +186,55 @@ fn escape(value: &str) -> String {
         .replace('\\', "\\\\")
         .replace('"', "\\\"")
         .replace('\n', "\\n")
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    #[test]
+    fn renders_every_family_with_labels_and_a_cumulative_histogram() {
+        let m = Arc::new(JobMetrics::new([("count", 2)]));
+        let s = &m.operators[0].subtasks[1];
+        s.records_in.store(7, Ordering::Relaxed);
+        s.snapshots.deleted_artifacts.store(3, Ordering::Relaxed);
+        s.batch_latency.observe(Duration::from_micros(80));
+        s.batch_latency.observe(Duration::from_millis(20));
+        m.checkpoints
+            .last_duration_us
+            .store(1_500, Ordering::Relaxed);
+        let text = render_jobs(&[("job-1".into(), "a \"b\"".into(), m)]);
+        let labels = r#"job_id="job-1",job="a \"b\"",operator="count",subtask="1""#;
+        for line in [
+            format!("weir_records_in_total{{{labels}}} 7"),
+            format!("weir_checkpoint_cleanup_deletes_total{{{labels}}} 3"),
+            format!("weir_batch_latency_seconds_bucket{{{labels},le=\"0.0001\"}} 1"),
+            format!("weir_batch_latency_seconds_bucket{{{labels},le=\"0.025\"}} 2"),
+            format!("weir_batch_latency_seconds_bucket{{{labels},le=\"+Inf\"}} 2"),
+            format!("weir_batch_latency_seconds_count{{{labels}}} 2"),
+            r#"weir_checkpoint_duration_seconds{job_id="job-1",job="a \"b\""} 0.0015"#.to_owned(),
+            "# TYPE weir_batch_latency_seconds histogram".to_owned(),
+        ] {
+            assert!(
+                text.lines().any(|l| l == line),
+                "no line {line:?} in\n{text}"
+            );
+        }
+        // Every sample line belongs to a family announced before it.
+        let mut announced = std::collections::HashSet::new();
+        for line in text.lines() {
+            if let Some(rest) = line.strip_prefix("# TYPE ") {
+                announced.insert(rest.split(' ').next().unwrap_or_default().to_owned());
+            } else if !line.starts_with('#') {
+                let name = line.split(['{', ' ']).next().unwrap_or_default();
+                let family = ["_bucket", "_sum", "_count"]
+                    .iter()
+                    .find_map(|s| name.strip_suffix(s).filter(|f| announced.contains(*f)))
+                    .unwrap_or(name);
+                assert!(announced.contains(family), "{line}");
+            }
+        }
+    }
 }

@@ -12,8 +12,11 @@ use std::sync::{Arc, Mutex};
 use base64::Engine as _;
 
 use super::protocol::{JobInfo, JobStatus, OperatorInfo, SubmitRequest};
-use crate::checkpoint::RestoreFrom;
+use crate::checkpoint::{CheckpointStore, JobStart, RestoreFrom};
 use crate::engine::Engine;
+use crate::guest::{GuestLogFile, LogLine};
+use crate::ids::CheckpointId;
+use crate::job::spec::{SinkSpec, SourceSpec};
 use crate::job::{
     CheckpointRequest, JobMetrics, JobSpec, Pipeline, RunOptions, StopSignal, run_job,
 };
@@ -23,6 +26,17 @@ use crate::job::{
 #[error("{0}")]
 pub struct SubmitError(pub String);
 
+/// Why a job cannot be restarted.
+#[derive(Debug, thiserror::Error)]
+pub enum RestartError {
+    #[error("no job {0}")]
+    NoSuchJob(String),
+    #[error("job {0} is running: cancel it first")]
+    Running(String),
+    #[error("{0}")]
+    Unusable(String),
+}
+
 /// One job of the host.
 struct HostedJob {
     id: String,
@@ -31,6 +45,8 @@ struct HostedJob {
     stop: StopSignal,
     checkpoint_now: CheckpointRequest,
     outcome: Mutex<(JobStatus, Option<String>)>,
+    /// The guests' log lines, in the job's folder.
+    log: Arc<GuestLogFile>,
 }
 
 /// The jobs of one host.
@@ -65,11 +81,13 @@ impl Registry {
             }
         };
         let dir = self.data_dir.join("jobs").join(&id);
-        let prepared = prepare(&dir, &request).and_then(|spec| {
-            Pipeline::from_spec(&spec, &self.engine)
-                .map(|_| spec)
-                .map_err(|e| SubmitError(e.to_string()))
-        });
+        let prepared = prepare(&dir, &request)
+            .and_then(|spec| self.outside_data_dir(spec))
+            .and_then(|spec| {
+                Pipeline::from_spec(&spec, &self.engine)
+                    .map(|_| spec)
+                    .map_err(|e| SubmitError(e.to_string()))
+            });
         let spec = match prepared {
             Ok(spec) => spec,
             Err(e) => {
@@ -104,7 +122,7 @@ impl Registry {
                 tracing::info!(job = %record.id, "resuming from the latest checkpoint");
                 self.start(record.id, spec, Some(RestoreFrom::Latest), &dir);
             } else {
-                let job = hosted(record.id, &spec, (record.status, record.error));
+                let job = hosted(record.id, &spec, (record.status, record.error), &dir);
                 self.jobs().insert(job.id.clone(), job);
             }
         }
@@ -118,14 +136,21 @@ impl Registry {
         restore: Option<RestoreFrom>,
         dir: &Path,
     ) -> Arc<HostedJob> {
-        let job = hosted(id.clone(), &spec, (JobStatus::Running, None));
-        JobRecord::of(&job).write(dir);
+        let job = hosted(id.clone(), &spec, (JobStatus::Running, None), dir);
         self.jobs().insert(id, job.clone());
+        self.run(job.clone(), spec, restore, dir);
+        job
+    }
+
+    /// Runs `job` in the background, recording its status in `dir` as it changes.
+    fn run(&self, job: Arc<HostedJob>, spec: JobSpec, restore: Option<RestoreFrom>, dir: &Path) {
+        JobRecord::of(&job).write(dir);
         let engine = self.engine.clone();
         let options = RunOptions {
             stop: job.stop.clone(),
             checkpoint_now: job.checkpoint_now.clone(),
             metrics: Some(job.metrics.clone()),
+            guest_log: Some(job.log.clone()),
             ..RunOptions::default()
         };
         let (running, dir) = (job.clone(), dir.to_owned());
@@ -142,7 +167,6 @@ impl Registry {
             *running.outcome.lock().unwrap_or_else(|e| e.into_inner()) = outcome;
             JobRecord::of(&running).write(&dir);
         });
-        job
     }
 
     pub fn list(&self) -> Vec<JobInfo> {
@@ -183,6 +207,81 @@ impl Registry {
         Some(info(&job))
     }
 
+    /// Runs a job that ended (finished, failed or cancelled) again from one of its
+    /// checkpoints: `checkpoint`, or its latest when `None`.
+    pub async fn restart(
+        self: &Arc<Self>,
+        id: &str,
+        checkpoint: Option<CheckpointId>,
+    ) -> Result<JobInfo, RestartError> {
+        let job = self
+            .jobs()
+            .get(id)
+            .cloned()
+            .ok_or_else(|| RestartError::NoSuchJob(id.to_owned()))?;
+        if job.status() == JobStatus::Running {
+            return Err(RestartError::Running(id.to_owned()));
+        }
+        let unusable = |e: String| RestartError::Unusable(e);
+        let dir = self.data_dir.join("jobs").join(id);
+        let spec = JobSpec::load(&dir.join("job.toml")).map_err(|e| unusable(e.to_string()))?;
+        let checkpoints = spec.checkpoints.as_ref().ok_or_else(|| {
+            unusable(format!(
+                "job {id} keeps no checkpoints: it can only be submitted again"
+            ))
+        })?;
+        let restore = checkpoint.map_or(RestoreFrom::Latest, RestoreFrom::Id);
+        // Checked here so that a wrong id is a bad request, not a failed job.
+        let store = CheckpointStore::open(&checkpoints.store, &spec.name)
+            .map_err(|e| unusable(e.to_string()))?;
+        JobStart::plan(&store, &spec.name, Some(&restore))
+            .await
+            .map_err(|e| unusable(format!("cannot restore: {e}")))?;
+        // Two restarts at once would run the job twice.
+        let mut jobs = self.jobs();
+        if jobs.get(id).is_some_and(|j| !Arc::ptr_eq(j, &job)) {
+            return Err(RestartError::Running(id.to_owned()));
+        }
+        let restarted = hosted(id.to_owned(), &spec, (JobStatus::Running, None), &dir);
+        jobs.insert(id.to_owned(), restarted.clone());
+        drop(jobs);
+        self.run(restarted.clone(), spec, Some(restore), &dir);
+        Ok(info(&restarted))
+    }
+
+    /// The last `tail` lines the job's guests logged.
+    pub fn logs(&self, id: &str, tail: usize) -> Option<std::io::Result<Vec<LogLine>>> {
+        let job = self.jobs().get(id).cloned()?;
+        Some(job.log.tail(tail))
+    }
+
+    /// Refuses a job whose source or sink lies in the host's data directory, where it could
+    /// read or overwrite another job's files.
+    fn outside_data_dir(&self, spec: JobSpec) -> Result<JobSpec, SubmitError> {
+        let data = std::fs::canonicalize(&self.data_dir)
+            .map_err(|e| SubmitError(format!("{}: {e}", self.data_dir.display())))?;
+        let mut paths = Vec::new();
+        match &spec.source {
+            SourceSpec::TextLines { path } | SourceSpec::JsonLines { path, .. } => {
+                paths.push(("source", path.clone()))
+            }
+            _ => {}
+        }
+        if let SinkSpec::File { path } = &spec.sink {
+            paths.push(("sink", path.clone()));
+        }
+        for (what, path) in paths {
+            if resolved(&path).starts_with(&data) {
+                return Err(SubmitError(format!(
+                    "the {what} path {} is inside the host's data directory, where jobs keep \
+                     their state: choose another path",
+                    path.display()
+                )));
+            }
+        }
+        Ok(spec)
+    }
+
     /// Asks a job for a checkpoint now.
     pub fn checkpoint(&self, id: &str) -> Option<JobInfo> {
         let job = self.jobs().get(id).cloned()?;
@@ -199,7 +298,37 @@ impl Registry {
     }
 }
 
-fn hosted(id: String, spec: &JobSpec, outcome: (JobStatus, Option<String>)) -> Arc<HostedJob> {
+impl HostedJob {
+    fn status(&self) -> JobStatus {
+        self.outcome.lock().unwrap_or_else(|e| e.into_inner()).0
+    }
+}
+
+/// `path` with symbolic links and `..` resolved as far as it exists (a sink's file may not
+/// exist yet).
+fn resolved(path: &Path) -> PathBuf {
+    let mut rest = Vec::new();
+    let mut existing = path;
+    loop {
+        if let Ok(canonical) = std::fs::canonicalize(existing) {
+            return rest.into_iter().rev().fold(canonical, |p, c| p.join(c));
+        }
+        match (existing.parent(), existing.file_name()) {
+            (Some(parent), Some(name)) => {
+                rest.push(name.to_owned());
+                existing = parent;
+            }
+            _ => return path.to_owned(),
+        }
+    }
+}
+
+fn hosted(
+    id: String,
+    spec: &JobSpec,
+    outcome: (JobStatus, Option<String>),
+    dir: &Path,
+) -> Arc<HostedJob> {
     Arc::new(HostedJob {
         id,
         name: spec.name.clone(),
@@ -211,6 +340,7 @@ fn hosted(id: String, spec: &JobSpec, outcome: (JobStatus, Option<String>)) -> A
         stop: StopSignal::default(),
         checkpoint_now: CheckpointRequest::default(),
         outcome: Mutex::new(outcome),
+        log: Arc::new(GuestLogFile::new(dir.join("guest.log"))),
     })
 }
 
