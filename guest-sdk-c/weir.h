@@ -1,0 +1,382 @@
+// weir.h: minimal helpers for Weir operators written in C, over the bindings that
+// `wit-bindgen c` (or `weir-cbuild bindgen`) generates from wit/operator.wit into operator.h.
+//
+// An operator implements the three exports of operator.h itself:
+//
+//   bool exports_weir_operator_processor_open(exports_weir_operator_processor_context_t *ctx,
+//                                             operator_string_t *err);
+//   bool exports_weir_operator_processor_process(exports_weir_operator_processor_batch_t *batch,
+//                                                operator_list_u32_t *key_slots,
+//                                                exports_weir_operator_processor_batch_t *ret,
+//                                                operator_string_t *err);
+//   bool exports_weir_operator_processor_close(exports_weir_operator_processor_batch_t *ret,
+//                                              operator_string_t *err);
+//
+// and uses these helpers for the batch plumbing, the same per-batch pattern as the Rust SDK:
+//
+//   - weir_batch_check / weir_batch_record: read records out of the flat input batch;
+//   - weir_read_values: the values of *all* key slots of a batch in one `read-values` call;
+//   - weir_ops_*: buffer the batch's writes, send them in one `apply` call;
+//   - weir_out_*: build the output batch in growable flat buffers;
+//   - weir_fail: return an error message to the host (fails the job).
+//
+// Ownership (wit-bindgen's C conventions): the input batch and key slots belong to the export
+// and must be freed (weir_input_free); the returned batch and error are freed by the bindings
+// after the host has copied them, so weir_out_finish hands over its buffers; values returned
+// by imports are the caller's to free (weir_operator_state_values_free, ...).
+//
+// Everything here is `static inline`: include this header in one or more .c files.
+
+#ifndef WEIR_H
+#define WEIR_H
+
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "operator.h"
+
+#define WEIR_NO_SLOT UINT32_MAX
+#define WEIR_HAS_KEY 1
+#define WEIR_HAS_TIMESTAMP 2
+
+typedef exports_weir_operator_processor_batch_t weir_batch_t;
+
+// ---------------------------------------------------------------------------------------------
+// Errors and logging
+
+// Sets `err` to the formatted message (allocated; the bindings free it) and returns false, so
+// that an export can `return weir_fail(err, "...", ...);`.
+static inline bool weir_fail(operator_string_t *err, const char *fmt, ...) {
+  va_list args;
+  va_start(args, fmt);
+  int len = vsnprintf(NULL, 0, fmt, args);
+  va_end(args);
+  if (len < 0) len = 0;
+  char *text = (char *)malloc((size_t)len + 1);
+  if (text == NULL) abort();
+  va_start(args, fmt);
+  vsnprintf(text, (size_t)len + 1, fmt, args);
+  va_end(args);
+  err->ptr = (uint8_t *)text;
+  err->len = (size_t)len;
+  return false;
+}
+
+// Moves a host error (from an import) into `err` with `context` in front; returns false.
+static inline bool weir_fail_with(operator_string_t *err, const char *context,
+                                  operator_string_t *host_error) {
+  bool result = weir_fail(err, "%s: %.*s", context, (int)host_error->len,
+                          (const char *)host_error->ptr);
+  operator_string_free(host_error);
+  return result;
+}
+
+static inline void weir_log(weir_operator_log_level_t level, const char *message) {
+  operator_string_t text = {(uint8_t *)message, strlen(message)};
+  weir_operator_log_log(level, &text);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Growable byte buffer
+
+typedef struct {
+  uint8_t *ptr;
+  size_t len;
+  size_t cap;
+} weir_buf_t;
+
+static inline void weir_grow(void **ptr, size_t *cap, size_t need, size_t item) {
+  if (need <= *cap) return;
+  size_t cap2 = *cap ? *cap * 2 : 64;
+  while (cap2 < need) cap2 *= 2;
+  void *bigger = realloc(*ptr, cap2 * item);
+  if (bigger == NULL) abort();
+  *ptr = bigger;
+  *cap = cap2;
+}
+
+static inline void weir_buf_reserve(weir_buf_t *buf, size_t extra) {
+  weir_grow((void **)&buf->ptr, &buf->cap, buf->len + extra, 1);
+}
+
+static inline void weir_buf_append(weir_buf_t *buf, const void *bytes, size_t len) {
+  weir_buf_reserve(buf, len);
+  if (len) memcpy(buf->ptr + buf->len, bytes, len);
+  buf->len += len;
+}
+
+static inline void weir_buf_push(weir_buf_t *buf, uint8_t byte) {
+  weir_buf_reserve(buf, 1);
+  buf->ptr[buf->len++] = byte;
+}
+
+// Appends `n` in decimal (which is also its JSON text).
+static inline void weir_buf_append_u64(weir_buf_t *buf, uint64_t n) {
+  char digits[20];
+  size_t i = sizeof digits;
+  do {
+    digits[--i] = (char)('0' + n % 10);
+    n /= 10;
+  } while (n);
+  weir_buf_append(buf, digits + i, sizeof digits - i);
+}
+
+// Parses the JSON text of a non-negative integer (what weir_buf_append_u64 wrote).
+static inline bool weir_parse_u64(const uint8_t *text, size_t len, uint64_t *out) {
+  if (len == 0 || len > 20) return false;
+  uint64_t n = 0;
+  for (size_t i = 0; i < len; i++) {
+    if (text[i] < '0' || text[i] > '9') return false;
+    uint64_t next = n * 10 + (uint64_t)(text[i] - '0');
+    if (next / 10 != n) return false;  // overflow
+    n = next;
+  }
+  *out = n;
+  return true;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Input batch
+
+typedef struct {
+  const uint8_t *key;  // NULL-free: points into the batch even for records without key
+  size_t key_len;
+  bool has_key;
+  const uint8_t *value;
+  size_t value_len;
+  bool has_timestamp;
+  int64_t timestamp;
+  uint32_t slot;  // WEIR_NO_SLOT for a record without key
+} weir_record_t;
+
+// Checks the batch's shape (five columns and the key slots of equal length, offsets in
+// range) and returns the number of key slots of the batch in *slot_count.
+static inline bool weir_batch_check(const weir_batch_t *batch, const operator_list_u32_t *slots,
+                                    uint32_t *slot_count, operator_string_t *err) {
+  size_t n = batch->value_ends.len;
+  if (batch->key_ends.len != n || batch->flags.len != n || batch->timestamps.len != n ||
+      slots->len != n) {
+    return weir_fail(err, "malformed batch: columns of different lengths");
+  }
+  uint32_t start = 0;
+  int64_t top = -1;
+  for (size_t i = 0; i < n; i++) {
+    uint32_t key_end = batch->key_ends.ptr[i], value_end = batch->value_ends.ptr[i];
+    if (key_end < start || value_end < key_end || value_end > batch->data.len) {
+      return weir_fail(err, "malformed batch: record %zu out of range", i);
+    }
+    start = value_end;
+    uint32_t slot = slots->ptr[i];
+    if (slot != WEIR_NO_SLOT) {
+      if (slot >= n) return weir_fail(err, "malformed batch: key slot %u", slot);
+      if ((int64_t)slot > top) top = slot;
+    }
+  }
+  *slot_count = (uint32_t)(top + 1);
+  return true;
+}
+
+// Record `i` of a batch that passed weir_batch_check.
+static inline weir_record_t weir_batch_record(const weir_batch_t *batch,
+                                              const operator_list_u32_t *slots, size_t i) {
+  uint32_t start = i ? batch->value_ends.ptr[i - 1] : 0;
+  uint32_t key_end = batch->key_ends.ptr[i];
+  uint8_t flags = batch->flags.ptr[i];
+  weir_record_t record;
+  record.key = batch->data.ptr + start;
+  record.key_len = key_end - start;
+  record.has_key = (flags & WEIR_HAS_KEY) != 0;
+  record.value = batch->data.ptr + key_end;
+  record.value_len = batch->value_ends.ptr[i] - key_end;
+  record.has_timestamp = (flags & WEIR_HAS_TIMESTAMP) != 0;
+  record.timestamp = batch->timestamps.ptr[i];
+  record.slot = slots->ptr[i];
+  return record;
+}
+
+// Frees the export's arguments (they belong to the export).
+static inline void weir_input_free(weir_batch_t *batch, operator_list_u32_t *slots) {
+  weir_operator_types_batch_free(batch);
+  operator_list_u32_free(slots);
+}
+
+// ---------------------------------------------------------------------------------------------
+// State
+
+// Declares a state; call in `open`.
+static inline bool weir_declare(const char *name, weir_operator_state_state_kind_t kind,
+                                weir_operator_state_state_id_t *id, operator_string_t *err) {
+  operator_string_t text = {(uint8_t *)name, strlen(name)};
+  operator_string_t host_error;
+  if (!weir_operator_state_declare(&text, kind, id, &host_error)) {
+    return weir_fail_with(err, "declaring state", &host_error);
+  }
+  return true;
+}
+
+// The values of value state `state` for key slots 0 .. slot_count: one `read-values` call.
+// Free *values with weir_operator_state_values_free.
+static inline bool weir_read_values(weir_operator_state_state_id_t state, uint32_t slot_count,
+                                    weir_operator_state_values_t *values, operator_string_t *err) {
+  static uint32_t *all_slots;
+  static size_t all_cap, all_len;
+  weir_grow((void **)&all_slots, &all_cap, slot_count, sizeof(uint32_t));
+  while (all_len < slot_count) {
+    all_slots[all_len] = (uint32_t)all_len;
+    all_len++;
+  }
+  operator_list_u32_t slots = {all_slots, slot_count};
+  operator_string_t host_error;
+  if (!weir_operator_state_read_values(state, &slots, values, &host_error)) {
+    return weir_fail_with(err, "reading values", &host_error);
+  }
+  if (values->present.len != slot_count || values->items.ends.len != slot_count) {
+    weir_operator_state_values_free(values);
+    return weir_fail(err, "malformed reply from the host to read-values");
+  }
+  return true;
+}
+
+// The value of slot `slot` in a read-values reply: false if the key has none.
+static inline bool weir_values_get(const weir_operator_state_values_t *values, uint32_t slot,
+                                   const uint8_t **bytes, size_t *len) {
+  if (!values->present.ptr[slot]) return false;
+  uint32_t start = slot ? values->items.ends.ptr[slot - 1] : 0;
+  *bytes = values->items.data.ptr + start;
+  *len = values->items.ends.ptr[slot] - start;
+  return true;
+}
+
+// A batch's writes, sent in one `apply` call.
+typedef struct {
+  weir_operator_state_op_t *ops;
+  size_t len;
+  size_t cap;
+  weir_buf_t data;
+} weir_ops_t;
+
+// Opens an operation: the caller then appends its map key to ops->data (if the kind takes
+// one), calls weir_ops_key_end, appends its value (if any), and calls weir_ops_end.
+static inline void weir_ops_begin(weir_ops_t *ops, weir_operator_state_op_kind_t kind,
+                                  weir_operator_state_state_id_t state, uint32_t slot) {
+  weir_grow((void **)&ops->ops, &ops->cap, ops->len + 1, sizeof(weir_operator_state_op_t));
+  weir_operator_state_op_t *op = &ops->ops[ops->len];
+  op->kind = kind;
+  op->state = state;
+  op->slot = slot;
+  op->key_end = op->value_end = (uint32_t)ops->data.len;
+}
+
+static inline void weir_ops_key_end(weir_ops_t *ops) {
+  ops->ops[ops->len].key_end = ops->ops[ops->len].value_end = (uint32_t)ops->data.len;
+}
+
+static inline void weir_ops_end(weir_ops_t *ops) {
+  ops->ops[ops->len].value_end = (uint32_t)ops->data.len;
+  ops->len++;
+}
+
+// One operation with its map key and value given as bytes (either may be NULL/0).
+static inline void weir_ops_push(weir_ops_t *ops, weir_operator_state_op_kind_t kind,
+                                 weir_operator_state_state_id_t state, uint32_t slot,
+                                 const void *key, size_t key_len, const void *value,
+                                 size_t value_len) {
+  weir_ops_begin(ops, kind, state, slot);
+  weir_buf_append(&ops->data, key, key_len);
+  weir_ops_key_end(ops);
+  weir_buf_append(&ops->data, value, value_len);
+  weir_ops_end(ops);
+}
+
+// Sends the pending writes in one `apply` call and empties the log (its buffers are kept).
+static inline bool weir_ops_apply(weir_ops_t *ops, operator_string_t *err) {
+  if (ops->len == 0) return true;
+  weir_operator_state_list_op_t list = {ops->ops, ops->len};
+  operator_list_u8_t data = {ops->data.ptr, ops->data.len};
+  operator_string_t host_error;
+  bool ok = weir_operator_state_apply(&list, &data, &host_error);
+  ops->len = 0;
+  ops->data.len = 0;
+  return ok ? true : weir_fail_with(err, "applying state writes", &host_error);
+}
+
+static inline void weir_ops_clear(weir_ops_t *ops) {
+  ops->len = 0;
+  ops->data.len = 0;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Output batch
+
+typedef struct {
+  weir_buf_t data;
+  uint32_t *key_ends;
+  uint32_t *value_ends;
+  uint8_t *flags;
+  int64_t *timestamps;
+  size_t len;
+  size_t cap;
+} weir_out_t;
+
+// Starts a record: writes its key (if has_key). Append the value to out->data, then call
+// weir_out_end.
+static inline void weir_out_begin(weir_out_t *out, const void *key, size_t key_len, bool has_key) {
+  if (out->len == out->cap) {
+    size_t cap = out->cap ? out->cap * 2 : 256;
+    out->key_ends = (uint32_t *)realloc(out->key_ends, cap * sizeof(uint32_t));
+    out->value_ends = (uint32_t *)realloc(out->value_ends, cap * sizeof(uint32_t));
+    out->flags = (uint8_t *)realloc(out->flags, cap);
+    out->timestamps = (int64_t *)realloc(out->timestamps, cap * sizeof(int64_t));
+    if (!out->key_ends || !out->value_ends || !out->flags || !out->timestamps) abort();
+    out->cap = cap;
+  }
+  if (has_key) weir_buf_append(&out->data, key, key_len);
+  out->key_ends[out->len] = (uint32_t)out->data.len;
+  out->flags[out->len] = has_key ? WEIR_HAS_KEY : 0;
+}
+
+static inline void weir_out_end(weir_out_t *out, bool has_timestamp, int64_t timestamp) {
+  out->value_ends[out->len] = (uint32_t)out->data.len;
+  if (has_timestamp) out->flags[out->len] |= WEIR_HAS_TIMESTAMP;
+  out->timestamps[out->len] = has_timestamp ? timestamp : 0;
+  out->len++;
+}
+
+static inline void weir_out_emit(weir_out_t *out, const void *key, size_t key_len, bool has_key,
+                                 const void *value, size_t value_len) {
+  weir_out_begin(out, key, key_len, has_key);
+  weir_buf_append(&out->data, value, value_len);
+  weir_out_end(out, false, 0);
+}
+
+// Hands the emitted records over as the export's return value (the bindings free the
+// buffers after the host copied them) and leaves `out` empty.
+static inline void weir_out_finish(weir_out_t *out, weir_batch_t *ret) {
+  ret->data.ptr = out->data.ptr;
+  ret->data.len = out->data.len;
+  ret->key_ends.ptr = out->key_ends;
+  ret->key_ends.len = out->len;
+  ret->value_ends.ptr = out->value_ends;
+  ret->value_ends.len = out->len;
+  ret->flags.ptr = out->flags;
+  ret->flags.len = out->len;
+  ret->timestamps.ptr = out->timestamps;
+  ret->timestamps.len = out->len;
+  memset(out, 0, sizeof *out);
+}
+
+// Drops the emitted records (after an error); keeps nothing.
+static inline void weir_out_discard(weir_out_t *out) {
+  free(out->data.ptr);
+  free(out->key_ends);
+  free(out->value_ends);
+  free(out->flags);
+  free(out->timestamps);
+  memset(out, 0, sizeof *out);
+}
+
+#endif  // WEIR_H

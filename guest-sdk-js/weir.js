@@ -1,0 +1,841 @@
+// Write Weir stream operators in JavaScript, compiled to components with
+// `jco componentize --backend qjs --backend-qjs-disable-async` (QuickJS).
+//
+// An operator is a subclass of `Operator`: `open(ctx)` reads the configuration and declares
+// keyed state, `process(record, out)` turns each input `Record` into any number of output
+// records written to `out` (an `Emitter`), and `close(out)` may emit final records at the end
+// of input. `exportOperator(Class)` makes the object the module exports as `processor`
+// (the `weir:operator/processor` interface):
+//
+//     import { Operator, exportOperator } from "../../../guest-sdk-js/weir.js";
+//
+//     class Counter extends Operator {
+//       open(ctx) { this.count = ctx.valueState("count"); }
+//       process(record, out) {
+//         const n = (this.count.get() ?? 0) + 1;
+//         this.count.set(n);
+//         out.emit(record.key, `${record.keyStr()}\t${n}`);
+//       }
+//     }
+//
+//     export const processor = exportOperator(Counter);
+//
+// Like the Rust SDK, this one is built around the cost of the component boundary:
+//
+// - Records arrive as one flat batch plus one key slot per record; `process` sees them one at
+//   a time through a single reused `Record` whose `key` and `value` are `Uint8Array` views of
+//   the batch (copy them with `.slice()` to keep them beyond the call).
+// - A `ValueState` reads the values of *every* key slot of the batch in one `read-values`
+//   call, the first time it is read in a batch, and decodes each slot on its first use.
+// - All writes of a batch are buffered and reach the host in one `apply` call at the end of
+//   the batch. A map or list read first sends the pending writes (read your writes).
+// - Output records are appended to one flat, reused byte buffer.
+//
+// State values, map keys, map values and list items are stored as JSON text (UTF-8): a count
+// of 5 is stored as the bytes `5`.
+//
+// An exception thrown by `open`, `process` or `close` fails the job with its message; the
+// writes of the failed batch are dropped and so are the records it emitted.
+//
+// QuickJS has no TextEncoder/TextDecoder: `utf8Encode`/`utf8Decode` below do the work.
+// Timestamps (s64) are JS numbers (exact up to 2^53); the SDK converts them from and to the
+// BigInts the StarlingMonkey bindings use. StarlingMonkey (`jco componentize --bundle
+// -d http fetch-event`, no --backend) works too but runs ~5x slower.
+
+import * as stateApi from "weir:operator/state@0.1.0";
+import * as logApi from "weir:operator/log@0.1.0";
+
+/** The key slot of a record without key (and the slot outside of `process`). */
+export const NO_SLOT = 0xffffffff;
+/** Bit 0 of a record's flags: it has a key. */
+export const HAS_KEY = 1;
+/** Bit 1 of a record's flags: it has a timestamp. */
+export const HAS_TIMESTAMP = 2;
+/** How many entries one `map-entries` call asks for. */
+const PAGE = 1024;
+/** Whether the bindings want s64 as BigInt (StarlingMonkey) rather than number (QuickJS);
+ * learnt from the first input batch with records. */
+let s64BigInt = false;
+
+function s64(n) {
+  return s64BigInt ? BigInt(n) : n;
+}
+
+/** An error the SDK reports (bad batch, state misuse, a failed host call). */
+export class WeirError extends Error {}
+
+/** The message of anything thrown, including host errors (which carry a `payload`). */
+function message(e) {
+  if (e instanceof WeirError) return e.message;
+  if (e && typeof e === "object") {
+    if (typeof e.payload === "string") return e.payload;
+    if (e.message !== undefined) return `${e.name || "Error"}: ${e.message}`;
+  }
+  return String(e);
+}
+
+/** Calls a host function, turning its error into a WeirError with `what` as context. */
+function host(what, f) {
+  try {
+    return f();
+  } catch (e) {
+    throw new WeirError(`${what}: ${message(e)}`);
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// UTF-8 and a growable byte buffer
+
+/** Appends the UTF-8 encoding of `str` to `buf` (a ByteBuffer). */
+function writeUtf8(buf, str) {
+  const n = str.length;
+  buf.reserve(n * 3);
+  const bytes = buf.bytes;
+  let len = buf.len;
+  for (let i = 0; i < n; i++) {
+    let c = str.charCodeAt(i);
+    if (c < 0x80) {
+      bytes[len++] = c;
+    } else if (c < 0x800) {
+      bytes[len++] = 0xc0 | (c >> 6);
+      bytes[len++] = 0x80 | (c & 63);
+    } else {
+      if (c >= 0xd800 && c < 0xdc00 && i + 1 < n) {
+        const d = str.charCodeAt(i + 1);
+        if (d >= 0xdc00 && d < 0xe000) {
+          i++;
+          c = 0x10000 + ((c - 0xd800) << 10) + (d - 0xdc00);
+          bytes[len++] = 0xf0 | (c >> 18);
+          bytes[len++] = 0x80 | ((c >> 12) & 63);
+          bytes[len++] = 0x80 | ((c >> 6) & 63);
+          bytes[len++] = 0x80 | (c & 63);
+          continue;
+        }
+      }
+      if (c >= 0xd800 && c < 0xe000) c = 0xfffd; // a lone surrogate
+      bytes[len++] = 0xe0 | (c >> 12);
+      bytes[len++] = 0x80 | ((c >> 6) & 63);
+      bytes[len++] = 0x80 | (c & 63);
+    }
+  }
+  buf.len = len;
+}
+
+/** The UTF-8 bytes of `str`, as a new Uint8Array. */
+export function utf8Encode(str) {
+  const buf = new ByteBuffer(str.length * 3);
+  writeUtf8(buf, str);
+  return buf.bytes.slice(0, buf.len);
+}
+
+/** Whether `bytes` is valid UTF-8 (cheap for ASCII). */
+export function isUtf8(bytes) {
+  const n = bytes.length;
+  for (let i = 0; i < n; i++) {
+    if (bytes[i] >= 0x80) {
+      try {
+        utf8Decode(bytes, i, n);
+        return true;
+      } catch (e) {
+        return false;
+      }
+    }
+  }
+  return true;
+}
+
+/** The text of `bytes[start, end)` (UTF-8); throws a WeirError on invalid UTF-8. */
+export function utf8Decode(bytes, start = 0, end = bytes.length) {
+  let ascii = true;
+  for (let i = start; i < end; i++) {
+    if (bytes[i] >= 0x80) {
+      ascii = false;
+      break;
+    }
+  }
+  if (ascii && end - start <= 4096) {
+    return String.fromCharCode.apply(null, bytes.subarray(start, end));
+  }
+  const units = [];
+  let out = "";
+  for (let i = start; i < end; ) {
+    const b = bytes[i];
+    let c;
+    let extra;
+    if (b < 0x80) {
+      c = b;
+      extra = 0;
+    } else if (b >= 0xc2 && b < 0xe0) {
+      c = b & 31;
+      extra = 1;
+    } else if (b >= 0xe0 && b < 0xf0) {
+      c = b & 15;
+      extra = 2;
+    } else if (b >= 0xf0 && b < 0xf5) {
+      c = b & 7;
+      extra = 3;
+    } else {
+      throw new WeirError(`invalid UTF-8 at byte ${i - start}`);
+    }
+    if (extra && i + extra >= end) throw new WeirError("truncated UTF-8");
+    for (let k = 1; k <= extra; k++) {
+      const next = bytes[i + k];
+      if ((next & 0xc0) !== 0x80) throw new WeirError(`invalid UTF-8 at byte ${i + k - start}`);
+      c = (c << 6) | (next & 63);
+    }
+    if (
+      (extra === 2 && (c < 0x800 || (c >= 0xd800 && c < 0xe000))) ||
+      (extra === 3 && (c < 0x10000 || c > 0x10ffff))
+    ) {
+      throw new WeirError(`invalid UTF-8 at byte ${i - start}`);
+    }
+    i += extra + 1;
+    if (c >= 0x10000) {
+      c -= 0x10000;
+      units.push(0xd800 + (c >> 10), 0xdc00 + (c & 1023));
+    } else {
+      units.push(c);
+    }
+    if (units.length >= 4096) {
+      out += String.fromCharCode.apply(null, units);
+      units.length = 0;
+    }
+  }
+  return out + String.fromCharCode.apply(null, units);
+}
+
+/** Bytes appended to a Uint8Array that grows by doubling; `bytes.subarray(0, len)` is the
+ * content. Reused from batch to batch. */
+class ByteBuffer {
+  constructor(capacity = 4096) {
+    this.bytes = new Uint8Array(Math.max(capacity, 16));
+    this.len = 0;
+  }
+
+  reserve(extra) {
+    const need = this.len + extra;
+    if (need > this.bytes.length) {
+      let size = this.bytes.length * 2;
+      while (size < need) size *= 2;
+      const bigger = new Uint8Array(size);
+      bigger.set(this.bytes.subarray(0, this.len));
+      this.bytes = bigger;
+    }
+  }
+
+  /** Appends a string (as UTF-8), a Uint8Array or an array of bytes. */
+  write(value) {
+    if (typeof value === "string") {
+      writeUtf8(this, value);
+    } else {
+      this.reserve(value.length);
+      this.bytes.set(value, this.len);
+      this.len += value.length;
+    }
+  }
+
+  view() {
+    return this.bytes.subarray(0, this.len);
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Encoding of state
+
+function encodeInto(buf, value) {
+  if (typeof value === "number" && value >= 0 && value <= Number.MAX_SAFE_INTEGER && value % 1 === 0) {
+    writeUint(buf, value);
+  } else {
+    writeUtf8(buf, JSON.stringify(value));
+  }
+}
+
+/** Appends the decimal digits of a non-negative safe integer (its JSON text). */
+function writeUint(buf, n) {
+  buf.reserve(16);
+  const bytes = buf.bytes;
+  let len = buf.len;
+  if (n < 10) {
+    bytes[len] = 48 + n;
+    buf.len = len + 1;
+    return;
+  }
+  let digits = 1;
+  for (let m = n; m >= 10; m = Math.floor(m / 10)) digits++;
+  len += digits;
+  buf.len = len;
+  while (n >= 10) {
+    const q = Math.floor(n / 10);
+    bytes[--len] = 48 + (n - q * 10);
+    n = q;
+  }
+  bytes[--len] = 48 + n;
+}
+
+function encode(value) {
+  const buf = new ByteBuffer(64);
+  encodeInto(buf, value);
+  return buf.view();
+}
+
+function decode(bytes, start = 0, end = bytes.length) {
+  // Counters are the common case: plain digits parse without a string.
+  if (end > start && end - start <= 15) {
+    let n = 0;
+    let i = start;
+    for (; i < end; i++) {
+      const d = bytes[i] - 48;
+      if (d < 0 || d > 9) break;
+      n = n * 10 + d;
+    }
+    if (i === end) return n;
+  }
+  return JSON.parse(utf8Decode(bytes, start, end));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Logging (each call is one crossing to the host: keep it out of per-record loops)
+
+export const log = {
+  trace: (m) => logApi.log("trace", String(m)),
+  debug: (m) => logApi.log("debug", String(m)),
+  info: (m) => logApi.log("info", String(m)),
+  warn: (m) => logApi.log("warn", String(m)),
+  error: (m) => logApi.log("error", String(m)),
+};
+
+// ---------------------------------------------------------------------------------------------
+// Records
+
+/** One input record: `key` (Uint8Array, or null for a record without key), `value`
+ * (Uint8Array) and `timestamp` (ms since the Unix epoch, or null). Both are views of the
+ * batch, valid during the `process` call. */
+export class Record {
+  constructor(key = null, value = new Uint8Array(0), timestamp = null) {
+    this.key = key;
+    this.value = value;
+    this.timestamp = timestamp;
+  }
+
+  /** The key as text (UTF-8), or null for a record without key. */
+  keyStr() {
+    return this.key === null ? null : utf8Decode(this.key);
+  }
+
+  /** The value as text (UTF-8). */
+  valueStr() {
+    return utf8Decode(this.value);
+  }
+
+  /** The value parsed as JSON. */
+  valueJson() {
+    return JSON.parse(utf8Decode(this.value));
+  }
+}
+
+/** Where an operator writes its output records: appended to one flat batch, returned to the
+ * host when the call ends, in emit order. Keys and values are strings (written as UTF-8) or
+ * Uint8Arrays. */
+export class Emitter {
+  constructor() {
+    this._data = new ByteBuffer(1 << 16);
+    this._reset();
+  }
+
+  _reset() {
+    this._data.len = 0;
+    this._keyEnds = [];
+    this._valueEnds = [];
+    this._flags = [];
+    this._timestamps = [];
+  }
+
+  /** Emits a record; a `key` of null makes a record without key. */
+  emit(key, value, timestamp = null) {
+    const data = this._data;
+    let flags = 0;
+    if (key !== null && key !== undefined) {
+      data.write(key);
+      flags = HAS_KEY;
+    }
+    this._keyEnds.push(data.len);
+    data.write(value);
+    this._valueEnds.push(data.len);
+    if (timestamp === null || timestamp === undefined) {
+      this._timestamps.push(s64(0));
+    } else {
+      flags |= HAS_TIMESTAMP;
+      this._timestamps.push(s64(timestamp));
+    }
+    this._flags.push(flags);
+  }
+
+  /** Starts a record whose value is then appended with `write` (strings, bytes) and
+   * `writeUint`, and finished with `end`: builds the value in place, without an intermediate
+   * string (like the Rust SDK's `emit_with`). */
+  begin(key) {
+    this._hasKey = key !== null && key !== undefined;
+    if (this._hasKey) this._data.write(key);
+    this._keyEnds.push(this._data.len);
+  }
+
+  /** Appends a string (as UTF-8) or bytes to the value of the record begun with `begin`. */
+  write(value) {
+    this._data.write(value);
+  }
+
+  /** Appends the decimal digits of a non-negative integer to the value being built. */
+  writeUint(n) {
+    writeUint(this._data, n);
+  }
+
+  /** Finishes the record begun with `begin`. */
+  end(timestamp = null) {
+    this._valueEnds.push(this._data.len);
+    let flags = this._hasKey ? HAS_KEY : 0;
+    if (timestamp === null || timestamp === undefined) {
+      this._timestamps.push(s64(0));
+    } else {
+      flags |= HAS_TIMESTAMP;
+      this._timestamps.push(s64(timestamp));
+    }
+    this._flags.push(flags);
+  }
+
+  /** Emits a record whose value is `value` as JSON. */
+  emitJson(key, value, timestamp = null) {
+    this.emit(key, JSON.stringify(value), timestamp);
+  }
+
+  get length() {
+    return this._valueEnds.length;
+  }
+
+  /** The WIT batch. Its `data` is a view of the reused buffer: the host copies it when the
+   * call returns, before the buffer is written again. */
+  _take() {
+    if (this._data.len > 0xffffffff) {
+      this._reset();
+      throw new WeirError("the records emitted in one call exceed 4 GiB; emit less per batch");
+    }
+    const batch = {
+      data: this._data.view(),
+      keyEnds: this._keyEnds,
+      valueEnds: this._valueEnds,
+      flags: this._flags,
+      timestamps: this._timestamps,
+    };
+    this._reset();
+    return batch;
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The per-batch machinery: current key slot, write log, value caches
+
+class Runtime {
+  constructor() {
+    this.slot = NO_SLOT;
+    this.inBatch = false;
+    this.inOpen = false;
+    this.generation = 0;
+    this.slotCount = 0;
+    this.allSlots = [];
+    this.ops = [];
+    this.data = new ByteBuffer(1 << 14);
+    /** Value states read or written in the current batch. */
+    this.touched = [];
+  }
+
+  begin(slotCount) {
+    this.generation++;
+    this.slotCount = slotCount;
+    if (this.allSlots.length !== slotCount) {
+      this.allSlots = [];
+      for (let i = 0; i < slotCount; i++) this.allSlots.push(i);
+    }
+    this.inBatch = true;
+  }
+
+  /** Appends one write; `key` and `value` are state values to encode, or undefined. */
+  log(kind, state, slot, key, value) {
+    const data = this.data;
+    if (key !== undefined) encodeInto(data, key);
+    const keyEnd = data.len;
+    if (value !== undefined) encodeInto(data, value);
+    this.ops.push({ kind, state, slot, keyEnd, valueEnd: data.len });
+  }
+
+  /** Sends the pending writes in one `apply` (before a map or list read, and at the end of
+   * the batch). */
+  flush() {
+    if (this.ops.length === 0) return;
+    const ops = this.ops;
+    const data = this.data.view();
+    this.ops = [];
+    this.data.len = 0;
+    host("applying state writes", () => stateApi.apply(ops, data));
+  }
+
+  /** The end of a batch: the dirty value slots join the log, the log goes out. */
+  finish() {
+    for (const valueState of this.touched) valueState._flushInto(this);
+    this.touched = [];
+    this.flush();
+    this.end();
+  }
+
+  abort() {
+    for (const valueState of this.touched) valueState._reset();
+    this.touched = [];
+    this.ops = [];
+    this.data.len = 0;
+    this.end();
+  }
+
+  end() {
+    this.inBatch = false;
+    this.slot = NO_SLOT;
+  }
+
+  noSlot(name) {
+    return new WeirError(
+      this.inBatch
+        ? `state \`${name}\`: state access needs a keyed record; key the stream with key_by before this operator (this record has no key)`
+        : `state \`${name}\`: state can only be read or written while processing a record, not in open or close`,
+    );
+  }
+
+  slotFor(name) {
+    const slot = this.slot;
+    if (slot === NO_SLOT) throw this.noSlot(name);
+    return slot;
+  }
+}
+
+const rt = new Runtime();
+
+// Markers in a value cache: not read yet, and no value.
+const UNREAD = Symbol("unread");
+const ABSENT = Symbol("absent");
+
+function declare(name, kind) {
+  if (!rt.inOpen) throw new WeirError(`state \`${name}\` must be declared in open`);
+  return host(`declaring ${kind} state \`${name}\``, () => stateApi.declare(name, kind));
+}
+
+/** One JSON value per key. `get` returns undefined (or `dflt`) where the key has none. The
+ * first read in a batch fetches the values of every key of the batch in one host call; writes
+ * stay in the SDK until the end of the batch. */
+export class ValueState {
+  constructor(name) {
+    this.name = name;
+    this._id = declare(name, "value");
+    this._reset();
+  }
+
+  _reset() {
+    this._gen = -1;
+    this._cache = null;
+    this._dirty = null;
+    this._isDirty = null;
+    this._items = null;
+  }
+
+  _slot() {
+    const slot = rt.slot;
+    if (slot === NO_SLOT) throw rt.noSlot(this.name);
+    if (this._gen !== rt.generation) {
+      this._gen = rt.generation;
+      this._cache = new Array(rt.slotCount).fill(UNREAD);
+      this._dirty = [];
+      this._isDirty = new Uint8Array(rt.slotCount);
+      this._items = null;
+      rt.touched.push(this);
+    }
+    return slot;
+  }
+
+  _fetch() {
+    const values = host(`state \`${this.name}\`: reading values`, () =>
+      stateApi.readValues(this._id, rt.allSlots),
+    );
+    if (values.present.length !== rt.slotCount || values.items.ends.length !== rt.slotCount) {
+      throw new WeirError(`state \`${this.name}\`: malformed reply from the host`);
+    }
+    this._items = values.items.data;
+    this._ends = values.items.ends;
+    this._present = values.present;
+  }
+
+  get(dflt = undefined) {
+    const slot = this._slot();
+    let value = this._cache[slot];
+    if (value === UNREAD) {
+      if (this._items === null) this._fetch();
+      if (this._present[slot]) {
+        const ends = this._ends;
+        value = decode(this._items, slot ? ends[slot - 1] : 0, ends[slot]);
+      } else {
+        value = ABSENT;
+      }
+      this._cache[slot] = value;
+    }
+    return value === ABSENT ? dflt : value;
+  }
+
+  set(value) {
+    const slot = this._slot();
+    if (value === undefined) throw new WeirError(`state \`${this.name}\`: cannot store undefined`);
+    this._markDirty(slot);
+    this._cache[slot] = value;
+  }
+
+  remove() {
+    const slot = this._slot();
+    this._markDirty(slot);
+    this._cache[slot] = ABSENT;
+  }
+
+  _markDirty(slot) {
+    if (!this._isDirty[slot]) {
+      this._isDirty[slot] = 1;
+      this._dirty.push(slot);
+    }
+  }
+
+  _flushInto(runtime) {
+    const cache = this._cache;
+    const state = this._id;
+    for (const slot of this._dirty) {
+      const value = cache[slot];
+      if (value === ABSENT) runtime.log("value-remove", state, slot, undefined, undefined);
+      else runtime.log("value-set", state, slot, undefined, value);
+    }
+    this._reset();
+  }
+}
+
+/** A map from JSON keys to JSON values per key, ordered by the bytes of the encoded keys.
+ * Writes are buffered with the batch's other writes; a read first sends them, then calls the
+ * host (one crossing per read, per 1024 entries for `entries`/`keys`). */
+export class MapState {
+  constructor(name) {
+    this.name = name;
+    this._id = declare(name, "map");
+  }
+
+  get(key, dflt = undefined) {
+    const slot = rt.slotFor(this.name);
+    rt.flush();
+    const found = host(`map state \`${this.name}\`: reading`, () =>
+      stateApi.mapGet(this._id, slot, encode(key)),
+    );
+    return found === null || found === undefined ? dflt : decode(found);
+  }
+
+  has(key) {
+    return this.get(key, ABSENT) !== ABSENT;
+  }
+
+  put(key, value) {
+    rt.log("map-put", this._id, rt.slotFor(this.name), key, value);
+  }
+
+  remove(key) {
+    rt.log("map-remove", this._id, rt.slotFor(this.name), key, undefined);
+  }
+
+  clear() {
+    rt.log("map-clear", this._id, rt.slotFor(this.name), undefined, undefined);
+  }
+
+  /** Every [key, value], in the order of the encoded keys. */
+  entries() {
+    const out = [];
+    this._pages((keys, k0, k1, values, v0, v1) => out.push([decode(keys, k0, k1), decode(values, v0, v1)]));
+    return out;
+  }
+
+  keys() {
+    const out = [];
+    this._pages((keys, k0, k1) => out.push(decode(keys, k0, k1)));
+    return out;
+  }
+
+  _pages(item) {
+    const slot = rt.slotFor(this.name);
+    rt.flush();
+    let after = null;
+    for (;;) {
+      const page = host(`map state \`${this.name}\`: reading entries`, () =>
+        stateApi.mapEntries(this._id, slot, after, PAGE),
+      );
+      const { keys, values } = page;
+      let k0 = 0;
+      let v0 = 0;
+      for (let i = 0; i < keys.ends.length; i++) {
+        item(keys.data, k0, keys.ends[i], values.data, v0, values.ends[i]);
+        k0 = keys.ends[i];
+        v0 = values.ends[i];
+      }
+      if (keys.ends.length < PAGE) return;
+      after = keys.data.slice(keys.ends.length > 1 ? keys.ends[keys.ends.length - 2] : 0, k0);
+    }
+  }
+}
+
+/** A list of JSON items per key, appended to. */
+export class ListState {
+  constructor(name) {
+    this.name = name;
+    this._id = declare(name, "list");
+  }
+
+  push(item) {
+    rt.log("list-append", this._id, rt.slotFor(this.name), undefined, item);
+  }
+
+  clear() {
+    rt.log("list-clear", this._id, rt.slotFor(this.name), undefined, undefined);
+  }
+
+  /** Every item, oldest first. */
+  get() {
+    const slot = rt.slotFor(this.name);
+    rt.flush();
+    const blobs = host(`list state \`${this.name}\`: reading`, () => stateApi.listRead(this._id, slot));
+    const out = [];
+    let start = 0;
+    for (const end of blobs.ends) {
+      out.push(decode(blobs.data, start, end));
+      start = end;
+    }
+    return out;
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The operator and its export
+
+/** Given to `Operator.open`: where the instance runs, its configuration (`config`, the job
+ * file's `config` table as an object) and the place to declare state. */
+export class OpenContext {
+  constructor(context) {
+    this.operatorName = context.operatorName;
+    this.subtask = context.subtask;
+    this.parallelism = context.parallelism;
+    this.configJson = context.config;
+    const text = context.config.trim();
+    try {
+      this.config = text ? JSON.parse(text) : {};
+    } catch (e) {
+      throw new WeirError(`invalid config for operator \`${this.operatorName}\`: ${message(e)}`);
+    }
+  }
+
+  valueState(name) {
+    return new ValueState(name);
+  }
+
+  mapState(name) {
+    return new MapState(name);
+  }
+
+  listState(name) {
+    return new ListState(name);
+  }
+}
+
+/** Base class of operators. The SDK creates one instance per subtask (without arguments),
+ * then calls `open` once, `process` for every record, `close` at the end of input. */
+export class Operator {
+  open(ctx) {}
+
+  process(record, out) {
+    throw new WeirError("an operator must implement process(record, out)");
+  }
+
+  close(out) {}
+}
+
+function slotCount(keySlots, records) {
+  if (keySlots.length !== records) {
+    throw new WeirError(`malformed batch: ${keySlots.length} key slots for ${records} records`);
+  }
+  let top = -1;
+  for (let i = 0; i < records; i++) {
+    const slot = keySlots[i];
+    if (slot !== NO_SLOT && slot > top) top = slot;
+  }
+  if (top >= records) throw new WeirError(`malformed batch: key slot ${top} in a batch of ${records} records`);
+  return top + 1;
+}
+
+/** The `processor` export driving instances of `OperatorClass`:
+ * `export const processor = exportOperator(MyOperator);`. Errors are thrown as strings,
+ * which the bindings return as the WIT `result`'s error. */
+export function exportOperator(OperatorClass) {
+  let operator = null;
+  const out = new Emitter();
+  return {
+    open(ctx) {
+      if (operator !== null) throw "open called on an operator instance that is already open";
+      rt.inOpen = true;
+      try {
+        const instance = new OperatorClass();
+        instance.open(new OpenContext(ctx));
+        operator = instance;
+      } catch (e) {
+        throw message(e);
+      } finally {
+        rt.inOpen = false;
+      }
+    },
+
+    process(batch, keySlots) {
+      if (operator === null) throw "the operator is not open: process called before open or after close";
+      try {
+        const { data, keyEnds, valueEnds, flags, timestamps } = batch;
+        const n = valueEnds.length;
+        if (keyEnds.length !== n || flags.length !== n || timestamps.length !== n) {
+          throw new WeirError("malformed batch: columns of different lengths");
+        }
+        if (n > 0) s64BigInt = typeof timestamps[0] === "bigint";
+        rt.begin(slotCount(keySlots, n));
+        const record = new Record();
+        let start = 0;
+        for (let i = 0; i < n; i++) {
+          const keyEnd = keyEnds[i];
+          const valueEnd = valueEnds[i];
+          const f = flags[i];
+          record.key = f & HAS_KEY ? data.subarray(start, keyEnd) : null;
+          record.value = data.subarray(keyEnd, valueEnd);
+          record.timestamp = f & HAS_TIMESTAMP ? Number(timestamps[i]) : null;
+          rt.slot = keySlots[i];
+          operator.process(record, out);
+          start = valueEnd;
+        }
+        rt.finish();
+        return out._take();
+      } catch (e) {
+        rt.abort();
+        out._reset();
+        throw message(e);
+      }
+    },
+
+    close() {
+      if (operator === null) throw "the operator is not open: close called before open or after close";
+      const closing = operator;
+      operator = null;
+      try {
+        closing.close(out);
+        return out._take();
+      } catch (e) {
+        out._reset();
+        throw message(e);
+      }
+    },
+  };
+}
