@@ -10,21 +10,18 @@
 //!
 //! `cargo bench -p weir-host --bench keyed_count [-- RECORDS KEYS]`
 
+mod keyed;
 #[path = "../../tests/support/mod.rs"]
 mod support;
 
 use std::sync::Arc;
-use std::time::Instant;
 
-use weir_host::checkpoint::JobStart;
-use weir_host::connectors::{DiscardSink, GeneratorSource};
+use keyed::{measure, median};
 use weir_host::engine::{ComponentCache, Engine, EngineOptions};
 use weir_host::guest::{KeySlots, WasmOperatorFactory};
-use weir_host::job::{KeyBy, Pipeline, RunOptions, Stage, run};
 use weir_host::operator::{
-    FailureKind, GuestLimits, OperatorError, OperatorFactory, OperatorInstance, SubtaskContext,
+    FailureKind, OperatorError, OperatorFactory, OperatorInstance, SubtaskContext,
 };
-use weir_host::partition::KeyGroups;
 use weir_host::record::{RecordBatch, RecordRef};
 use weir_host::state::{EntryHint, KeyedStateBackend, StateId, StateKind};
 
@@ -183,50 +180,6 @@ impl OperatorFactory for PassthroughFactory {
     }
 }
 
-fn pipeline(factory: Arc<dyn OperatorFactory>, records: u64, keys: u64) -> Pipeline {
-    Pipeline {
-        name: "keyed-count".into(),
-        key_groups: KeyGroups::default(),
-        batch_size: 1024,
-        source: Box::new(GeneratorSource::new(records, keys)),
-        stages: vec![Stage {
-            name: "count".into(),
-            factory,
-            parallelism: 1,
-            key_by: Some(KeyBy::RecordKey),
-            config_json: "{}".into(),
-            limits: GuestLimits {
-                memory_bytes: 2 << 30,
-                ..GuestLimits::default()
-            },
-        }],
-        sink: Box::new(DiscardSink),
-        checkpointing: None,
-    }
-}
-
-fn measure(
-    runtime: &tokio::runtime::Runtime,
-    factory: Arc<dyn OperatorFactory>,
-    records: u64,
-    keys: u64,
-) -> f64 {
-    let started = Instant::now();
-    let summary = runtime
-        .block_on(run(
-            pipeline(factory, records, keys),
-            JobStart::fresh(),
-            RunOptions::default(),
-        ))
-        .unwrap_or_else(|e| panic!("benchmark job failed: {e}"));
-    let secs = started.elapsed().as_secs_f64();
-    assert_eq!(
-        summary.sink_records, records,
-        "every record reached the sink"
-    );
-    records as f64 / secs
-}
-
 fn main() {
     let args: Vec<u64> = std::env::args()
         .skip(1)
@@ -279,8 +232,3 @@ fn main() {
 
 /// Measured runs of each variant.
 const ROUNDS: usize = 3;
-
-fn median(mut values: Vec<f64>) -> f64 {
-    values.sort_by(f64::total_cmp);
-    values[values.len() / 2]
-}

@@ -1,0 +1,63 @@
+//! The keyed-count pipeline the throughput benchmarks share: generator (records over keys)
+//! -> key-by -> one counter subtask -> discard, run in this process.
+
+#![allow(dead_code)]
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use weir_host::checkpoint::JobStart;
+use weir_host::connectors::{DiscardSink, GeneratorSource};
+use weir_host::job::{KeyBy, Pipeline, RunOptions, Stage, run};
+use weir_host::operator::{GuestLimits, OperatorFactory};
+use weir_host::partition::KeyGroups;
+
+pub fn pipeline(factory: Arc<dyn OperatorFactory>, records: u64, keys: u64) -> Pipeline {
+    Pipeline {
+        name: "keyed-count".into(),
+        key_groups: KeyGroups::default(),
+        batch_size: 1024,
+        source: Box::new(GeneratorSource::new(records, keys)),
+        stages: vec![Stage {
+            name: "count".into(),
+            factory,
+            parallelism: 1,
+            key_by: Some(KeyBy::RecordKey),
+            config_json: "{}".into(),
+            limits: GuestLimits {
+                memory_bytes: 2 << 30,
+                ..GuestLimits::default()
+            },
+        }],
+        sink: Box::new(DiscardSink),
+        checkpointing: None,
+    }
+}
+
+/// Records per second of one run of the pipeline over `factory`.
+pub fn measure(
+    runtime: &tokio::runtime::Runtime,
+    factory: Arc<dyn OperatorFactory>,
+    records: u64,
+    keys: u64,
+) -> f64 {
+    let started = Instant::now();
+    let summary = runtime
+        .block_on(run(
+            pipeline(factory, records, keys),
+            JobStart::fresh(),
+            RunOptions::default(),
+        ))
+        .unwrap_or_else(|e| panic!("benchmark job failed: {e}"));
+    let secs = started.elapsed().as_secs_f64();
+    assert_eq!(
+        summary.sink_records, records,
+        "every record reached the sink"
+    );
+    records as f64 / secs
+}
+
+pub fn median(mut values: Vec<f64>) -> f64 {
+    values.sort_by(f64::total_cmp);
+    values[values.len() / 2]
+}
