@@ -1,5 +1,7 @@
 // weir.h: minimal helpers for Weir operators written in C, over the bindings that
 // `wit-bindgen c` (or `weir-cbuild bindgen`) generates from wit/operator.wit into operator.h.
+// `weir build` generates them and stages this header (the one of the `weir` binary) for a
+// project whose operator is `operator.c`; `weir new --lang c NAME` starts one.
 //
 // An operator implements the three exports of operator.h itself:
 //

@@ -5,9 +5,11 @@
 // keyed state, `process(record, out)` turns each input `Record` into any number of output
 // records written to `out` (an `Emitter`), and `close(out)` may emit final records at the end
 // of input. `exportOperator(Class)` makes the object the module exports as `processor`
-// (the `weir:operator/processor` interface):
+// (the `weir:operator/processor` interface). Put the operator in `operator.js` and build it
+// with `weir build`, which stages this file (the one of the `weir` binary) beside it as
+// `weir.js`; `weir new --lang js NAME` starts a project:
 //
-//     import { Operator, exportOperator } from "../../../guest-sdk-js/weir.js";
+//     import { Operator, exportOperator } from "./weir.js";
 //
 //     class Counter extends Operator {
 //       open(ctx) { this.count = ctx.valueState("count"); }

@@ -20,10 +20,9 @@ exports as `weir:operator/processor`; the application module must bind it to the
 
     Processor = weir_sdk.export(Counter)
 
-Build (the WIT world is `weir:operator/operator@0.1.0`):
-
-    componentize-py -d wit -w operator componentize counter \\
-        -p guest-sdk-python -p DIR_OF_counter.py --stub-wasi -o counter.wasm
+Put the operator in `operator.py` and build it with `weir build` (which stages this SDK, the
+one of the `weir` binary, beside it, and checks the component against the world
+`weir:operator/operator@0.1.0`); `weir new --lang python NAME` starts a project.
 
 Like the Rust SDK, this one is built around the cost of the component boundary:
 

@@ -27,7 +27,10 @@
 //!
 //! # Layout
 //!
-//! - [`cli`]: the `weir` command line (`run`, `validate`, `checkpoints`).
+//! - [`cli`]: the `weir` command line (`run`, `validate`, `checkpoints`, `build`, `new`, the
+//!   `serve` host and its clients).
+//! - [`build`]: `weir build` and `weir new`: operator projects in Rust, Python, JavaScript and
+//!   C compiled into components (the SDKs and the WIT embedded) and checked against the world.
 //! - [`job`]: the job file ([`job::spec`]), the runnable [`job::Pipeline`], routing between
 //!   stages ([`job::router`]), the task runtime with barrier alignment ([`job::runtime`],
 //!   [`job::input_gate`]), restarts ([`job::supervisor`]), metrics and progress.
@@ -93,6 +96,7 @@
 #![deny(unsafe_code)]
 
 pub mod bindings;
+pub mod build;
 pub mod checkpoint;
 pub mod cli;
 pub mod connectors;

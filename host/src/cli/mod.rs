@@ -2,10 +2,13 @@
 //!
 //! Output meant for the user goes to standard output (`validate`) or standard error (the run
 //! summary, since a job may write its records to standard output). Exit codes: 0 success,
-//! 1 the job or check failed, 2 the input (job file, component, arguments) is unusable.
+//! 1 the job, build or check failed, 2 the input (job file, component, project, arguments) is
+//! unusable or a build tool is missing.
 
+mod build;
 mod checkpoints;
 mod client;
+mod new;
 mod run;
 mod serve;
 mod validate;
@@ -32,6 +35,11 @@ enum Command {
         /// The component (.wasm) to check.
         component: PathBuf,
     },
+    /// Compile an operator project (Rust, Python, JavaScript, C) into a component and check
+    /// it against Weir's world.
+    Build(build::BuildArgs),
+    /// Create an operator project: a small working operator and a job that runs it.
+    New(new::NewArgs),
     /// Inspect the completed checkpoints in an object store.
     Checkpoints(checkpoints::CheckpointsArgs),
     /// Run a host that runs jobs submitted over HTTP.
@@ -79,6 +87,8 @@ pub fn main() -> ExitCode {
     let result = match cli.command {
         Command::Run(args) => run::run(args),
         Command::Validate { component } => validate::validate(&component),
+        Command::Build(args) => build::build(args),
+        Command::New(args) => new::new(args),
         Command::Checkpoints(args) => checkpoints::checkpoints(args),
         Command::Serve(args) => serve::serve(args),
         Command::Client(command) => client::client(command),

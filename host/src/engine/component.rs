@@ -31,6 +31,20 @@ pub enum LoadError {
     },
 }
 
+impl LoadError {
+    /// The same error about the component at `path` (a build checks a temporary file before
+    /// it moves it to the path the user named).
+    pub fn with_path(self, path: &Path) -> Self {
+        let path = path.to_owned();
+        match self {
+            Self::Read { source, .. } => Self::Read { path, source },
+            Self::NotAComponent { what, .. } => Self::NotAComponent { path, what },
+            Self::Invalid { reason, .. } => Self::Invalid { path, reason },
+            Self::WrongWorld { problems, .. } => Self::WrongWorld { path, problems },
+        }
+    }
+}
+
 /// A loaded, type-checked component, ready to instantiate once per subtask.
 #[derive(Clone)]
 pub struct OperatorComponent {

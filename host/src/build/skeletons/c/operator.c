@@ -1,59 +1,25 @@
-// Word count, step 2, in C: the same operator as examples/wordcount/counter.
+// {{name}}: a Weir operator. It counts the records of each key and emits, for every record,
+// `key<TAB>count` under the same key.
 //
-// Input records are keyed by word. For every record, the count of its key goes up by one and
-// the operator emits a record with the same key and the value `word<TAB><running count>`.
-// The count is a value state "count" stored as JSON text (`5`).
+// Build it with `weir build`, run it with `weir run job.toml`. `weir build` generates the
+// bindings (operator.h) and stages the helpers, weir.h (its source: guest-sdk-c/weir.h in the
+// Weir repository).
 //
-// Per batch: one read-values call for all keys of the batch, counts kept per key slot, one
-// apply call with the batch's new counts.
+// Per batch: one read-values call for the counts of all keys of the batch, the counts kept
+// per key slot, one apply call with the new counts.
 
 #include "weir.h"
 
 static bool opened;
+// Records seen per key: kept by the host, checkpointed with the job.
 static weir_operator_state_state_id_t count_state;
 static weir_out_t out;
 static weir_ops_t ops;
-// Per key slot of the current batch: the running count, and whether it changed.
+// Per key slot of the current batch: its count, and whether it changed.
 static uint64_t *counts;
-static uint8_t *dirty;
-static size_t slots_cap;
-
-// Whether `bytes` is valid UTF-8 (the Rust counter fails on keys that are not).
-static bool utf8_valid(const uint8_t *s, size_t len) {
-  size_t i = 0;
-  while (i < len) {
-    uint8_t b = s[i];
-    if (b < 0x80) {
-      i++;
-      continue;
-    }
-    size_t extra;
-    uint32_t c;
-    if (b >= 0xc2 && b < 0xe0) {
-      extra = 1;
-      c = b & 31;
-    } else if (b >= 0xe0 && b < 0xf0) {
-      extra = 2;
-      c = b & 15;
-    } else if (b >= 0xf0 && b < 0xf5) {
-      extra = 3;
-      c = b & 7;
-    } else {
-      return false;
-    }
-    if (i + extra >= len) return false;
-    for (size_t k = 1; k <= extra; k++) {
-      if ((s[i + k] & 0xc0) != 0x80) return false;
-      c = (c << 6) | (s[i + k] & 63);
-    }
-    if ((extra == 2 && (c < 0x800 || (c >= 0xd800 && c < 0xe000))) ||
-        (extra == 3 && (c < 0x10000 || c > 0x10ffff))) {
-      return false;
-    }
-    i += extra + 1;
-  }
-  return true;
-}
+static size_t counts_cap;
+static uint8_t *changed;
+static size_t changed_cap;
 
 bool exports_weir_operator_processor_open(exports_weir_operator_processor_context_t *ctx,
                                           operator_string_t *err) {
@@ -69,17 +35,17 @@ bool exports_weir_operator_processor_open(exports_weir_operator_processor_contex
 static bool process(weir_batch_t *batch, operator_list_u32_t *key_slots, operator_string_t *err) {
   uint32_t slot_count;
   if (!weir_batch_check(batch, key_slots, &slot_count, err)) return false;
-  weir_grow((void **)&counts, &slots_cap, slot_count, sizeof(uint64_t));
-  dirty = (uint8_t *)realloc(dirty, slots_cap ? slots_cap : 1);
-  if (dirty == NULL) abort();
+  weir_grow((void **)&counts, &counts_cap, slot_count, sizeof(uint64_t));
+  weir_grow((void **)&changed, &changed_cap, slot_count, 1);
 
-  weir_operator_state_values_t values;
   if (slot_count > 0) {
+    weir_operator_state_values_t values;
     if (!weir_read_values(count_state, slot_count, &values, err)) return false;
     for (uint32_t slot = 0; slot < slot_count; slot++) {
       const uint8_t *bytes;
       size_t len;
       counts[slot] = 0;
+      changed[slot] = 0;
       if (weir_values_get(&values, slot, &bytes, &len) &&
           !weir_parse_u64(bytes, len, &counts[slot])) {
         weir_operator_state_values_free(&values);
@@ -87,23 +53,16 @@ static bool process(weir_batch_t *batch, operator_list_u32_t *key_slots, operato
       }
     }
     weir_operator_state_values_free(&values);
-    memset(dirty, 0, slot_count);
   }
 
   for (size_t i = 0; i < batch->value_ends.len; i++) {
     weir_record_t record = weir_batch_record(batch, key_slots, i);
     if (!record.has_key) {
-      return weir_fail(err,
-                       "the word counter needs records keyed by word, got one without key (value "
-                       "\"%.*s\"); key the stream with key_by before this operator",
-                       (int)record.value_len, (const char *)record.value);
-    }
-    if (!utf8_valid(record.key, record.key_len)) {
-      return weir_fail(err, "the key of record %zu is not UTF-8", i);
+      return weir_fail(err, "records need a key: set key_by for this operator in the job file");
     }
     uint64_t count = ++counts[record.slot];
-    dirty[record.slot] = 1;
-    // `word<TAB>count`, written straight into the output batch.
+    changed[record.slot] = 1;
+    // `key<TAB>count`, written straight into the output batch.
     weir_out_begin(&out, record.key, record.key_len, true);
     weir_buf_append(&out.data, record.key, record.key_len);
     weir_buf_push(&out.data, '\t');
@@ -111,8 +70,9 @@ static bool process(weir_batch_t *batch, operator_list_u32_t *key_slots, operato
     weir_out_end(&out, false, 0);
   }
 
+  // Counts are stored as their JSON text, like the other SDKs do.
   for (uint32_t slot = 0; slot < slot_count; slot++) {
-    if (!dirty[slot]) continue;
+    if (!changed[slot]) continue;
     weir_ops_begin(&ops, WEIR_OPERATOR_STATE_OP_KIND_VALUE_SET, count_state, slot);
     weir_ops_key_end(&ops);
     weir_buf_append_u64(&ops.data, counts[slot]);

@@ -3,8 +3,10 @@
 // Input records are keyed by word. For every record, the count of its key goes up by one and
 // the operator emits a record with the same key and the value `word<TAB><running count>`.
 // The count is a value state "count" stored as JSON text (`5`).
+//
+// Build: `weir build examples/languages/js-counter` (which stages the SDK as ./weir.js).
 
-import { Operator, WeirError, exportOperator, isUtf8 } from "../../../guest-sdk-js/weir.js";
+import { Operator, WeirError, exportOperator, isUtf8 } from "./weir.js";
 
 class Counter extends Operator {
   open(ctx) {

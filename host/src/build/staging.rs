@@ -1,0 +1,101 @@
+//! The staging folder `<project>/.weir-build/`: the WIT and the SDKs the `weir` binary
+//! embeds, written out for the toolchains, and the lock that keeps two builds of a project
+//! from sharing it.
+
+use std::fs::File;
+use std::path::{Path, PathBuf};
+
+use super::{BuildError, Project};
+
+/// `wit/operator.wit`: the world every build targets.
+pub(super) const WIT: &str = include_str!("../../../wit/operator.wit");
+/// The Python SDK, staged as the package `weir_sdk`.
+pub(super) const PYTHON_SDK: &str = include_str!("../../../guest-sdk-python/weir_sdk/__init__.py");
+/// The JavaScript SDK, staged as `weir.js` beside the operator's modules.
+pub(super) const JS_SDK: &str = include_str!("../../../guest-sdk-js/weir.js");
+/// The C SDK, staged as `weir.h`.
+pub(super) const C_SDK: &str = include_str!("../../../guest-sdk-c/weir.h");
+
+/// The world of `wit/operator.wit` that operators implement.
+pub(super) const WORLD: &str = "operator";
+
+/// The staging folder's name inside a project.
+pub const STAGING_DIR: &str = ".weir-build";
+const LOCK_FILE: &str = ".lock";
+
+/// A project's staging folder, locked for one build.
+#[derive(Debug)]
+pub(super) struct Staging {
+    dir: PathBuf,
+    /// Held for the life of the build: `File::lock` is released when the file closes.
+    _lock: File,
+}
+
+impl Staging {
+    /// Creates the staging folder if needed and takes its lock, waiting for another build of
+    /// the same project to finish.
+    pub(super) fn lock(project: &Project) -> Result<Self, BuildError> {
+        let dir = project.dir().join(STAGING_DIR);
+        std::fs::create_dir_all(&dir).map_err(BuildError::io("cannot create", &dir))?;
+        let path = dir.join(LOCK_FILE);
+        let lock = File::options()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&path)
+            .map_err(BuildError::io("cannot open", &path))?;
+        lock.lock().map_err(BuildError::io("cannot lock", &path))?;
+        Ok(Self { dir, _lock: lock })
+    }
+
+    pub(super) fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// Removes what an earlier build staged (keeping the lock file).
+    pub(super) fn clear(&self) -> Result<(), BuildError> {
+        let entries =
+            std::fs::read_dir(&self.dir).map_err(BuildError::io("cannot read", &self.dir))?;
+        for entry in entries {
+            let entry = entry.map_err(BuildError::io("cannot read", &self.dir))?;
+            if entry.file_name() == LOCK_FILE {
+                continue;
+            }
+            let path = entry.path();
+            let removed = if path.is_dir() {
+                std::fs::remove_dir_all(&path)
+            } else {
+                std::fs::remove_file(&path)
+            };
+            removed.map_err(BuildError::io("cannot remove", &path))?;
+        }
+        Ok(())
+    }
+
+    /// Writes `text` to `relative` inside the staging folder, creating folders; returns the
+    /// path.
+    pub(super) fn write(&self, relative: &str, text: &str) -> Result<PathBuf, BuildError> {
+        let path = self.dir.join(relative);
+        if let Some(parent) = path.parent() {
+            std::fs::create_dir_all(parent).map_err(BuildError::io("cannot create", parent))?;
+        }
+        std::fs::write(&path, text).map_err(BuildError::io("cannot write", &path))?;
+        Ok(path)
+    }
+
+    /// Writes the WIT to `wit/operator.wit` and returns the folder.
+    pub(super) fn write_wit(&self) -> Result<PathBuf, BuildError> {
+        let path = self.write("wit/operator.wit", WIT)?;
+        Ok(path.parent().map(Path::to_owned).unwrap_or(path))
+    }
+
+    /// Copies `source` to `relative` inside the staging folder, creating folders.
+    pub(super) fn copy(&self, source: &Path, relative: &Path) -> Result<PathBuf, BuildError> {
+        let path = self.dir.join(relative);
+        if let Some(parent) = path.parent() {
+            std::fs::create_dir_all(parent).map_err(BuildError::io("cannot create", parent))?;
+        }
+        std::fs::copy(source, &path).map_err(BuildError::io("cannot copy", source))?;
+        Ok(path)
+    }
+}

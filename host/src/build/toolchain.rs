@@ -1,0 +1,305 @@
+//! Finding and running the tools a build needs.
+//!
+//! Each tool is looked up in order: its environment variable (`WEIR_COMPONENTIZE_PY`,
+//! `WEIR_JCO`, `WEIR_CLANG`, `WEIR_CBUILD`), then where `scripts/setup-languages` installs it,
+//! `target/tools/`, found from the running binary (`target/debug/weir`,
+//! `target/release/weir`, or a benchmark in `target/release/deps/`), then `PATH`. A tool that
+//! is nowhere is an error that says how to install it.
+
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitStatus, Output, Stdio};
+
+use super::{BuildError, Language};
+
+/// A tool a build runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Tool {
+    Cargo,
+    ComponentizePy,
+    Jco,
+    Clang,
+    CBuild,
+}
+
+impl Tool {
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Cargo => "cargo",
+            Self::ComponentizePy => "componentize-py",
+            Self::Jco => "jco",
+            Self::Clang => "clang-16",
+            Self::CBuild => "weir-cbuild",
+        }
+    }
+
+    /// The environment variable naming the tool's path, if it has one.
+    pub fn env_var(self) -> Option<&'static str> {
+        match self {
+            Self::Cargo => None,
+            Self::ComponentizePy => Some("WEIR_COMPONENTIZE_PY"),
+            Self::Jco => Some("WEIR_JCO"),
+            Self::Clang => Some("WEIR_CLANG"),
+            Self::CBuild => Some("WEIR_CBUILD"),
+        }
+    }
+
+    /// Where `scripts/setup-languages` installs the tool, under `target/tools/`.
+    fn installed(self) -> Option<&'static str> {
+        match self {
+            Self::Cargo | Self::Clang => None,
+            Self::ComponentizePy => Some("python-venv/bin/componentize-py"),
+            Self::Jco => Some("js/node_modules/.bin/jco"),
+            Self::CBuild => Some("weir-cbuild/release/weir-cbuild"),
+        }
+    }
+
+    /// What to do when the tool is missing.
+    pub fn hint(self) -> &'static str {
+        match self {
+            Self::Cargo => {
+                "install Rust with rustup (https://rustup.rs), then `rustup target add wasm32-wasip2`"
+            }
+            Self::ComponentizePy => {
+                "run scripts/setup-languages python in the Weir repository, or \
+                 `pip install componentize-py==0.25.1`, or set WEIR_COMPONENTIZE_PY to its path"
+            }
+            Self::Jco => {
+                "run scripts/setup-languages js in the Weir repository, or \
+                 `npm install @bytecodealliance/jco@1.35.0 @bytecodealliance/componentize-js@0.23.0` \
+                 (with Node.js), or set WEIR_JCO to its path"
+            }
+            Self::Clang => {
+                "run scripts/setup-languages c in the Weir repository, or \
+                 `apt-get install clang-16 lld-16 wasi-libc libclang-rt-16-dev-wasm32`, or set \
+                 WEIR_CLANG to a clang that targets wasm32-wasi with wasi-libc"
+            }
+            Self::CBuild => {
+                "run scripts/setup-languages c in the Weir repository (it builds \
+                 tools/weir-cbuild), or set WEIR_CBUILD to its path"
+            }
+        }
+    }
+
+    /// Finds the tool (see the module docs for the order).
+    pub fn find(self) -> Result<FoundTool, BuildError> {
+        let exe = std::env::current_exe().ok();
+        self.find_with(&|name| std::env::var_os(name), exe.as_deref())
+    }
+
+    fn find_with(
+        self,
+        env: &dyn Fn(&str) -> Option<OsString>,
+        exe: Option<&Path>,
+    ) -> Result<FoundTool, BuildError> {
+        let found = |path: PathBuf| Ok(FoundTool { tool: self, path });
+        let path_var = env("PATH").unwrap_or_default();
+        if let Some(var) = self.env_var()
+            && let Some(value) = env(var).filter(|v| !v.is_empty())
+        {
+            let named = PathBuf::from(&value);
+            let resolved = if named.components().count() > 1 {
+                is_executable(&named).then_some(named)
+            } else {
+                search_path(&path_var, &value)
+            };
+            return match resolved {
+                Some(path) => found(path),
+                None => Err(BuildError::ToolMissing {
+                    what: format!(
+                        "{} not found: {var}={} is not an executable file",
+                        self.name(),
+                        value.to_string_lossy()
+                    ),
+                    hint: self.hint().to_owned(),
+                }),
+            };
+        }
+        if let (Some(relative), Some(exe)) = (self.installed(), exe) {
+            // target/debug/weir -> target/; target/release/deps/bench-… -> target/ one up.
+            for base in exe.ancestors().skip(2).take(2) {
+                let candidate = base.join("tools").join(relative);
+                if is_executable(&candidate) {
+                    return found(candidate);
+                }
+            }
+        }
+        match search_path(&path_var, self.name().as_ref()) {
+            Some(path) => found(path),
+            None => Err(BuildError::ToolMissing {
+                what: format!("{} not found", self.name()),
+                hint: self.hint().to_owned(),
+            }),
+        }
+    }
+}
+
+fn search_path(path_var: &std::ffi::OsStr, name: &std::ffi::OsStr) -> Option<PathBuf> {
+    std::env::split_paths(path_var)
+        .map(|dir| dir.join(name))
+        .find(|candidate| is_executable(candidate))
+}
+
+fn is_executable(path: &Path) -> bool {
+    let Ok(meta) = std::fs::metadata(path) else {
+        return false;
+    };
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        meta.is_file() && meta.permissions().mode() & 0o111 != 0
+    }
+    #[cfg(not(unix))]
+    {
+        meta.is_file()
+    }
+}
+
+/// A tool and where it was found.
+#[derive(Clone, Debug)]
+pub struct FoundTool {
+    pub tool: Tool,
+    pub path: PathBuf,
+}
+
+impl FoundTool {
+    /// A command running the tool. Backtraces of tools written in Rust are off: a failed
+    /// build shows the compiler's message, not the tool's stack.
+    pub(super) fn command(&self) -> Command {
+        let mut command = Command::new(&self.path);
+        command
+            .env("RUST_BACKTRACE", "0")
+            .env("RUST_LIB_BACKTRACE", "0")
+            .stdin(Stdio::null());
+        command
+    }
+
+    /// Runs `command` with its standard error passing through; its standard output (which
+    /// is not `weir build`'s own) is shown on standard error if the tool fails. A non-zero
+    /// exit is the build of `language` failing.
+    pub(super) fn run(&self, language: Language, command: &mut Command) -> Result<(), BuildError> {
+        tracing::debug!(command = ?command, "running");
+        let output = command
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .output()
+            .map_err(|e| self.spawn_error(e))?;
+        if !output.status.success() {
+            use std::io::Write;
+            // Best effort: standard error is where the user looks, nothing to do if it fails.
+            let _ = std::io::stderr().write_all(&output.stdout);
+        }
+        self.check(language, output.status)
+    }
+
+    /// Runs `command` and returns its output, captured; a non-zero exit is not an error here.
+    pub(super) fn output(&self, command: &mut Command) -> Result<Output, BuildError> {
+        tracing::debug!(command = ?command, "running");
+        command.output().map_err(|e| self.spawn_error(e))
+    }
+
+    pub(super) fn check(&self, language: Language, status: ExitStatus) -> Result<(), BuildError> {
+        if status.success() {
+            Ok(())
+        } else {
+            Err(BuildError::Failed {
+                language,
+                tool: self.tool.name(),
+                status,
+            })
+        }
+    }
+
+    pub(super) fn spawn_error(&self, source: std::io::Error) -> BuildError {
+        BuildError::Spawn {
+            tool: self.tool.name(),
+            path: self.path.clone(),
+            hint: self.tool.hint().to_owned(),
+            source,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn executable(path: &Path) {
+        std::fs::create_dir_all(path.parent().expect("has a parent")).expect("create dir");
+        std::fs::write(path, "#!/bin/sh\n").expect("write");
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+        }
+    }
+
+    fn env_of(vars: Vec<(&'static str, OsString)>) -> impl Fn(&str) -> Option<OsString> {
+        move |name| {
+            vars.iter()
+                .find(|(n, _)| *n == name)
+                .map(|(_, v)| v.clone())
+        }
+    }
+
+    #[test]
+    fn the_environment_variable_comes_first_and_must_exist() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let tool = dir.path().join("my-componentize-py");
+        executable(&tool);
+        let env = env_of(vec![("WEIR_COMPONENTIZE_PY", tool.clone().into())]);
+        let found = Tool::ComponentizePy.find_with(&env, None).expect("found");
+        assert_eq!(found.path, tool);
+
+        let env = env_of(vec![(
+            "WEIR_COMPONENTIZE_PY",
+            "/nonexistent/componentize-py".into(),
+        )]);
+        let err = Tool::ComponentizePy
+            .find_with(&env, None)
+            .expect_err("missing");
+        let message = err.to_string();
+        assert!(
+            message.contains("WEIR_COMPONENTIZE_PY=/nonexistent/componentize-py"),
+            "{message}"
+        );
+        assert!(
+            message.contains("scripts/setup-languages python"),
+            "{message}"
+        );
+        assert!(err.is_input_error());
+    }
+
+    #[test]
+    fn the_setup_layout_is_found_from_the_binary() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let target = dir.path().join("target");
+        let jco = target.join("tools/js/node_modules/.bin/jco");
+        executable(&jco);
+        let env = env_of(vec![]);
+        for exe in ["debug/weir", "release/weir", "release/deps/multi_job-0123"] {
+            let found = Tool::Jco
+                .find_with(&env, Some(&target.join(exe)))
+                .unwrap_or_else(|e| panic!("{exe}: {e}"));
+            assert_eq!(found.path, jco, "{exe}");
+        }
+    }
+
+    #[test]
+    fn then_path_then_a_hint() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let clang = dir.path().join("bin/clang-16");
+        executable(&clang);
+        let env = env_of(vec![("PATH", dir.path().join("bin").into())]);
+        assert_eq!(
+            Tool::Clang.find_with(&env, None).expect("found").path,
+            clang
+        );
+        let err = Tool::Jco.find_with(&env, None).expect_err("missing");
+        assert!(
+            err.to_string()
+                .starts_with("jco not found: run scripts/setup-languages js"),
+            "{err}"
+        );
+    }
+}

@@ -1,0 +1,46 @@
+//! `weir new --lang rust|python|js|c NAME`
+
+use std::path::PathBuf;
+
+use super::Failure;
+use crate::build::{Language, create_skeleton};
+
+#[derive(Debug, clap::Args)]
+pub struct NewArgs {
+    /// The operator's language.
+    #[arg(long, value_enum)]
+    lang: Language,
+    /// The folder to create (it must not exist); its name is the operator's name.
+    name: PathBuf,
+}
+
+pub fn new(args: NewArgs) -> Result<(), Failure> {
+    let files = create_skeleton(&args.name, args.lang).map_err(|e| {
+        if e.is_input_error() {
+            Failure::input(e)
+        } else {
+            Failure::failed(e)
+        }
+    })?;
+    let files: Vec<String> = files.iter().map(|f| f.display().to_string()).collect();
+    println!(
+        "created the {} operator {}: {}",
+        args.lang,
+        args.name.display(),
+        files.join(", ")
+    );
+    if args.lang == Language::Rust {
+        let sdk = crate::build::rust_sdk_path();
+        if !sdk.is_dir() {
+            eprintln!(
+                "warning: Cargo.toml takes weir-guest from {}, which does not exist here: point it at guest-sdk/ of a Weir checkout",
+                sdk.display()
+            );
+        }
+    }
+    println!(
+        "next: cd {} && weir build && weir run job.toml",
+        args.name.display()
+    );
+    Ok(())
+}
