@@ -184,10 +184,10 @@ impl FoundTool {
             .stderr(Stdio::inherit())
             .output()
             .map_err(|e| self.spawn_error(e))?;
-        if !output.status.success() {
-            use std::io::Write;
-            // Best effort: standard error is where the user looks, nothing to do if it fails.
-            let _ = std::io::stderr().write_all(&output.stdout);
+        let shown = String::from_utf8_lossy(&output.stdout);
+        let shown = shown.trim_end();
+        if !output.status.success() && !shown.is_empty() {
+            eprintln!("{shown}");
         }
         self.check(language, output.status)
     }
