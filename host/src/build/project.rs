@@ -112,7 +112,7 @@ impl Project {
     }
 
     /// The project's source files: those with the language's extensions (and `Cargo.toml`),
-    /// in every folder except hidden ones and [`SKIPPED_DIRS`].
+    /// in every folder except hidden ones and `target/`, `node_modules/`, `__pycache__/`.
     pub fn sources(&self) -> std::io::Result<Vec<PathBuf>> {
         let mut files = Vec::new();
         self.collect_sources(&self.dir, &mut files)?;
