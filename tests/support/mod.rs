@@ -46,6 +46,26 @@ pub fn component(crate_name: &str) -> PathBuf {
     path
 }
 
+/// Builds the operator project `project` with `weir build` (a no-op when it is up to date)
+/// and returns its component, `project/operator.wasm`. Test processes that build the same
+/// project take turns through a lock file, so each project builds once per run.
+pub fn built_operator(project: &Path) -> PathBuf {
+    let lock = std::fs::File::create(repo().join("target/.weir-build-tests.lock"))
+        .expect("create the build lock");
+    lock.lock().expect("take the build lock");
+    let out = weir(&["build", project.to_str().expect("utf-8")]);
+    assert!(
+        out.status.success(),
+        "weir build {} failed (run scripts/setup-languages if a toolchain is missing):\n{}\n{}",
+        project.display(),
+        String::from_utf8_lossy(&out.stdout),
+        stderr(&out)
+    );
+    let component = project.join("operator.wasm");
+    assert!(component.is_file(), "{} was not built", component.display());
+    component
+}
+
 /// A component cache shared by the tests of this run, so each component compiles once.
 pub fn cache_dir() -> PathBuf {
     repo().join("target/test-component-cache")

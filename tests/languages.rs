@@ -1,0 +1,202 @@
+//! One behavioural test, passed by the word counter of every language: Rust
+//! (`examples/wordcount/counter`), Python, JavaScript and C (`examples/languages/*-counter`),
+//! each built with `weir build`.
+//!
+//! The same input through tokenizer -> counter (two subtasks) -> file, with checkpoints, must
+//! give the same output (every word with its running count) and leave the same state: the
+//! last checkpoint, restored, holds for every word exactly its count. The SDKs encode state
+//! differently (Rust: CBOR; Python, JavaScript, C: JSON text), so counts are compared decoded.
+
+mod support;
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use support::{built_operator, repo, stderr, tokenize_then, weir};
+use weir_host::checkpoint::CheckpointStore;
+use weir_host::checkpoint::storage::read_increment;
+use weir_host::partition::{KeyGroupRange, KeyGroups, hash_key};
+use weir_host::state::{KeyRef, KeyedStateBackend, StateKind};
+
+/// Text with repeated words, punctuation and non-ASCII words.
+fn input() -> String {
+    let words = [
+        "stream",
+        "state",
+        "Weir",
+        "café",
+        "naïve",
+        "über",
+        "x",
+        "checkpoint",
+        "wasm",
+        "日本",
+    ];
+    let mut text = String::new();
+    for i in 0..3_000usize {
+        for j in 0..(1 + i % 7) {
+            text.push_str(words[(i * 7 + j * 3) % words.len()]);
+            text.push_str(if j % 3 == 0 { ", " } else { " " });
+        }
+        text.push('\n');
+    }
+    text
+}
+
+/// How the counter's SDK stores a count.
+enum Encoding {
+    Cbor,
+    Json,
+}
+
+fn decode(bytes: &[u8], encoding: &Encoding) -> u64 {
+    match encoding {
+        Encoding::Cbor => ciborium::from_reader(bytes).expect("a CBOR count"),
+        Encoding::Json => std::str::from_utf8(bytes)
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or_else(|| panic!("not a JSON count: {bytes:?}")),
+    }
+}
+
+/// Runs the word count with the counter built from `project` and checks its output and state.
+fn behaves_like_the_word_counter(project: &Path, encoding: Encoding) {
+    let component = built_operator(project);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let text = input();
+    std::fs::write(dir.path().join("in.txt"), &text).expect("input");
+    let store = dir.path().join("store");
+    let job = tokenize_then(
+        dir.path(),
+        "name = \"wc\"\nbatch_size = 100",
+        "count",
+        "weir-example-counter",
+        "parallelism = 2",
+        &format!(
+            "[checkpoints]\nstore = \"file://{}\"\ninterval_ms = 10",
+            store.display()
+        ),
+    );
+    // The counter under test instead of the Rust one the helper names.
+    let job_text = std::fs::read_to_string(&job).expect("job");
+    let rust = support::toml_path(&support::component("weir-example-counter"));
+    assert!(job_text.contains(&rust));
+    std::fs::write(
+        &job,
+        job_text.replace(&rust, &support::toml_path(&component)),
+    )
+    .expect("job");
+    let out = weir(&["run", job.to_str().expect("utf-8"), "-q"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+
+    // Output: the tokenizer lowercases each line and splits it on anything that is not
+    // alphanumeric (see examples/wordcount/tokenizer).
+    let mut counts: BTreeMap<String, u64> = BTreeMap::new();
+    let mut expected = Vec::new();
+    let lower = text.to_lowercase();
+    for word in lower
+        .split(|c: char| !c.is_alphanumeric())
+        .filter(|w| !w.is_empty())
+    {
+        let word = word.to_owned();
+        let n = counts.entry(word.clone()).or_default();
+        *n += 1;
+        expected.push(format!("{word}\t{n}"));
+    }
+    expected.sort();
+    let mut got: Vec<String> = std::fs::read_to_string(dir.path().join("out.txt"))
+        .expect("output")
+        .lines()
+        .map(str::to_owned)
+        .collect();
+    got.sort();
+    assert_eq!(got.len(), expected.len(), "line count differs");
+    assert!(got == expected, "output differs");
+
+    // State: the last checkpoint, restored subtask by subtask.
+    let runtime = tokio::runtime::Runtime::new().expect("runtime");
+    let store = CheckpointStore::open(&format!("file://{}", store.display()), "wc").expect("store");
+    let last = *runtime
+        .block_on(store.completed())
+        .expect("list")
+        .last()
+        .expect("a checkpoint");
+    let metadata = runtime
+        .block_on(store.read_metadata(last))
+        .expect("metadata");
+    assert!(
+        metadata.finished,
+        "the last checkpoint holds the final state"
+    );
+    let groups = KeyGroups::new(metadata.key_groups);
+    let operator = metadata
+        .operators
+        .iter()
+        .find(|o| o.name == "count")
+        .expect("the counter's state");
+    let mut found: BTreeMap<String, u64> = BTreeMap::new();
+    for subtask in &operator.subtasks {
+        let range = KeyGroupRange {
+            start: subtask.key_groups.0,
+            end: subtask.key_groups.1,
+        };
+        let mut backend = KeyedStateBackend::new(groups, range);
+        let state = backend.declare("count", StateKind::Value).expect("declare");
+        backend.seal_declarations();
+        for artifact in &subtask.chain {
+            let increment = runtime
+                .block_on(read_increment(
+                    store.object_store().as_ref(),
+                    &store.resolve(&artifact.path),
+                    range,
+                ))
+                .expect("read");
+            backend.restore(&increment).expect("restore");
+        }
+        for word in counts.keys() {
+            let key = KeyRef::new(word.as_bytes(), hash_key(word.as_bytes()));
+            if !range.contains(groups.of(key.hash)) {
+                continue;
+            }
+            if let Some(bytes) = backend.value_get(state, key).expect("get") {
+                found.insert(word.clone(), decode(bytes, &encoding));
+            }
+        }
+        assert_eq!(
+            backend.stats().entries,
+            found
+                .keys()
+                .filter(|w| range.contains(groups.of(hash_key(w.as_bytes()))))
+                .count(),
+            "subtask {} holds state for keys that are not words",
+            subtask.subtask
+        );
+    }
+    assert_eq!(found, counts, "the restored state differs from the counts");
+}
+
+#[test]
+fn the_rust_counter_behaves_like_the_word_counter() {
+    behaves_like_the_word_counter(&repo().join("examples/wordcount/counter"), Encoding::Cbor);
+}
+
+#[test]
+fn the_python_counter_behaves_like_the_word_counter() {
+    behaves_like_the_word_counter(
+        &repo().join("examples/languages/python-counter"),
+        Encoding::Json,
+    );
+}
+
+#[test]
+fn the_javascript_counter_behaves_like_the_word_counter() {
+    behaves_like_the_word_counter(
+        &repo().join("examples/languages/js-counter"),
+        Encoding::Json,
+    );
+}
+
+#[test]
+fn the_c_counter_behaves_like_the_word_counter() {
+    behaves_like_the_word_counter(&repo().join("examples/languages/c-counter"), Encoding::Json);
+}
