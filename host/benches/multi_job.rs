@@ -8,7 +8,8 @@
 //!   while three copies of it run beside it. On a machine with C cores and jobs that each
 //!   keep about two busy, the ideal is about min(1, C / 8).
 //! - `submit_to_first_record_ms_<language>_{uncached,cached}`: from starting `weir submit` to
-//!   the job's first operator having taken in a record. Uncached: the host's component cache
+//!   the job's first operator having taken in a record, for the word counter in Rust and in
+//!   Python (`examples/languages/python-counter`, built with `weir build`). Uncached: the host's component cache
 //!   is emptied first, so the component compiles; cached: the compiled component is on disk.
 //!   Medians of a few submissions each.
 //!
@@ -216,7 +217,9 @@ fn main() {
     println!("shared_host_throughput_ratio {:.3}", shared / alone);
 
     // Time to the first record, per language.
-    for (language, component) in [("rust", counter.clone())] {
+    let python =
+        support::built_operator(&support::repo().join("examples/languages/python-counter"));
+    for (language, component) in [("rust", counter.clone()), ("python", python)] {
         let job = endless_job(jobs.path(), &format!("start-{language}"), &component);
         let mut uncached = Vec::new();
         let mut cached = Vec::new();

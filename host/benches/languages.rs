@@ -1,0 +1,146 @@
+//! The same word-counting operator in Rust, Python, JavaScript and C, in one run: keyed-count
+//! throughput (the shared pipeline of `keyed/`: generator over 10 000 keys -> counter ->
+//! discard) with each one's ratio to the Rust guest, and start times.
+//!
+//! - The operators: `examples/wordcount/counter` (Rust, the `guest` profile) and
+//!   `examples/languages/{python,js,c}-counter`, built with `weir build` (componentize-py,
+//!   jco's QuickJS backend, clang with wasi-libc). Each keeps a per-key count in a value
+//!   state and emits `word<TAB>count`.
+//! - Start: loading the component (compiling it, or reading the precompiled artifact from the
+//!   component cache) plus instantiating it and calling `open`, as a subtask starts. Cold:
+//!   an empty cache; cached: the artifact the cold start left.
+//!
+//! Python and JavaScript run fewer records than Rust and C (records/s is what is compared).
+//!
+//! `cargo bench -p weir-host --bench languages`
+
+mod keyed;
+#[path = "../../tests/support/mod.rs"]
+mod support;
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Instant;
+
+use keyed::{measure, median};
+use weir_host::engine::{ComponentCache, Engine, EngineOptions};
+use weir_host::guest::{WasmOperator, WasmOperatorFactory};
+use weir_host::ids::{OperatorName, SubtaskIndex};
+use weir_host::operator::{GuestLimits, SubtaskContext};
+use weir_host::partition::KeyGroups;
+
+const KEYS: u64 = 10_000;
+const ROUNDS: usize = 3;
+const CACHED_STARTS: usize = 5;
+
+struct Language {
+    name: &'static str,
+    component: PathBuf,
+    records: u64,
+}
+
+/// Milliseconds to load `component` with an engine caching into `cache` and open one
+/// subtask of it.
+fn start_ms(component: &Path, cache: &Path) -> f64 {
+    let engine = Engine::new(EngineOptions {
+        cache: Some(ComponentCache::new(cache)),
+    })
+    .expect("engine");
+    let groups = KeyGroups::default();
+    let ctx = SubtaskContext {
+        job: Arc::from("languages"),
+        operator: OperatorName("count".into()),
+        subtask: SubtaskIndex(0),
+        parallelism: 1,
+        key_groups: groups,
+        range: groups.range_of(SubtaskIndex(0), 1),
+        config_json: "{}".into(),
+        limits: GuestLimits::default(),
+        guest_log: None,
+    };
+    let started = Instant::now();
+    let loaded = engine.load(component).expect("load");
+    let operator = WasmOperator::open(&engine, &loaded, &ctx).expect("open");
+    let ms = started.elapsed().as_secs_f64() * 1e3;
+    drop(operator);
+    ms
+}
+
+fn main() {
+    let examples = support::repo().join("examples/languages");
+    let languages = [
+        Language {
+            name: "rust",
+            component: support::component("weir-example-counter"),
+            records: 2_000_000,
+        },
+        Language {
+            name: "python",
+            component: support::built_operator(&examples.join("python-counter")),
+            records: 200_000,
+        },
+        Language {
+            name: "js",
+            component: support::built_operator(&examples.join("js-counter")),
+            records: 200_000,
+        },
+        Language {
+            name: "c",
+            component: support::built_operator(&examples.join("c-counter")),
+            records: 2_000_000,
+        },
+    ];
+
+    let mut cached_max: f64 = 0.0;
+    for language in &languages {
+        let cache = tempfile::tempdir().expect("tempdir");
+        let cold = start_ms(&language.component, cache.path());
+        let cached = median(
+            (0..CACHED_STARTS)
+                .map(|_| start_ms(&language.component, cache.path()))
+                .collect(),
+        );
+        cached_max = cached_max.max(cached);
+        let bytes = std::fs::metadata(&language.component).map_or(0, |m| m.len());
+        println!("{}_component_bytes {bytes}", language.name);
+        println!("{}_cold_start_ms {cold:.1}", language.name);
+        println!("{}_cached_start_ms {cached:.2}", language.name);
+    }
+
+    let engine = Engine::new(EngineOptions {
+        cache: Some(ComponentCache::new(support::cache_dir())),
+    })
+    .expect("engine");
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let factories: Vec<_> = languages
+        .iter()
+        .map(|l| {
+            let component = engine.load(&l.component).expect("load");
+            Arc::new(WasmOperatorFactory::new(engine.clone(), component))
+        })
+        .collect();
+    // Warm-up, then rounds interleaved so that a slow phase of the machine hits every
+    // language; medians.
+    let mut rates = vec![Vec::new(); languages.len()];
+    for (l, factory) in languages.iter().zip(&factories) {
+        measure(&runtime, factory.clone(), l.records / 10, KEYS);
+    }
+    for round in 1..=ROUNDS {
+        for (i, (l, factory)) in languages.iter().zip(&factories).enumerate() {
+            let rate = measure(&runtime, factory.clone(), l.records, KEYS);
+            println!("round {round}: {} {rate:.0} records/s", l.name);
+            rates[i].push(rate);
+        }
+    }
+    let rates: Vec<f64> = rates.into_iter().map(median).collect();
+    for (l, rate) in languages.iter().zip(&rates) {
+        println!("{}_records_per_sec {rate:.0}", l.name);
+    }
+    for (l, rate) in languages.iter().zip(&rates).skip(1) {
+        println!("{}_rust_ratio {:.3}", l.name, rate / rates[0]);
+    }
+    println!("cached_start_ms_max {cached_max:.2}");
+}
