@@ -17,28 +17,13 @@ use std::time::Duration;
 use object_store::ObjectStore;
 use object_store::memory::InMemory;
 use object_store::path::Path as StorePath;
+use support::crash::{Rng, committed, kill_until_finished, seed};
 use support::{cache_dir, stderr, tokenize_then, write_job};
 use weir_host::checkpoint::actor::Actor;
 use weir_host::checkpoint::instrumented_store::{Faults, InstrumentedStore};
 use weir_host::checkpoint::{CheckpointMetadata, CheckpointStore};
 use weir_host::engine::{ComponentCache, Engine, EngineOptions};
 use weir_host::job::{JobSpec, RunOptions, run_job_in};
-
-/// A small deterministic generator (xorshift), so a failing run can be replayed from its seed.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
 
 /// Writes `lines` lines of five words each over `vocabulary` words; returns the expected
 /// output, sorted.
@@ -78,30 +63,6 @@ fn job_file(dir: &Path, name: &str, batch_size: usize, checkpoints: &str) -> Pat
     )
 }
 
-fn committed(dir: &Path) -> Vec<String> {
-    let text = std::fs::read_to_string(dir.join("out.txt")).unwrap_or_default();
-    let mut lines: Vec<String> = text.lines().map(str::to_owned).collect();
-    lines.sort();
-    lines
-}
-
-/// Lines of `got` that are not in `expected` (as multisets): duplicates or inventions.
-fn extra_lines(got: &[String], expected: &[String]) -> Vec<String> {
-    let mut budget: HashMap<&str, i64> = HashMap::new();
-    for e in expected {
-        *budget.entry(e).or_default() += 1;
-    }
-    let mut extra = Vec::new();
-    for g in got {
-        let left = budget.entry(g).or_default();
-        *left -= 1;
-        if *left < 0 {
-            extra.push(g.clone());
-        }
-    }
-    extra
-}
-
 /// Every object of the job in `store` is the metadata of a retained checkpoint or an artifact
 /// one of them references: nothing orphaned, nothing missing.
 async fn assert_store_holds_exactly_the_retained(store: &CheckpointStore) {
@@ -135,16 +96,7 @@ fn engine() -> Engine {
 
 #[test]
 fn sigkill_at_random_instants_then_restore_gives_exactly_the_uninterrupted_output() {
-    let seed = std::env::var("WEIR_TEST_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| {
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .expect("clock")
-                .as_nanos() as u64
-        });
-    eprintln!("seed {seed} (set WEIR_TEST_SEED to replay)");
+    let seed = seed();
     let mut rng = Rng(seed | 1);
     let dir = tempfile::tempdir().expect("tempdir");
     let expected = write_input(&dir.path().join("in.txt"), 200_000, 3_000, seed);
@@ -161,39 +113,7 @@ fn sigkill_at_random_instants_then_restore_gives_exactly_the_uninterrupted_outpu
     let job = job.to_str().expect("utf-8");
 
     // Run, kill, restore, again, until a run gets to the end by itself.
-    let mut kills = 0;
-    for _ in 0..60 {
-        let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_weir"))
-            .args(["run", job, "--restore", "latest", "-q"])
-            .env("WEIR_CACHE_DIR", cache_dir())
-            .env("RUST_LOG", "warn")
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::piped())
-            .spawn()
-            .expect("weir starts");
-        std::thread::sleep(Duration::from_millis(10 + rng.below(90)));
-        let finished = child.try_wait().expect("poll").is_some();
-        if !finished {
-            child.kill().expect("SIGKILL");
-            kills += 1;
-        }
-        let out = child.wait_with_output().expect("wait");
-        if finished {
-            assert!(out.status.success(), "weir failed: {}", stderr(&out));
-        }
-        // At every instant, what is visible is a part of the expected output: never a
-        // duplicate, never a line that should not be there.
-        let visible = committed(dir.path());
-        let extra = extra_lines(&visible, &expected);
-        assert!(
-            extra.is_empty(),
-            "after a kill, committed output has lines that should not be there (seed {seed}): {:?}",
-            &extra[..extra.len().min(5)]
-        );
-        if finished {
-            break;
-        }
-    }
+    let kills = kill_until_finished(job, dir.path(), &expected, &mut rng, (10, 90));
     eprintln!("{kills} runs killed");
     assert!(
         kills >= 5,

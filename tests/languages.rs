@@ -12,6 +12,7 @@ mod support;
 use std::collections::BTreeMap;
 use std::path::Path;
 
+use support::crash::{committed, running_counts};
 use support::{built_operator, repo, stderr, tokenize_then, weir};
 use weir_host::checkpoint::CheckpointStore;
 use weir_host::checkpoint::storage::read_increment;
@@ -91,27 +92,19 @@ fn behaves_like_the_word_counter(project: &Path, encoding: Encoding) {
 
     // Output: the tokenizer lowercases each line and splits it on anything that is not
     // alphanumeric (see examples/wordcount/tokenizer).
-    let mut counts: BTreeMap<String, u64> = BTreeMap::new();
-    let mut expected = Vec::new();
     let lower = text.to_lowercase();
-    for word in lower
+    let words: Vec<&str> = lower
         .split(|c: char| !c.is_alphanumeric())
         .filter(|w| !w.is_empty())
-    {
-        let word = word.to_owned();
-        let n = counts.entry(word.clone()).or_default();
-        *n += 1;
-        expected.push(format!("{word}\t{n}"));
-    }
-    expected.sort();
-    let mut got: Vec<String> = std::fs::read_to_string(dir.path().join("out.txt"))
-        .expect("output")
-        .lines()
-        .map(str::to_owned)
         .collect();
-    got.sort();
+    let expected = running_counts(words.iter().copied());
+    let got = committed(dir.path());
     assert_eq!(got.len(), expected.len(), "line count differs");
     assert!(got == expected, "output differs");
+    let mut counts: BTreeMap<String, u64> = BTreeMap::new();
+    for word in words {
+        *counts.entry(word.to_owned()).or_default() += 1;
+    }
 
     // State: the last checkpoint, restored subtask by subtask.
     let runtime = tokio::runtime::Runtime::new().expect("runtime");

@@ -9,9 +9,9 @@ mod support;
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
-use std::time::Duration;
 
-use support::{built_operator, cache_dir, component, stderr, toml_path, write_job};
+use support::crash::{Rng, committed, kill_until_finished, seed};
+use support::{built_operator, component, stderr, toml_path, write_job};
 
 /// Pages, actions and users of generated events.
 const PAGES: [&str; 9] = [
@@ -26,18 +26,6 @@ const PAGES: [&str; 9] = [
     "/x y",
 ];
 const ACTIONS: [&str; 5] = ["view", "click", "buy", "heartbeat", "view"];
-
-/// xorshift, so a failing run can be replayed from its seed.
-struct Rng(u64);
-
-impl Rng {
-    fn below(&mut self, n: u64) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0 % n
-    }
-}
 
 /// Writes `events` JSON lines (with some that are not events) to `path`; returns the expected
 /// output lines, sorted.
@@ -156,43 +144,6 @@ fn pipeline_job(dir: &Path, batch_size: usize, checkpoints: &str) -> PathBuf {
     )
 }
 
-fn committed(dir: &Path) -> Vec<String> {
-    let text = std::fs::read_to_string(dir.join("out.txt")).unwrap_or_default();
-    let mut lines: Vec<String> = text.lines().map(str::to_owned).collect();
-    lines.sort();
-    lines
-}
-
-/// Lines of `got` beyond those of `expected` (as multisets): duplicates or inventions.
-fn extra_lines(got: &[String], expected: &[String]) -> Vec<String> {
-    let mut budget: HashMap<&str, i64> = HashMap::new();
-    for e in expected {
-        *budget.entry(e).or_default() += 1;
-    }
-    got.iter()
-        .filter(|g| {
-            let left = budget.entry(g.as_str()).or_default();
-            *left -= 1;
-            *left < 0
-        })
-        .cloned()
-        .collect()
-}
-
-fn seed() -> u64 {
-    let seed = std::env::var("WEIR_TEST_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| {
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .expect("clock")
-                .as_nanos() as u64
-        });
-    eprintln!("seed {seed} (set WEIR_TEST_SEED to replay)");
-    seed
-}
-
 #[test]
 fn the_four_language_pipeline_gives_the_expected_output() {
     let seed = seed();
@@ -233,36 +184,7 @@ fn the_pipeline_killed_at_random_instants_and_restored_gives_exactly_the_same_ou
         "interval_ms = 20\nretain = 2\nrestart_attempts = 0",
     );
     let job = job.to_str().expect("utf-8");
-    let mut kills = 0;
-    for _ in 0..60 {
-        let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_weir"))
-            .args(["run", job, "--restore", "latest", "-q"])
-            .env("WEIR_CACHE_DIR", cache_dir())
-            .env("RUST_LOG", "error")
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::piped())
-            .spawn()
-            .expect("weir starts");
-        std::thread::sleep(Duration::from_millis(30 + rng.below(300)));
-        let finished = child.try_wait().expect("poll").is_some();
-        if !finished {
-            child.kill().expect("SIGKILL");
-            kills += 1;
-        }
-        let out = child.wait_with_output().expect("wait");
-        if finished {
-            assert!(out.status.success(), "weir failed: {}", stderr(&out));
-        }
-        let extra = extra_lines(&committed(dir.path()), &expected);
-        assert!(
-            extra.is_empty(),
-            "after a kill, committed output has lines that should not be there (seed {seed}): {:?}",
-            &extra[..extra.len().min(5)]
-        );
-        if finished {
-            break;
-        }
-    }
+    let kills = kill_until_finished(job, dir.path(), &expected, &mut rng, (30, 300));
     eprintln!("{kills} runs killed");
     assert!(
         kills >= 3,

@@ -10,6 +10,7 @@ use std::path::Path;
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
+use support::crash::{committed, running_counts};
 use support::{cache_dir, component, stderr, tokenize_then, toml_path, write_job};
 
 const TOKEN: &str = "a-test-token-of-some-length";
@@ -136,6 +137,32 @@ fn wordcount_job(dir: &Path, checkpoints: &str) -> std::path::PathBuf {
     )
 }
 
+/// A job in `dir` without end: a generator over 1 000 keys -> counter -> discard, with `tail`
+/// after the sink.
+fn endless_job(dir: &Path, tail: &str) -> std::path::PathBuf {
+    write_job(
+        dir,
+        &format!(
+            r#"
+            [job]
+            name = "endless"
+            [source]
+            kind = "generator"
+            records = 10000000000
+            keys = 1000
+            [[operators]]
+            name = "count"
+            component = {counter}
+            key_by = "key"
+            [sink]
+            kind = "discard"
+            {tail}
+            "#,
+            counter = toml_path(&component("weir-example-counter")),
+        ),
+    )
+}
+
 #[test]
 fn submit_list_inspect_and_cancel_jobs_through_the_cli() {
     let data = tempfile::tempdir().expect("tempdir");
@@ -183,26 +210,7 @@ fn submit_list_inspect_and_cancel_jobs_through_the_cli() {
     assert!(table.contains(&id) && table.contains("finished"), "{table}");
 
     // A job without end, cancelled.
-    let endless = write_job(
-        dir.path(),
-        &format!(
-            r#"
-            [job]
-            name = "endless"
-            [source]
-            kind = "generator"
-            records = 10000000000
-            keys = 1000
-            [[operators]]
-            name = "count"
-            component = {counter}
-            key_by = "key"
-            [sink]
-            kind = "discard"
-            "#,
-            counter = toml_path(&component("weir-example-counter")),
-        ),
-    );
+    let endless = endless_job(dir.path(), "");
     let endless_id = submitted_id(&host.weir(
         &["submit", endless.to_str().expect("utf-8"), "--json"],
         Some(TOKEN),
@@ -329,47 +337,10 @@ fn a_host_stopped_mid_job_resumes_it_from_its_latest_checkpoint_with_exactly_onc
     let second = Host::start(data.path());
     let info = second.wait(&id);
     assert_eq!(info["status"], "finished", "{info}");
-    let mut expected: Vec<String> = Vec::new();
-    let mut counts = std::collections::HashMap::<String, u64>::new();
-    for word in input.split_whitespace() {
-        let n = counts.entry(word.to_owned()).or_default();
-        *n += 1;
-        expected.push(format!("{word}\t{n}"));
-    }
-    expected.sort();
-    let mut got: Vec<String> = std::fs::read_to_string(dir.path().join("out.txt"))
-        .expect("output")
-        .lines()
-        .map(str::to_owned)
-        .collect();
-    got.sort();
+    let expected = running_counts(input.split_whitespace());
+    let got = committed(dir.path());
     assert_eq!(got.len(), expected.len(), "lost or repeated lines");
     assert!(got == expected, "output differs");
-}
-
-/// Expected output of a word counter over `input`: every word with its running count.
-fn running_counts(input: &str) -> Vec<String> {
-    let mut counts = std::collections::HashMap::<&str, u64>::new();
-    let mut expected: Vec<String> = input
-        .split_whitespace()
-        .map(|word| {
-            let n = counts.entry(word).or_default();
-            *n += 1;
-            format!("{word}\t{n}")
-        })
-        .collect();
-    expected.sort();
-    expected
-}
-
-fn sorted_lines(path: &Path) -> Vec<String> {
-    let mut lines: Vec<String> = std::fs::read_to_string(path)
-        .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
-        .lines()
-        .map(str::to_owned)
-        .collect();
-    lines.sort();
-    lines
 }
 
 /// A job that runs the test guest `faulty` in `mode` (triggered by the word "boom") in a
@@ -530,8 +501,8 @@ fn misbehaving_jobs_are_stopped_at_their_limits_while_a_neighbour_finishes() {
     let info = host.wait(&good_id);
     assert_eq!(info["status"], "finished", "{info}");
     assert_eq!(
-        sorted_lines(&good.path().join("out.txt")),
-        running_counts(&input)
+        committed(good.path()),
+        running_counts(input.split_whitespace())
     );
 
     // The guests' log lines of one job, with operator, subtask and checkpoint, and the
@@ -604,28 +575,7 @@ fn a_job_cannot_reach_another_jobs_files_and_an_ended_job_restarts_from_its_chec
     let data = tempfile::tempdir().expect("tempdir");
     let host = Host::start(data.path());
     let dir = tempfile::tempdir().expect("tempdir");
-    let job = write_job(
-        dir.path(),
-        &format!(
-            r#"
-            [job]
-            name = "endless"
-            [source]
-            kind = "generator"
-            records = 10000000000
-            keys = 1000
-            [[operators]]
-            name = "count"
-            component = {counter}
-            key_by = "key"
-            [sink]
-            kind = "discard"
-            [checkpoints]
-            interval_ms = 20
-            "#,
-            counter = toml_path(&component("weir-example-counter")),
-        ),
-    );
+    let job = endless_job(dir.path(), "[checkpoints]\ninterval_ms = 20");
     let id = submitted_id(&host.weir(
         &["submit", job.to_str().expect("utf-8"), "--json"],
         Some(TOKEN),
@@ -636,8 +586,22 @@ fn a_job_cannot_reach_another_jobs_files_and_an_ended_job_restarts_from_its_chec
         std::thread::sleep(Duration::from_millis(10));
     }
 
+    // Restarting: refused while running, and for a checkpoint that does not exist.
+    let running = host.weir(&["restart", &id], Some(TOKEN));
+    assert_eq!(running.status.code(), Some(2), "{}", stderr(&running));
+    assert!(
+        stderr(&running).contains("is running"),
+        "{}",
+        stderr(&running)
+    );
+    let cancelled = host.weir(&["cancel", &id, "--checkpoint"], Some(TOKEN));
+    assert!(cancelled.status.success(), "{}", stderr(&cancelled));
+    let info = host.wait(&id);
+    assert_eq!(info["status"], "cancelled", "{info}");
+    let last = info["last_checkpoint"].as_u64().expect("a checkpoint");
+
     // A job whose source is another job's checkpoint, or whose sink would write into the
-    // host's data directory, is refused.
+    // host's data directory, is refused (the job is stopped, so its checkpoints stay put).
     let metadata = data
         .path()
         .join("jobs")
@@ -698,19 +662,6 @@ fn a_job_cannot_reach_another_jobs_files_and_an_ended_job_restarts_from_its_chec
         );
     }
 
-    // Restarting: refused while running, and for a checkpoint that does not exist.
-    let running = host.weir(&["restart", &id], Some(TOKEN));
-    assert_eq!(running.status.code(), Some(2), "{}", stderr(&running));
-    assert!(
-        stderr(&running).contains("is running"),
-        "{}",
-        stderr(&running)
-    );
-    let cancelled = host.weir(&["cancel", &id, "--checkpoint"], Some(TOKEN));
-    assert!(cancelled.status.success(), "{}", stderr(&cancelled));
-    let info = host.wait(&id);
-    assert_eq!(info["status"], "cancelled", "{info}");
-    let last = info["last_checkpoint"].as_u64().expect("a checkpoint");
     let missing = host.weir(&["restart", &id, "--checkpoint", "999999"], Some(TOKEN));
     assert_eq!(missing.status.code(), Some(2), "{}", stderr(&missing));
     assert!(stderr(&missing).contains("999999"), "{}", stderr(&missing));

@@ -1,0 +1,125 @@
+//! Killing a job at random instants and checking what it committed: the pieces the
+//! exactly-once tests share.
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use super::{cache_dir, stderr};
+
+/// A small deterministic generator (xorshift), so a failing run can be replayed from its seed.
+pub struct Rng(pub u64);
+
+impl Rng {
+    pub fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+}
+
+/// The seed of this run: `WEIR_TEST_SEED`, else the clock; printed, to replay a failure.
+pub fn seed() -> u64 {
+    let seed = std::env::var("WEIR_TEST_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .expect("clock")
+                .as_nanos() as u64
+        });
+    eprintln!("seed {seed} (set WEIR_TEST_SEED to replay)");
+    seed
+}
+
+/// The lines of `dir/out.txt` (none if it does not exist), sorted.
+pub fn committed(dir: &Path) -> Vec<String> {
+    let text = std::fs::read_to_string(dir.join("out.txt")).unwrap_or_default();
+    let mut lines: Vec<String> = text.lines().map(str::to_owned).collect();
+    lines.sort();
+    lines
+}
+
+/// Lines of `got` beyond those of `expected` (as multisets): duplicates or inventions.
+pub fn extra_lines(got: &[String], expected: &[String]) -> Vec<String> {
+    let mut budget: HashMap<&str, i64> = HashMap::new();
+    for e in expected {
+        *budget.entry(e).or_default() += 1;
+    }
+    got.iter()
+        .filter(|g| {
+            let left = budget.entry(g.as_str()).or_default();
+            *left -= 1;
+            *left < 0
+        })
+        .cloned()
+        .collect()
+}
+
+/// Runs `weir run job --restore latest` again and again, SIGKILLing each run after a random
+/// `min_ms .. min_ms + spread_ms`, until one finishes by itself or 60 have run; after every
+/// run, checks that `dir/out.txt` holds nothing beyond `expected`. Returns how many runs were
+/// killed; the caller finishes the job with one more run.
+pub fn kill_until_finished(
+    job: &str,
+    dir: &Path,
+    expected: &[String],
+    rng: &mut Rng,
+    (min_ms, spread_ms): (u64, u64),
+) -> usize {
+    let mut kills = 0;
+    for _ in 0..60 {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_weir"))
+            .args(["run", job, "--restore", "latest", "-q"])
+            .env("WEIR_CACHE_DIR", cache_dir())
+            .env("RUST_LOG", "error")
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("weir starts");
+        std::thread::sleep(Duration::from_millis(min_ms + rng.below(spread_ms)));
+        let finished = child.try_wait().expect("poll").is_some();
+        if !finished {
+            child.kill().expect("SIGKILL");
+            kills += 1;
+        }
+        let out = child.wait_with_output().expect("wait");
+        if finished {
+            assert!(out.status.success(), "weir failed: {}", stderr(&out));
+        }
+        // At every instant, what is visible is a part of the expected output: never a
+        // duplicate, never a line that should not be there.
+        let extra = extra_lines(&committed(dir), expected);
+        assert!(
+            extra.is_empty(),
+            "after a kill, committed output has lines that should not be there: {:?}",
+            &extra[..extra.len().min(5)]
+        );
+        if finished {
+            return kills;
+        }
+    }
+    kills
+}
+
+/// What a word counter emits for `words`: every word with its running count, sorted.
+pub fn running_counts<'a>(words: impl IntoIterator<Item = &'a str>) -> Vec<String> {
+    let mut counts: HashMap<&str, u64> = HashMap::new();
+    let mut lines: Vec<String> = words
+        .into_iter()
+        .map(|word| {
+            let n = counts.entry(word).or_default();
+            *n += 1;
+            format!("{word}\t{n}")
+        })
+        .collect();
+    lines.sort();
+    lines
+}
