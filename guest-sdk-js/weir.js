@@ -26,12 +26,23 @@
 //
 // - Records arrive as one flat batch plus one key slot per record; `process` sees them one at
 //   a time through a single reused `Record` whose `key` and `value` are `Uint8Array` views of
-//   the batch (copy them with `.slice()` to keep them beyond the call).
+//   the batch, made when read (each read makes a new view: keep it in a variable; copy it
+//   with `.slice()` to keep it beyond the call). `keyStr()`/`valueStr()` decode straight
+//   from the batch.
 // - A `ValueState` reads the values of *every* key slot of the batch in one `read-values`
 //   call, the first time it is read in a batch, and decodes each slot on its first use.
 // - All writes of a batch are buffered and reach the host in one `apply` call at the end of
-//   the batch. A map or list read first sends the pending writes (read your writes).
-// - Output records are appended to one flat, reused byte buffer.
+//   the batch (a value state sends one write per key it changed, whatever the number of
+//   `set`s). A map or list read first sends the pending writes (read your writes).
+// - Output records are appended to one flat, reused byte buffer, and their offsets, flags and
+//   timestamps to reused typed arrays.
+//
+// Where the time goes (QuickJS compiled to WebAssembly, no JIT): the bindings copy a typed
+// array (`Uint32Array`, `Uint8Array`, `BigInt64Array`) across the boundary in one piece, but
+// a plain array element by element, and each `op` of an `apply` as an object read field by
+// field; and making any object (a view, an object literal, a string) costs far more than
+// reading or writing a number. So the SDK hands the host typed arrays, reuses its `op`
+// objects, and keeps the per-record path to a few property writes and one call.
 //
 // State values, map keys, map values and list items are stored as JSON text (UTF-8): a count
 // of 5 is stored as the bytes `5`.
@@ -40,9 +51,9 @@
 // writes of the failed batch are dropped and so are the records it emitted.
 //
 // QuickJS has no TextEncoder/TextDecoder: `utf8Encode`/`utf8Decode` below do the work.
-// Timestamps (s64) are JS numbers (exact up to 2^53); the SDK converts them from and to the
-// BigInts the StarlingMonkey bindings use. StarlingMonkey (`jco componentize --bundle
-// -d http fetch-event`, no --backend) works too but runs ~5x slower.
+// Timestamps (s64) are JS numbers (exact up to 2^53); the SDK converts them from the BigInts
+// the StarlingMonkey bindings give and hands the host a `BigInt64Array`. StarlingMonkey
+// (`jco componentize --bundle -d http fetch-event`, no --backend) works too but runs slower.
 
 import * as stateApi from "weir:operator/state@0.1.0";
 import * as logApi from "weir:operator/log@0.1.0";
@@ -55,14 +66,6 @@ export const HAS_KEY = 1;
 export const HAS_TIMESTAMP = 2;
 /** How many entries one `map-entries` call asks for. */
 const PAGE = 1024;
-/** Whether the bindings want s64 as BigInt (StarlingMonkey) rather than number (QuickJS);
- * learnt from the first input batch with records. */
-let s64BigInt = false;
-
-function s64(n) {
-  return s64BigInt ? BigInt(n) : n;
-}
-
 /** An error the SDK reports (bad batch, state misuse, a failed host call). */
 export class WeirError extends Error {}
 
@@ -91,7 +94,7 @@ function host(what, f) {
 /** Appends the UTF-8 encoding of `str` to `buf` (a ByteBuffer). */
 function writeUtf8(buf, str) {
   const n = str.length;
-  buf.reserve(n * 3);
+  if (buf.len + n * 3 > buf.cap) buf.reserve(n * 3);
   const bytes = buf.bytes;
   let len = buf.len;
   for (let i = 0; i < n; i++) {
@@ -207,21 +210,25 @@ export function utf8Decode(bytes, start = 0, end = bytes.length) {
 }
 
 /** Bytes appended to a Uint8Array that grows by doubling; `bytes.subarray(0, len)` is the
- * content. Reused from batch to batch. */
+ * content. Reused from batch to batch. Its capacity is kept in `cap`: in QuickJS a typed
+ * array's `length` is a getter on its prototype, several times dearer than a property. */
 class ByteBuffer {
   constructor(capacity = 4096) {
-    this.bytes = new Uint8Array(Math.max(capacity, 16));
+    this.cap = Math.max(capacity, 16);
+    this.bytes = new Uint8Array(this.cap);
     this.len = 0;
   }
 
+  /** Makes room for `extra` more bytes. */
   reserve(extra) {
     const need = this.len + extra;
-    if (need > this.bytes.length) {
-      let size = this.bytes.length * 2;
+    if (need > this.cap) {
+      let size = this.cap * 2;
       while (size < need) size *= 2;
       const bigger = new Uint8Array(size);
       bigger.set(this.bytes.subarray(0, this.len));
       this.bytes = bigger;
+      this.cap = size;
     }
   }
 
@@ -230,9 +237,7 @@ class ByteBuffer {
     if (typeof value === "string") {
       writeUtf8(this, value);
     } else {
-      this.reserve(value.length);
-      this.bytes.set(value, this.len);
-      this.len += value.length;
+      writeBytes(this, value);
     }
   }
 
@@ -241,9 +246,19 @@ class ByteBuffer {
   }
 }
 
+/** Appends a Uint8Array (or an array of bytes) to `buf`. */
+function writeBytes(buf, bytes) {
+  const n = bytes.length;
+  const len = buf.len;
+  if (len + n > buf.cap) buf.reserve(n);
+  buf.bytes.set(bytes, len);
+  buf.len = len + n;
+}
+
 // ---------------------------------------------------------------------------------------------
 // Encoding of state
 
+/** Appends the JSON text of `value`: integers without going through `JSON.stringify`. */
 function encodeInto(buf, value) {
   if (typeof value === "number" && value >= 0 && value <= Number.MAX_SAFE_INTEGER && value % 1 === 0) {
     writeUint(buf, value);
@@ -252,14 +267,43 @@ function encodeInto(buf, value) {
   }
 }
 
+/** The digits of 0 to 99, two by two: `DIGIT_PAIRS[2 * n]`, `DIGIT_PAIRS[2 * n + 1]`. */
+const DIGIT_PAIRS = new Uint8Array(200);
+for (let i = 0; i < 100; i++) {
+  DIGIT_PAIRS[2 * i] = 48 + ((i / 10) | 0);
+  DIGIT_PAIRS[2 * i + 1] = 48 + (i % 10);
+}
+
 /** Appends the decimal digits of a non-negative safe integer (its JSON text). */
 function writeUint(buf, n) {
-  buf.reserve(16);
+  if (buf.len + 16 > buf.cap) buf.reserve(16);
   const bytes = buf.bytes;
   let len = buf.len;
   if (n < 10) {
     bytes[len] = 48 + n;
     buf.len = len + 1;
+    return;
+  }
+  if (n <= 0x7fffffff) {
+    // int32 arithmetic, two digits at a time (every operation counts in an interpreter).
+    const digits =
+      n < 100 ? 2 : n < 1000 ? 3 : n < 10000 ? 4 : n < 100000 ? 5 : n < 1000000 ? 6
+        : n < 10000000 ? 7 : n < 100000000 ? 8 : n < 1000000000 ? 9 : 10;
+    len += digits;
+    buf.len = len;
+    while (n >= 100) {
+      const q = (n / 100) | 0;
+      const r = 2 * (n - q * 100);
+      bytes[--len] = DIGIT_PAIRS[r + 1];
+      bytes[--len] = DIGIT_PAIRS[r];
+      n = q;
+    }
+    if (n >= 10) {
+      bytes[--len] = DIGIT_PAIRS[2 * n + 1];
+      bytes[--len] = DIGIT_PAIRS[2 * n];
+    } else {
+      bytes[--len] = 48 + n;
+    }
     return;
   }
   let digits = 1;
@@ -309,29 +353,50 @@ export const log = {
 // ---------------------------------------------------------------------------------------------
 // Records
 
+const EMPTY = new Uint8Array(0);
+
 /** One input record: `key` (Uint8Array, or null for a record without key), `value`
- * (Uint8Array) and `timestamp` (ms since the Unix epoch, or null). Both are views of the
- * batch, valid during the `process` call. */
+ * (Uint8Array) and `timestamp` (ms since the Unix epoch, or null). `key` and `value` are views
+ * of the batch, made when read and valid during the `process` call. */
 export class Record {
-  constructor(key = null, value = new Uint8Array(0), timestamp = null) {
-    this.key = key;
-    this.value = value;
+  constructor(key = null, value = EMPTY, timestamp = null) {
+    // The batch's bytes and this record's offsets in them: the SDK sets these for each record.
+    const keyLen = key === null ? 0 : key.length;
+    this._data = new Uint8Array(keyLen + value.length);
+    if (key !== null) this._data.set(key, 0);
+    this._data.set(value, keyLen);
+    this._start = 0;
+    this._keyEnd = keyLen;
+    this._valueEnd = keyLen + value.length;
+    this._hasKey = key !== null;
     this.timestamp = timestamp;
+    this._buffer = this._data.buffer;
+    this._offset = this._data.byteOffset;
+  }
+
+  // `new Uint8Array(buffer, ...)` rather than `subarray`: the same view, made faster by QuickJS.
+  get key() {
+    if (!this._hasKey) return null;
+    return new Uint8Array(this._buffer, this._offset + this._start, this._keyEnd - this._start);
+  }
+
+  get value() {
+    return new Uint8Array(this._buffer, this._offset + this._keyEnd, this._valueEnd - this._keyEnd);
   }
 
   /** The key as text (UTF-8), or null for a record without key. */
   keyStr() {
-    return this.key === null ? null : utf8Decode(this.key);
+    return this._hasKey ? utf8Decode(this._data, this._start, this._keyEnd) : null;
   }
 
   /** The value as text (UTF-8). */
   valueStr() {
-    return utf8Decode(this.value);
+    return utf8Decode(this._data, this._keyEnd, this._valueEnd);
   }
 
   /** The value parsed as JSON. */
   valueJson() {
-    return JSON.parse(utf8Decode(this.value));
+    return JSON.parse(utf8Decode(this._data, this._keyEnd, this._valueEnd));
   }
 }
 
@@ -341,49 +406,99 @@ export class Record {
 export class Emitter {
   constructor() {
     this._data = new ByteBuffer(1 << 16);
-    this._reset();
+    // Per record, the columns of the WIT batch: typed arrays, which the bindings copy in one
+    // piece. Timestamps are zero where a record has none.
+    this._n = 0;
+    this._cap = 1024;
+    this._keyEnds = new Uint32Array(1024);
+    this._valueEnds = new Uint32Array(1024);
+    this._flags = new Uint8Array(1024);
+    this._timestamps = new BigInt64Array(1024);
+    this._withTimestamps = false;
+    this._hasKey = false;
   }
 
   _reset() {
+    if (this._withTimestamps) {
+      this._timestamps.fill(0n, 0, this._n);
+      this._withTimestamps = false;
+    }
     this._data.len = 0;
-    this._keyEnds = [];
-    this._valueEnds = [];
-    this._flags = [];
-    this._timestamps = [];
+    this._n = 0;
+  }
+
+  _grow() {
+    const size = this._cap * 2;
+    for (const name of ["_keyEnds", "_valueEnds", "_flags", "_timestamps"]) {
+      const bigger = new this[name].constructor(size);
+      bigger.set(this[name]);
+      this[name] = bigger;
+    }
+    this._cap = size;
+  }
+
+  /** Ends a record with a timestamp, its value written. */
+  _finish(flags, timestamp) {
+    const n = this._n;
+    this._timestamps[n] = BigInt(Math.trunc(Number(timestamp)));
+    this._withTimestamps = true;
+    this._flags[n] = flags | HAS_TIMESTAMP;
+    this._n = n + 1;
   }
 
   /** Emits a record; a `key` of null makes a record without key. */
   emit(key, value, timestamp = null) {
+    const n = this._n;
+    if (n === this._cap) this._grow();
     const data = this._data;
     let flags = 0;
     if (key !== null && key !== undefined) {
-      data.write(key);
+      if (typeof key === "string") writeUtf8(data, key);
+      else writeBytes(data, key);
       flags = HAS_KEY;
     }
-    this._keyEnds.push(data.len);
-    data.write(value);
-    this._valueEnds.push(data.len);
+    this._keyEnds[n] = data.len;
+    if (typeof value === "string") writeUtf8(data, value);
+    else writeBytes(data, value);
+    this._valueEnds[n] = data.len;
     if (timestamp === null || timestamp === undefined) {
-      this._timestamps.push(s64(0));
+      this._flags[n] = flags;
+      this._n = n + 1;
     } else {
-      flags |= HAS_TIMESTAMP;
-      this._timestamps.push(s64(timestamp));
+      this._finish(flags, timestamp);
     }
-    this._flags.push(flags);
   }
 
   /** Starts a record whose value is then appended with `write` (strings, bytes) and
    * `writeUint`, and finished with `end`: builds the value in place, without an intermediate
    * string (like the Rust SDK's `emit_with`). */
   begin(key) {
-    this._hasKey = key !== null && key !== undefined;
-    if (this._hasKey) this._data.write(key);
-    this._keyEnds.push(this._data.len);
+    const n = this._n;
+    if (n === this._cap) this._grow();
+    const data = this._data;
+    if (key !== null && key !== undefined) {
+      if (typeof key === "string") writeUtf8(data, key);
+      else writeBytes(data, key);
+      this._hasKey = true;
+    } else {
+      this._hasKey = false;
+    }
+    this._keyEnds[n] = data.len;
   }
 
   /** Appends a string (as UTF-8) or bytes to the value of the record begun with `begin`. */
   write(value) {
-    this._data.write(value);
+    const data = this._data;
+    if (typeof value !== "string") {
+      writeBytes(data, value);
+    } else if (value.length === 1 && data.len < data.cap) {
+      // A separator: one character, most often ASCII.
+      const c = value.charCodeAt(0);
+      if (c < 0x80) data.bytes[data.len++] = c;
+      else writeUtf8(data, value);
+    } else {
+      writeUtf8(data, value);
+    }
   }
 
   /** Appends the decimal digits of a non-negative integer to the value being built. */
@@ -393,15 +508,14 @@ export class Emitter {
 
   /** Finishes the record begun with `begin`. */
   end(timestamp = null) {
-    this._valueEnds.push(this._data.len);
-    let flags = this._hasKey ? HAS_KEY : 0;
+    const n = this._n;
+    this._valueEnds[n] = this._data.len;
     if (timestamp === null || timestamp === undefined) {
-      this._timestamps.push(s64(0));
+      this._flags[n] = this._hasKey ? HAS_KEY : 0;
+      this._n = n + 1;
     } else {
-      flags |= HAS_TIMESTAMP;
-      this._timestamps.push(s64(timestamp));
+      this._finish(this._hasKey ? HAS_KEY : 0, timestamp);
     }
-    this._flags.push(flags);
   }
 
   /** Emits a record whose value is `value` as JSON. */
@@ -410,24 +524,33 @@ export class Emitter {
   }
 
   get length() {
-    return this._valueEnds.length;
+    return this._n;
   }
 
-  /** The WIT batch. Its `data` is a view of the reused buffer: the host copies it when the
-   * call returns, before the buffer is written again. */
+  /** The WIT batch. Its columns are views of the reused buffers: the host copies them when the
+   * call returns, before they are written again. */
   _take() {
     if (this._data.len > 0xffffffff) {
       this._reset();
       throw new WeirError("the records emitted in one call exceed 4 GiB; emit less per batch");
     }
+    const n = this._n;
+    let timestamps = this._timestamps.subarray(0, n);
+    if (this._withTimestamps) {
+      // Rare: a copy, so that the reused column is all zeros again.
+      timestamps = timestamps.slice();
+      this._timestamps.fill(0n, 0, n);
+      this._withTimestamps = false;
+    }
     const batch = {
       data: this._data.view(),
-      keyEnds: this._keyEnds,
-      valueEnds: this._valueEnds,
-      flags: this._flags,
-      timestamps: this._timestamps,
+      keyEnds: this._keyEnds.subarray(0, n),
+      valueEnds: this._valueEnds.subarray(0, n),
+      flags: this._flags.subarray(0, n),
+      timestamps,
     };
-    this._reset();
+    this._data.len = 0;
+    this._n = 0;
     return batch;
   }
 }
@@ -435,14 +558,17 @@ export class Emitter {
 // ---------------------------------------------------------------------------------------------
 // The per-batch machinery: current key slot, write log, value caches
 
+/** The key slot of the record being processed. */
+let currentSlot = NO_SLOT;
+
+/** 0, 1, 2, ...: `read-values` asks for the values of the first `n` slots with a view of it. */
+let slotNumbers = new Uint32Array(0);
+
 class Runtime {
   constructor() {
-    this.slot = NO_SLOT;
     this.inBatch = false;
     this.inOpen = false;
-    this.generation = 0;
     this.slotCount = 0;
-    this.allSlots = [];
     this.ops = [];
     this.data = new ByteBuffer(1 << 14);
     /** Value states read or written in the current batch. */
@@ -450,11 +576,10 @@ class Runtime {
   }
 
   begin(slotCount) {
-    this.generation++;
     this.slotCount = slotCount;
-    if (this.allSlots.length !== slotCount) {
-      this.allSlots = [];
-      for (let i = 0; i < slotCount; i++) this.allSlots.push(i);
+    if (slotNumbers.length < slotCount) {
+      slotNumbers = new Uint32Array(Math.max(slotCount, 2 * slotNumbers.length));
+      for (let i = 0; i < slotNumbers.length; i++) slotNumbers[i] = i;
     }
     this.inBatch = true;
   }
@@ -481,8 +606,9 @@ class Runtime {
 
   /** The end of a batch: the dirty value slots join the log, the log goes out. */
   finish() {
-    for (const valueState of this.touched) valueState._flushInto(this);
+    const touched = this.touched;
     this.touched = [];
+    for (let i = 0; i < touched.length; i++) touched[i]._flushInto(this.ops, this.data);
     this.flush();
     this.end();
   }
@@ -497,7 +623,7 @@ class Runtime {
 
   end() {
     this.inBatch = false;
-    this.slot = NO_SLOT;
+    currentSlot = NO_SLOT;
   }
 
   noSlot(name) {
@@ -509,7 +635,7 @@ class Runtime {
   }
 
   slotFor(name) {
-    const slot = this.slot;
+    const slot = currentSlot;
     if (slot === NO_SLOT) throw this.noSlot(name);
     return slot;
   }
@@ -533,36 +659,107 @@ export class ValueState {
   constructor(name) {
     this.name = name;
     this._id = declare(name, "value");
+    /** One reusable `op` per slot: what `_flushInto` sends for it. */
+    this._ops = [];
     this._reset();
   }
 
+  // Per batch, from the first use of the state in the batch: `_cache` holds each slot's value
+  // (or UNREAD, ABSENT), `_dirty` the slots written, in order, and `_isDirty` marks them;
+  // `_items` is the reply of `read-values` once fetched. Outside of that, `_cache` is null.
   _reset() {
-    this._gen = -1;
     this._cache = null;
     this._dirty = null;
     this._isDirty = null;
     this._items = null;
+    this._ends = null;
+    this._present = null;
   }
 
-  _slot() {
-    const slot = rt.slot;
-    if (slot === NO_SLOT) throw rt.noSlot(this.name);
-    if (this._gen !== rt.generation) {
-      this._gen = rt.generation;
-      this._cache = new Array(rt.slotCount).fill(UNREAD);
+  /** Makes the cache of the current batch, on the state's first use in the batch. */
+  _begin() {
+    if (currentSlot === NO_SLOT || !rt.inBatch) throw rt.noSlot(this.name);
+    if (this._cache === null) {
+      const n = rt.slotCount;
+      this._cache = new Array(n).fill(UNREAD);
       this._dirty = [];
-      this._isDirty = new Uint8Array(rt.slotCount);
-      this._items = null;
+      this._isDirty = new Uint8Array(n);
       rt.touched.push(this);
     }
-    return slot;
+  }
+
+  get(dflt = undefined) {
+    const slot = currentSlot;
+    let cache = this._cache;
+    // A null cache (first use in the batch) and NO_SLOT both fail the bounds check.
+    if (cache === null || slot >= cache.length) {
+      this._begin();
+      cache = this._cache;
+    }
+    let value = cache[slot];
+    if (value === UNREAD) {
+      // The first read of the slot in the batch (`decode`, inlined for plain integers).
+      if (this._items === null) this._fetch();
+      if (this._present[slot]) {
+        const items = this._items;
+        const ends = this._ends;
+        const start = slot ? ends[slot - 1] : 0;
+        const end = ends[slot];
+        let n = 0;
+        let i = start;
+        if (end - start <= 15) {
+          for (; i < end; i++) {
+            const d = items[i] - 48;
+            if (d < 0 || d > 9) break;
+            n = n * 10 + d;
+          }
+        }
+        value = i === end && end > start ? n : decode(items, start, end);
+      } else {
+        value = ABSENT;
+      }
+      cache[slot] = value;
+    }
+    return value === ABSENT ? dflt : value;
+  }
+
+  set(value) {
+    if (value === undefined) throw new WeirError(`state \`${this.name}\`: cannot store undefined`);
+    const slot = currentSlot;
+    let cache = this._cache;
+    if (cache === null || slot >= cache.length) {
+      this._begin();
+      cache = this._cache;
+    }
+    cache[slot] = value;
+    const isDirty = this._isDirty;
+    if (isDirty[slot] === 0) {
+      isDirty[slot] = 1;
+      this._dirty.push(slot);
+    }
+  }
+
+  remove() {
+    const slot = currentSlot;
+    let cache = this._cache;
+    if (cache === null || slot >= cache.length) {
+      this._begin();
+      cache = this._cache;
+    }
+    cache[slot] = ABSENT;
+    const isDirty = this._isDirty;
+    if (isDirty[slot] === 0) {
+      isDirty[slot] = 1;
+      this._dirty.push(slot);
+    }
   }
 
   _fetch() {
+    const n = rt.slotCount;
     const values = host(`state \`${this.name}\`: reading values`, () =>
-      stateApi.readValues(this._id, rt.allSlots),
+      stateApi.readValues(this._id, slotNumbers.subarray(0, n)),
     );
-    if (values.present.length !== rt.slotCount || values.items.ends.length !== rt.slotCount) {
+    if (values.present.length !== n || values.items.ends.length !== n) {
       throw new WeirError(`state \`${this.name}\`: malformed reply from the host`);
     }
     this._items = values.items.data;
@@ -570,49 +767,33 @@ export class ValueState {
     this._present = values.present;
   }
 
-  get(dflt = undefined) {
-    const slot = this._slot();
-    let value = this._cache[slot];
-    if (value === UNREAD) {
-      if (this._items === null) this._fetch();
-      if (this._present[slot]) {
-        const ends = this._ends;
-        value = decode(this._items, slot ? ends[slot - 1] : 0, ends[slot]);
-      } else {
-        value = ABSENT;
-      }
-      this._cache[slot] = value;
-    }
-    return value === ABSENT ? dflt : value;
-  }
-
-  set(value) {
-    const slot = this._slot();
-    if (value === undefined) throw new WeirError(`state \`${this.name}\`: cannot store undefined`);
-    this._markDirty(slot);
-    this._cache[slot] = value;
-  }
-
-  remove() {
-    const slot = this._slot();
-    this._markDirty(slot);
-    this._cache[slot] = ABSENT;
-  }
-
-  _markDirty(slot) {
-    if (!this._isDirty[slot]) {
-      this._isDirty[slot] = 1;
-      this._dirty.push(slot);
-    }
-  }
-
-  _flushInto(runtime) {
+  /** Appends one write per dirty slot to the batch's log (`ops`, `buf`). */
+  _flushInto(ops, buf) {
     const cache = this._cache;
+    const dirty = this._dirty;
+    const pool = this._ops;
     const state = this._id;
-    for (const slot of this._dirty) {
+    for (let slot = pool.length; slot < cache.length; slot++) {
+      pool.push({ kind: "value-set", state, slot, keyEnd: 0, valueEnd: 0 });
+    }
+    for (let i = 0; i < dirty.length; i++) {
+      const slot = dirty[i];
+      const op = pool[slot];
       const value = cache[slot];
-      if (value === ABSENT) runtime.log("value-remove", state, slot, undefined, undefined);
-      else runtime.log("value-set", state, slot, undefined, value);
+      const start = buf.len;
+      if (value === ABSENT) {
+        op.kind = "value-remove";
+      } else {
+        op.kind = "value-set";
+        if (typeof value === "number" && value >= 0 && value <= 0x7fffffff && value % 1 === 0) {
+          writeUint(buf, value);
+        } else {
+          encodeInto(buf, value);
+        }
+      }
+      op.keyEnd = start;
+      op.valueEnd = buf.len;
+      ops.push(op);
     }
     this._reset();
   }
@@ -761,6 +942,12 @@ export class Operator {
   close(out) {}
 }
 
+/** Whether every record has a key and none has a timestamp. */
+function allKeyed(flags, n) {
+  for (let i = 0; i < n; i++) if (flags[i] !== HAS_KEY) return false;
+  return true;
+}
+
 function slotCount(keySlots, records) {
   if (keySlots.length !== records) {
     throw new WeirError(`malformed batch: ${keySlots.length} key slots for ${records} records`);
@@ -803,20 +990,36 @@ export function exportOperator(OperatorClass) {
         if (keyEnds.length !== n || flags.length !== n || timestamps.length !== n) {
           throw new WeirError("malformed batch: columns of different lengths");
         }
-        if (n > 0) s64BigInt = typeof timestamps[0] === "bigint";
         rt.begin(slotCount(keySlots, n));
         const record = new Record();
+        record._data = data;
+        record._buffer = data.buffer;
+        record._offset = data.byteOffset;
         let start = 0;
-        for (let i = 0; i < n; i++) {
-          const keyEnd = keyEnds[i];
-          const valueEnd = valueEnds[i];
-          const f = flags[i];
-          record.key = f & HAS_KEY ? data.subarray(start, keyEnd) : null;
-          record.value = data.subarray(keyEnd, valueEnd);
-          record.timestamp = f & HAS_TIMESTAMP ? Number(timestamps[i]) : null;
-          rt.slot = keySlots[i];
-          operator.process(record, out);
-          start = valueEnd;
+        if (allKeyed(flags, n)) {
+          // Every record keyed, none with a timestamp: the common case, with the least per
+          // record.
+          record._hasKey = true;
+          for (let i = 0; i < n; i++) {
+            const keyEnd = keyEnds[i];
+            record._start = start;
+            record._keyEnd = keyEnd;
+            record._valueEnd = start = valueEnds[i];
+            currentSlot = keySlots[i];
+            operator.process(record, out);
+          }
+        } else {
+          for (let i = 0; i < n; i++) {
+            const keyEnd = keyEnds[i];
+            const f = flags[i];
+            record._hasKey = (f & HAS_KEY) !== 0;
+            record._start = start;
+            record._keyEnd = keyEnd;
+            record._valueEnd = start = valueEnds[i];
+            record.timestamp = f & HAS_TIMESTAMP ? Number(timestamps[i]) : null;
+            currentSlot = keySlots[i];
+            operator.process(record, out);
+          }
         }
         rt.finish();
         return out._take();

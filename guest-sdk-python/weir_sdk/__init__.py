@@ -30,10 +30,19 @@ Like the Rust SDK, this one is built around the cost of the component boundary:
   plus one key slot per record; `process` sees them one at a time through a single reused
   `Record` (copy `record.key`/`record.value` if you keep them, they are plain `bytes`).
 - A `ValueState` reads the values of *every* key slot of the batch in one `read-values`
-  call, the first time it is read in a batch, and decodes each slot on its first use.
+  call, the first time it is read in a batch: plain integers are all decoded at once, other
+  values on their slot's first use.
 - All writes of a batch are buffered and reach the host in one `apply` call at the end of
-  the batch. A map or list read first sends the pending writes (read your writes).
-- Output records are appended to one flat batch.
+  the batch (a value state sends one write per key it changed, whatever the number of
+  `set`s). A map or list read first sends the pending writes (read your writes).
+- Output records are collected and joined into one flat batch when the call returns.
+
+Where the time goes (CPython compiled to WebAssembly, no JIT): every element of a WIT list
+other than `list<u8>` crosses the boundary as its own Python object, and every `op` of an
+`apply` as a record read attribute by attribute. So the per-record loops below keep to list
+indexing and C-level builtins (`zip`, `map`, `bytes.join`, `itertools.accumulate`), build
+nothing per record that the batch does not need, and build the `apply` log and the output
+columns once per batch.
 
 State values, map keys, map values and list items are stored as JSON text (compact, UTF-8):
 a count of 5 is stored as the bytes `5`. They must be JSON-serializable.
@@ -43,6 +52,9 @@ writes of the failed batch are dropped and so are the records it emitted.
 """
 
 import json
+from bisect import bisect_right
+from collections import namedtuple
+from itertools import accumulate, compress, repeat
 
 from componentize_py_types import Err
 from wit_world.imports import log as _log
@@ -98,13 +110,6 @@ def _decode(data):
     return json.loads(data)
 
 
-def _as_bytes(value):
-    """`bytes`/`bytearray`/`memoryview` as they are, `str` as UTF-8."""
-    if isinstance(value, str):
-        return value.encode()
-    return value
-
-
 # ---------------------------------------------------------------------------------------------
 # Logging (each call is one crossing to the host: keep it out of per-record loops)
 
@@ -138,14 +143,22 @@ class Record:
     and `timestamp` (milliseconds since the Unix epoch, or None).
 
     The SDK reuses one `Record` for every record of a batch: keep its fields, not the record.
+    `value` is cut from the batch when it is read (an operator that never reads it does not
+    pay for it): read it once and keep it in a variable if you use it more than once.
     """
 
-    __slots__ = ("key", "value", "timestamp")
+    __slots__ = ("key", "timestamp", "_data", "_start", "_end")
 
     def __init__(self, key=None, value=b"", timestamp=None):
         self.key = key
-        self.value = value
         self.timestamp = timestamp
+        self._data = bytes(value)
+        self._start = 0
+        self._end = len(self._data)
+
+    @property
+    def value(self):
+        return self._data[self._start : self._end]
 
     def key_str(self):
         """The key as text (UTF-8), or None for a record without key."""
@@ -154,81 +167,137 @@ class Record:
 
     def value_str(self):
         """The value as text (UTF-8)."""
-        return self.value.decode()
+        return self._data[self._start : self._end].decode()
 
     def value_json(self):
         """The value parsed as JSON."""
-        return json.loads(self.value)
+        return json.loads(self._data[self._start : self._end])
 
     def __repr__(self):
         return f"Record(key={self.key!r}, value={self.value!r}, timestamp={self.timestamp!r})"
 
 
-class Emitter:
-    """Where an operator writes its output records: appended to one flat batch, returned to
-    the host when the call ends, in emit order. Keys and values are `bytes` or `str`
-    (encoded as UTF-8)."""
+def _as_bytes(value):
+    """`str` as UTF-8; `bytes` as it is; any other bytes-like object (`bytearray`,
+    `memoryview`) copied into `bytes`."""
+    if type(value) is str:
+        return value.encode()
+    return bytes(memoryview(value))
 
-    __slots__ = ("_data", "_key_ends", "_value_ends", "_flags", "_timestamps")
+
+class Emitter:
+    """Where an operator writes its output records, in emit order; they become one flat
+    batch, returned to the host when the call ends. Keys and values are `bytes` or `str`
+    (encoded as UTF-8); `bytearray` and `memoryview` are copied."""
+
+    # `_parts`: key 0, value 0, key 1, value 1, ... as bytes (a record without key has an
+    # empty one); `_special`: (index, flags, timestamp) of the records that have no key or
+    # have a timestamp, the others being keyed and without timestamp.
+    __slots__ = ("_parts", "_special")
 
     def __init__(self):
-        self._data = bytearray()
-        self._key_ends = []
-        self._value_ends = []
-        self._flags = bytearray()
-        self._timestamps = []
+        self._parts = []
+        self._special = []
 
     def emit(self, key, value, timestamp=None):
         """Emits a record; `key` None makes a record without key."""
-        data = self._data
-        flags = 0
-        if key is not None:
-            data += key.encode() if type(key) is str else key
-            flags = HAS_KEY
-        self._key_ends.append(len(data))
-        data += value.encode() if type(value) is str else value
-        self._value_ends.append(len(data))
-        if timestamp is None:
-            self._timestamps.append(0)
+        if type(value) is not bytes:
+            value = _as_bytes(value)
+        if type(key) is bytes and timestamp is None:
+            parts = self._parts
+            parts.append(key)
+            parts.append(value)
         else:
+            self._emit(key, value, timestamp)
+
+    def _emit(self, key, value, timestamp):
+        parts = self._parts
+        flags = 0
+        if key is None:
+            key = b""
+        else:
+            if type(key) is not bytes:
+                key = _as_bytes(key)
+            flags = HAS_KEY
+        if timestamp is None:
+            timestamp = 0
+        else:
+            if not isinstance(timestamp, int):
+                raise TypeError(f"a timestamp is an int (milliseconds), not {type(timestamp).__name__}")
             flags |= HAS_TIMESTAMP
-            self._timestamps.append(timestamp)
-        self._flags.append(flags)
+        if flags != HAS_KEY:
+            self._special.append((len(parts) >> 1, flags, timestamp))
+        parts.append(key)
+        parts.append(value)
 
     def emit_json(self, key, value, timestamp=None):
         """Emits a record whose value is `value` as (compact) JSON."""
         self.emit(key, json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode(), timestamp)
 
     def __len__(self):
-        return len(self._value_ends)
+        return len(self._parts) >> 1
 
     def _take(self):
-        if len(self._data) > 0xFFFFFFFF:
+        parts = self._parts
+        n = len(parts) >> 1
+        data = b"".join(parts)
+        if len(data) > 0xFFFFFFFF:
             self._discard()
             raise WeirError("the records emitted in one call exceed 4 GiB; emit less per batch")
-        batch = _types.Batch(
-            bytes(self._data), self._key_ends, self._value_ends, bytes(self._flags), self._timestamps
-        )
-        self.__init__()
+        ends = list(accumulate(map(len, parts)))
+        flags = bytearray(b"\x01") * n
+        timestamps = [0] * n
+        for i, f, timestamp in self._special:
+            flags[i] = f
+            timestamps[i] = timestamp
+        batch = _types.Batch(data, ends[0::2], ends[1::2], bytes(flags), timestamps)
+        self._discard()
         return batch
 
     def _discard(self):
-        self.__init__()
+        self._parts = []
+        self._special = []
 
 
 # ---------------------------------------------------------------------------------------------
 # The per-batch machinery: current key slot, write log, value caches
+
+#: The key slot of the record being processed (a module global: the cheapest lookup there is).
+_slot = NO_SLOT
+
+#: One `op` of an `apply` log. componentize-py reads a record's fields by name, so any object
+#: with these attributes will do; a named tuple is built in C (`tuple.__new__`), where the
+#: generated `state.Op` dataclass runs Python code for each one.
+_Op = namedtuple("_Op", ("kind", "state", "slot", "key_end", "value_end"))
+_new = tuple.__new__
+
+
+class _OpRecord:
+    """A reusable `op`: value states keep one per key slot and only rewrite its kind and ends,
+    since making an object is what costs most here (this CPython allocates each one with
+    `malloc`)."""
+
+    __slots__ = ("kind", "state", "slot", "key_end", "value_end")
+
+    def __init__(self, kind, state, slot):
+        self.kind = kind
+        self.state = state
+        self.slot = slot
+        self.key_end = 0
+        self.value_end = 0
+
+
+#: `bisect_right(_DIGITS, n)` is the number of decimal digits of `n`, for 0 <= n < _DIGITS_BELOW.
+_DIGITS = [0] + [10**i for i in range(1, 19)]
+_DIGITS_BELOW = 10**19
 
 
 class _Runtime:
     """The one runtime of this component instance (a component instance is single-threaded)."""
 
     def __init__(self):
-        self.slot = NO_SLOT
         self.in_batch = False
         self.in_open = False
-        self.generation = 0
-        self.slot_count = 0
         self.all_slots = []
         self.ops = []
         self.data = bytearray()
@@ -236,8 +305,6 @@ class _Runtime:
         self.touched = []
 
     def begin(self, slot_count):
-        self.generation += 1
-        self.slot_count = slot_count
         if len(self.all_slots) != slot_count:
             self.all_slots = list(range(slot_count))
         self.in_batch = True
@@ -250,7 +317,7 @@ class _Runtime:
         key_end = len(data)
         if value is not None:
             data += value
-        self.ops.append(_state.Op(kind, state, slot, key_end, len(data)))
+        self.ops.append(_new(_Op, (kind, state, slot, key_end, len(data))))
 
     def flush(self):
         """Sends the pending writes in one `apply` (before a map or list read, and at the end
@@ -267,9 +334,10 @@ class _Runtime:
 
     def finish(self):
         """The end of a batch: the dirty value slots join the log, the log goes out."""
-        for value_state in self.touched:
-            value_state._flush_into(self)
+        touched = self.touched
         self.touched = []
+        for value_state in touched:
+            value_state._flush_into(self.ops, self.data)
         self.flush()
         self.end()
 
@@ -282,8 +350,9 @@ class _Runtime:
         self.end()
 
     def end(self):
+        global _slot
         self.in_batch = False
-        self.slot = NO_SLOT
+        _slot = NO_SLOT
 
     def no_slot(self, name):
         if self.in_batch:
@@ -313,93 +382,149 @@ def _declare(name, kind):
         raise WeirError(f"declaring state `{name}`: {e.value}") from None
 
 
+def _current_slot(name):
+    slot = _slot
+    if slot == NO_SLOT:
+        raise _rt.no_slot(name)
+    return slot
+
+
 class ValueState:
     """One JSON value per key. `get` returns None (or `default`) where the key has none.
 
     The first read in a batch fetches the values of every key of the batch in one host call;
     writes stay in the SDK until the end of the batch."""
 
-    __slots__ = ("name", "_id", "_gen", "_cache", "_dirty", "_items", "_ends", "_present")
+    # Per batch, from the first use of the state in the batch: `_cache` holds each slot's value
+    # (or _UNREAD, _ABSENT), `_dirty` the slots written (a dict used as an ordered set);
+    # `_items` the reply of `read-values` once fetched. Outside of that, `_cache` is None:
+    # `get` and `set` index it and fall to `_begin` on the TypeError (or on the IndexError of
+    # NO_SLOT), which keeps checks out of their common path.
+    __slots__ = ("name", "_id", "_cache", "_dirty", "_items", "_ops")
 
     def __init__(self, name):
         self.name = name
         self._id = _declare(name, _state.StateKind.VALUE)
-        self._gen = -1
-        self._cache = None
-        self._dirty = None
-        self._items = None
-
-    def _slot(self):
-        rt = _rt
-        slot = rt.slot
-        if slot == NO_SLOT:
-            raise rt.no_slot(self.name)
-        if self._gen != rt.generation:
-            self._begin(rt)
-        return slot
-
-    def _begin(self, rt):
-        self._gen = rt.generation
-        self._cache = [_UNREAD] * rt.slot_count
-        self._dirty = set()
-        self._items = None
-        rt.touched.append(self)
-
-    def _fetch(self):
-        try:
-            values = _state.read_values(self._id, _rt.all_slots)
-        except Err as e:
-            raise WeirError(f"state `{self.name}`: reading values: {e.value}") from None
-        if len(values.present) != len(_rt.all_slots) or len(values.items.ends) != len(values.present):
-            raise WeirError(f"state `{self.name}`: malformed reply from the host")
-        self._items = values.items.data
-        self._ends = values.items.ends
-        self._present = values.present
-
-    def get(self, default=None):
-        slot = self._slot()
-        value = self._cache[slot]
-        if value is _UNREAD:
-            if self._items is None:
-                self._fetch()
-            if self._present[slot]:
-                start = self._ends[slot - 1] if slot else 0
-                value = _decode(self._items[start : self._ends[slot]])
-            else:
-                value = _ABSENT
-            self._cache[slot] = value
-        return default if value is _ABSENT else value
-
-    def set(self, value):
-        slot = self._slot()
-        self._cache[slot] = value
-        self._dirty.add(slot)
-
-    def remove(self):
-        slot = self._slot()
-        self._cache[slot] = _ABSENT
-        self._dirty.add(slot)
-
-    def _flush_into(self, rt):
-        if self._dirty:
-            # `rt.log` inlined: this loop runs once per written key.
-            cache, state, ops, data = self._cache, self._id, rt.ops, rt.data
-            op, value_set, value_remove = _state.Op, _state.OpKind.VALUE_SET, _state.OpKind.VALUE_REMOVE
-            for slot in self._dirty:
-                value = cache[slot]
-                start = len(data)
-                if value is _ABSENT:
-                    ops.append(op(value_remove, state, slot, start, start))
-                else:
-                    data += str(value).encode() if type(value) is int else _encode(value)
-                    ops.append(op(value_set, state, slot, start, len(data)))
+        # One reusable `op` per slot: what `_flush_into` sends for it.
+        self._ops = []
         self._reset()
 
     def _reset(self):
-        self._gen = -1
         self._cache = None
         self._dirty = None
         self._items = None
+
+    def _begin(self):
+        """The cache of the current batch, made on the state's first use in the batch."""
+        slot = _slot
+        if slot == NO_SLOT or not _rt.in_batch:
+            raise _rt.no_slot(self.name)
+        cache = self._cache
+        if cache is None:
+            cache = self._cache = [_UNREAD] * len(_rt.all_slots)
+            self._dirty = {}
+            _rt.touched.append(self)
+        return cache
+
+    def get(self, default=None):
+        try:
+            value = self._cache[_slot]
+        except (TypeError, IndexError):
+            value = self._begin()[_slot]
+        if value is _UNREAD:
+            value = self._read(_slot)
+        return default if value is _ABSENT else value
+
+    def set(self, value):
+        try:
+            self._cache[_slot] = value
+        except (TypeError, IndexError):
+            self._begin()[_slot] = value
+        self._dirty[_slot] = None
+
+    def remove(self):
+        self.set(_ABSENT)
+
+    def _read(self, slot):
+        """The value of `slot`, not read yet in this batch."""
+        items = self._items
+        if items is None:
+            items = self._fetch()
+            value = self._cache[slot]
+            if value is not _UNREAD:
+                return value
+        data, ends, present = items
+        if present[slot]:
+            value = _decode(data[ends[slot - 1] if slot else 0 : ends[slot]])
+        else:
+            value = _ABSENT
+        self._cache[slot] = value
+        return value
+
+    def _fetch(self):
+        """Reads the values of every slot of the batch; decodes them all at once when they are
+        plain integers (counters), else leaves them to `_read`."""
+        slots = _rt.all_slots
+        try:
+            values = _state.read_values(self._id, slots)
+        except Err as e:
+            raise WeirError(f"state `{self.name}`: reading values: {e.value}") from None
+        data, ends, present = values.items.data, values.items.ends, values.present
+        n = len(slots)
+        if len(present) != n or len(ends) != n:
+            raise WeirError(f"state `{self.name}`: malformed reply from the host")
+        items = self._items = (data, ends, present)
+        if n and (data.isdigit() or not data):
+            starts = [0]
+            starts += ends
+            try:
+                # Only digits: every present value is a non-negative integer (an empty one is
+                # malformed JSON, which int() refuses too and `_read` reports).
+                numbers = iter(
+                    list(map(int, map(data.__getitem__, map(slice, compress(starts, present), compress(ends, present)))))
+                )
+            except ValueError:
+                return items
+            decoded = [next(numbers) if p else _ABSENT for p in present]
+            cache = self._cache
+            for slot in self._dirty:
+                decoded[slot] = cache[slot]
+            self._cache = decoded
+        return items
+
+    def _flush_into(self, ops, data):
+        """Appends one write per dirty slot to the batch's log (`ops`, `data`)."""
+        dirty = self._dirty
+        if dirty:
+            cache, state, pool = self._cache, self._id, self._ops
+            slots = list(dirty)
+            values = list(map(cache.__getitem__, slots))
+            for slot in range(len(pool), len(cache)):
+                pool.append(_OpRecord(_VALUE_SET, state, slot))
+            batch_ops = list(map(pool.__getitem__, slots))
+            start = len(data)
+            if set(map(type, values)) == {int} and min(values) >= 0 and max(values) < _DIGITS_BELOW:
+                # Counters: the texts of all values in one string, their lengths without texts.
+                data += ("%d" * len(values) % tuple(values)).encode()
+                for op, length in zip(batch_ops, map(bisect_right, repeat(_DIGITS), values)):
+                    op.kind = _VALUE_SET
+                    op.key_end = start
+                    op.value_end = start = start + length
+            else:
+                for op, value in zip(batch_ops, values):
+                    if value is _ABSENT:
+                        op.kind = _VALUE_REMOVE
+                    else:
+                        op.kind = _VALUE_SET
+                        data += _encode(value)
+                    op.key_end = start
+                    op.value_end = start = len(data)
+            ops += batch_ops
+        self._reset()
+
+
+_VALUE_SET = _state.OpKind.VALUE_SET
+_VALUE_REMOVE = _state.OpKind.VALUE_REMOVE
 
 
 class MapState:
@@ -414,14 +539,8 @@ class MapState:
         self.name = name
         self._id = _declare(name, _state.StateKind.MAP)
 
-    def _slot(self):
-        slot = _rt.slot
-        if slot == NO_SLOT:
-            raise _rt.no_slot(self.name)
-        return slot
-
     def get(self, key, default=None):
-        slot = self._slot()
+        slot = _current_slot(self.name)
         _rt.flush()
         try:
             found = _state.map_get(self._id, slot, _encode(key))
@@ -430,7 +549,7 @@ class MapState:
         return default if found is None else _decode(found)
 
     def __contains__(self, key):
-        slot = self._slot()
+        slot = _current_slot(self.name)
         _rt.flush()
         try:
             return _state.map_get(self._id, slot, _encode(key)) is not None
@@ -438,16 +557,16 @@ class MapState:
             raise WeirError(f"map state `{self.name}`: reading: {e.value}") from None
 
     def put(self, key, value):
-        _rt.log(_state.OpKind.MAP_PUT, self._id, self._slot(), _encode(key), _encode(value))
+        _rt.log(_state.OpKind.MAP_PUT, self._id, _current_slot(self.name), _encode(key), _encode(value))
 
     def remove(self, key):
-        _rt.log(_state.OpKind.MAP_REMOVE, self._id, self._slot(), _encode(key), None)
+        _rt.log(_state.OpKind.MAP_REMOVE, self._id, _current_slot(self.name), _encode(key), None)
 
     def clear(self):
-        _rt.log(_state.OpKind.MAP_CLEAR, self._id, self._slot(), None, None)
+        _rt.log(_state.OpKind.MAP_CLEAR, self._id, _current_slot(self.name), None, None)
 
     def _pages(self):
-        slot = self._slot()
+        slot = _current_slot(self.name)
         _rt.flush()
         after = None
         while True:
@@ -479,21 +598,15 @@ class ListState:
         self.name = name
         self._id = _declare(name, _state.StateKind.LIST)
 
-    def _slot(self):
-        slot = _rt.slot
-        if slot == NO_SLOT:
-            raise _rt.no_slot(self.name)
-        return slot
-
     def append(self, item):
-        _rt.log(_state.OpKind.LIST_APPEND, self._id, self._slot(), None, _encode(item))
+        _rt.log(_state.OpKind.LIST_APPEND, self._id, _current_slot(self.name), None, _encode(item))
 
     def clear(self):
-        _rt.log(_state.OpKind.LIST_CLEAR, self._id, self._slot(), None, None)
+        _rt.log(_state.OpKind.LIST_CLEAR, self._id, _current_slot(self.name), None, None)
 
     def get(self):
         """Every item, oldest first."""
-        slot = self._slot()
+        slot = _current_slot(self.name)
         _rt.flush()
         try:
             blobs = _state.list_read(self._id, slot)
@@ -504,11 +617,10 @@ class ListState:
 
 def _blobs(blobs):
     """The byte strings of a WIT `blobs`."""
-    data, out, start = blobs.data, [], 0
-    for end in blobs.ends:
-        out.append(data[start:end])
-        start = end
-    return out
+    data, ends = blobs.data, blobs.ends
+    starts = [0]
+    starts += ends
+    return list(map(data.__getitem__, map(slice, starts, ends)))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -575,6 +687,35 @@ def _slot_count(key_slots, records):
     return top + 1
 
 
+def _run(process, out, batch, key_slots):
+    """Calls `process(record, out)` for every record of `batch`."""
+    global _slot
+    data, key_ends, value_ends = batch.data, batch.key_ends, batch.value_ends
+    flags, timestamps = batch.flags, batch.timestamps
+    n = len(value_ends)
+    if not (len(key_ends) == len(flags) == len(timestamps) == n):
+        raise WeirError("malformed batch: columns of different lengths")
+    _rt.begin(_slot_count(key_slots, n))
+    record = Record()
+    record._data = data
+    start = 0
+    if flags.count(HAS_KEY) == n:
+        # Every record keyed, none with a timestamp: the common case, with the least per record.
+        for key_end, value_end, _slot in zip(key_ends, value_ends, key_slots):
+            record.key = data[start:key_end]
+            record._start = key_end
+            record._end = start = value_end
+            process(record, out)
+    else:
+        for key_end, value_end, f, timestamp, _slot in zip(key_ends, value_ends, flags, timestamps, key_slots):
+            record.key = data[start:key_end] if f & HAS_KEY else None
+            record._start = key_end
+            record._end = value_end
+            record.timestamp = timestamp if f & HAS_TIMESTAMP else None
+            process(record, out)
+            start = value_end
+
+
 def export(operator_class):
     """The `Processor` class componentize-py exports, driving instances of `operator_class`.
     Bind it in the application module: `Processor = weir_sdk.export(MyOperator)`."""
@@ -603,31 +744,12 @@ def export(operator_class):
             if operator is None:
                 raise Err("the operator is not open: process called before open or after close")
             out = Processor.out
-            rt = _rt
             try:
-                data, key_ends, value_ends = batch.data, batch.key_ends, batch.value_ends
-                flags, timestamps = batch.flags, batch.timestamps
-                n = len(value_ends)
-                if not (len(key_ends) == len(flags) == len(timestamps) == n):
-                    raise WeirError("malformed batch: columns of different lengths")
-                rt.begin(_slot_count(key_slots, n))
-                process = operator.process
-                record = Record()
-                start = 0
-                for i in range(n):
-                    key_end = key_ends[i]
-                    value_end = value_ends[i]
-                    f = flags[i]
-                    record.key = data[start:key_end] if f & HAS_KEY else None
-                    record.value = data[key_end:value_end]
-                    record.timestamp = timestamps[i] if f & HAS_TIMESTAMP else None
-                    rt.slot = key_slots[i]
-                    process(record, out)
-                    start = value_end
-                rt.finish()
+                _run(operator.process, out, batch, key_slots)
+                _rt.finish()
                 return out._take()
             except Exception as e:
-                rt.abort()
+                _rt.abort()
                 out._discard()
                 raise Err(_message(e)) from None
 
