@@ -274,38 +274,40 @@ for (let i = 0; i < 100; i++) {
   DIGIT_PAIRS[2 * i + 1] = 48 + (i % 10);
 }
 
+/** Writes the decimal digits of `value` (an integer, 0 <= value < 2^31) at `bytes[at ..]`,
+ * which has room for them; returns where they end. int32 arithmetic, two digits at a time:
+ * every operation counts in an interpreter. */
+function putUint32(bytes, at, value) {
+  const digits =
+    value < 10 ? 1 : value < 100 ? 2 : value < 1000 ? 3 : value < 10000 ? 4 : value < 100000 ? 5
+      : value < 1000000 ? 6 : value < 10000000 ? 7 : value < 100000000 ? 8 : value < 1000000000 ? 9 : 10;
+  const end = at + digits;
+  at = end;
+  while (value >= 100) {
+    const q = (value / 100) | 0;
+    const r = 2 * (value - q * 100);
+    bytes[--at] = DIGIT_PAIRS[r + 1];
+    bytes[--at] = DIGIT_PAIRS[r];
+    value = q;
+  }
+  if (value >= 10) {
+    bytes[--at] = DIGIT_PAIRS[2 * value + 1];
+    bytes[--at] = DIGIT_PAIRS[2 * value];
+  } else {
+    bytes[--at] = 48 + value;
+  }
+  return end;
+}
+
 /** Appends the decimal digits of a non-negative safe integer (its JSON text). */
 function writeUint(buf, n) {
   if (buf.len + 16 > buf.cap) buf.reserve(16);
+  if (n <= 0x7fffffff) {
+    buf.len = putUint32(buf.bytes, buf.len, n);
+    return;
+  }
   const bytes = buf.bytes;
   let len = buf.len;
-  if (n < 10) {
-    bytes[len] = 48 + n;
-    buf.len = len + 1;
-    return;
-  }
-  if (n <= 0x7fffffff) {
-    // int32 arithmetic, two digits at a time (every operation counts in an interpreter).
-    const digits =
-      n < 100 ? 2 : n < 1000 ? 3 : n < 10000 ? 4 : n < 100000 ? 5 : n < 1000000 ? 6
-        : n < 10000000 ? 7 : n < 100000000 ? 8 : n < 1000000000 ? 9 : 10;
-    len += digits;
-    buf.len = len;
-    while (n >= 100) {
-      const q = (n / 100) | 0;
-      const r = 2 * (n - q * 100);
-      bytes[--len] = DIGIT_PAIRS[r + 1];
-      bytes[--len] = DIGIT_PAIRS[r];
-      n = q;
-    }
-    if (n >= 10) {
-      bytes[--len] = DIGIT_PAIRS[2 * n + 1];
-      bytes[--len] = DIGIT_PAIRS[2 * n];
-    } else {
-      bytes[--len] = 48 + n;
-    }
-    return;
-  }
   let digits = 1;
   for (let m = n; m >= 10; m = Math.floor(m / 10)) digits++;
   len += digits;
@@ -402,156 +404,243 @@ export class Record {
 
 /** Where an operator writes its output records: appended to one flat batch, returned to the
  * host when the call ends, in emit order. Keys and values are strings (written as UTF-8) or
- * Uint8Arrays. */
+ * Uint8Arrays.
+ *
+ * These methods run for every record, and in QuickJS a function call costs several property
+ * reads, which cost several reads of a local or closure variable: so the state lives in the
+ * constructor's variables, the methods are closures over them, and the common cases (bytes,
+ * short ASCII strings, small integers) are written out inline rather than called. */
 export class Emitter {
   constructor() {
-    this._data = new ByteBuffer(1 << 16);
+    // The records' bytes, back to back: `bytes[0 .. len]`, `cap` = `bytes.length`.
+    let cap = 1 << 16;
+    let bytes = new Uint8Array(cap);
+    let len = 0;
     // Per record, the columns of the WIT batch: typed arrays, which the bindings copy in one
     // piece. Timestamps are zero where a record has none.
-    this._n = 0;
-    this._cap = 1024;
-    this._keyEnds = new Uint32Array(1024);
-    this._valueEnds = new Uint32Array(1024);
-    this._flags = new Uint8Array(1024);
-    this._timestamps = new BigInt64Array(1024);
-    this._withTimestamps = false;
-    this._hasKey = false;
-  }
+    let rows = 1024;
+    let n = 0;
+    let keyEnds = new Uint32Array(rows);
+    let valueEnds = new Uint32Array(rows);
+    let flags = new Uint8Array(rows);
+    let timestamps = new BigInt64Array(rows);
+    let withTimestamps = false;
+    // Whether the record `begin` started has a key.
+    let hasKey = false;
+    // For the shared encoders (`writeUtf8`, `writeUint`): a ByteBuffer over the same bytes.
+    const shared = new ByteBuffer(16);
 
-  _reset() {
-    if (this._withTimestamps) {
-      this._timestamps.fill(0n, 0, this._n);
-      this._withTimestamps = false;
+    function grow() {
+      const bigger = (array) => {
+        const copy = new array.constructor(rows * 2);
+        copy.set(array);
+        return copy;
+      };
+      keyEnds = bigger(keyEnds);
+      valueEnds = bigger(valueEnds);
+      flags = bigger(flags);
+      timestamps = bigger(timestamps);
+      rows *= 2;
     }
-    this._data.len = 0;
-    this._n = 0;
-  }
 
-  _grow() {
-    const size = this._cap * 2;
-    for (const name of ["_keyEnds", "_valueEnds", "_flags", "_timestamps"]) {
-      const bigger = new this[name].constructor(size);
-      bigger.set(this[name]);
-      this[name] = bigger;
+    function reserve(extra) {
+      let size = cap * 2;
+      while (size < len + extra) size *= 2;
+      const bigger = new Uint8Array(size);
+      bigger.set(bytes.subarray(0, len));
+      bytes = bigger;
+      cap = size;
     }
-    this._cap = size;
-  }
 
-  /** Ends a record with a timestamp, its value written. */
-  _finish(flags, timestamp) {
-    const n = this._n;
-    this._timestamps[n] = BigInt(Math.trunc(Number(timestamp)));
-    this._withTimestamps = true;
-    this._flags[n] = flags | HAS_TIMESTAMP;
-    this._n = n + 1;
-  }
-
-  /** Emits a record; a `key` of null makes a record without key. */
-  emit(key, value, timestamp = null) {
-    const n = this._n;
-    if (n === this._cap) this._grow();
-    const data = this._data;
-    let flags = 0;
-    if (key !== null && key !== undefined) {
-      if (typeof key === "string") writeUtf8(data, key);
-      else writeBytes(data, key);
-      flags = HAS_KEY;
+    /** Appends `value` with a shared encoder. */
+    function encodeWith(encoder, value) {
+      shared.bytes = bytes;
+      shared.cap = cap;
+      shared.len = len;
+      encoder(shared, value);
+      bytes = shared.bytes;
+      cap = shared.cap;
+      len = shared.len;
     }
-    this._keyEnds[n] = data.len;
-    if (typeof value === "string") writeUtf8(data, value);
-    else writeBytes(data, value);
-    this._valueEnds[n] = data.len;
-    if (timestamp === null || timestamp === undefined) {
-      this._flags[n] = flags;
-      this._n = n + 1;
-    } else {
-      this._finish(flags, timestamp);
+
+    /** Appends a string (as UTF-8) or bytes. */
+    function write(value) {
+      if (typeof value !== "string") {
+        const count = value.length;
+        if (len + count > cap) reserve(count);
+        bytes.set(value, len);
+        len += count;
+        return;
+      }
+      const count = value.length;
+      if (count <= 16 && len + 16 <= cap) {
+        // Short ASCII strings (separators, small words) byte by byte.
+        let i = 0;
+        for (; i < count; i++) {
+          const c = value.charCodeAt(i);
+          if (c >= 0x80) break;
+          bytes[len + i] = c;
+        }
+        if (i === count) {
+          len += count;
+          return;
+        }
+      }
+      encodeWith(writeUtf8, value);
     }
-  }
 
-  /** Starts a record whose value is then appended with `write` (strings, bytes) and
-   * `writeUint`, and finished with `end`: builds the value in place, without an intermediate
-   * string (like the Rust SDK's `emit_with`). */
-  begin(key) {
-    const n = this._n;
-    if (n === this._cap) this._grow();
-    const data = this._data;
-    if (key !== null && key !== undefined) {
-      if (typeof key === "string") writeUtf8(data, key);
-      else writeBytes(data, key);
-      this._hasKey = true;
-    } else {
-      this._hasKey = false;
+    /** Ends the record whose value was just written, with a timestamp. */
+    function finishWithTimestamp(f, timestamp) {
+      valueEnds[n] = len;
+      timestamps[n] = BigInt(Math.trunc(Number(timestamp)));
+      withTimestamps = true;
+      flags[n++] = f | HAS_TIMESTAMP;
     }
-    this._keyEnds[n] = data.len;
-  }
 
-  /** Appends a string (as UTF-8) or bytes to the value of the record begun with `begin`. */
-  write(value) {
-    const data = this._data;
-    if (typeof value !== "string") {
-      writeBytes(data, value);
-    } else if (value.length === 1 && data.len < data.cap) {
-      // A separator: one character, most often ASCII.
-      const c = value.charCodeAt(0);
-      if (c < 0x80) data.bytes[data.len++] = c;
-      else writeUtf8(data, value);
-    } else {
-      writeUtf8(data, value);
-    }
-  }
-
-  /** Appends the decimal digits of a non-negative integer to the value being built. */
-  writeUint(n) {
-    writeUint(this._data, n);
-  }
-
-  /** Finishes the record begun with `begin`. */
-  end(timestamp = null) {
-    const n = this._n;
-    this._valueEnds[n] = this._data.len;
-    if (timestamp === null || timestamp === undefined) {
-      this._flags[n] = this._hasKey ? HAS_KEY : 0;
-      this._n = n + 1;
-    } else {
-      this._finish(this._hasKey ? HAS_KEY : 0, timestamp);
-    }
-  }
-
-  /** Emits a record whose value is `value` as JSON. */
-  emitJson(key, value, timestamp = null) {
-    this.emit(key, JSON.stringify(value), timestamp);
-  }
-
-  get length() {
-    return this._n;
-  }
-
-  /** The WIT batch. Its columns are views of the reused buffers: the host copies them when the
-   * call returns, before they are written again. */
-  _take() {
-    if (this._data.len > 0xffffffff) {
-      this._reset();
-      throw new WeirError("the records emitted in one call exceed 4 GiB; emit less per batch");
-    }
-    const n = this._n;
-    let timestamps = this._timestamps.subarray(0, n);
-    if (this._withTimestamps) {
-      // Rare: a copy, so that the reused column is all zeros again.
-      timestamps = timestamps.slice();
-      this._timestamps.fill(0n, 0, n);
-      this._withTimestamps = false;
-    }
-    const batch = {
-      data: this._data.view(),
-      keyEnds: this._keyEnds.subarray(0, n),
-      valueEnds: this._valueEnds.subarray(0, n),
-      flags: this._flags.subarray(0, n),
-      timestamps,
+    /** Emits a record; a `key` of null makes a record without key. */
+    this.emit = (key, value, timestamp) => {
+      if (n === rows) grow();
+      let f = 0;
+      if (key !== null && key !== undefined) {
+        if (typeof key === "string") {
+          write(key);
+        } else {
+          const count = key.length;
+          if (len + count > cap) reserve(count);
+          bytes.set(key, len);
+          len += count;
+        }
+        f = HAS_KEY;
+      }
+      keyEnds[n] = len;
+      write(value);
+      if (timestamp === null || timestamp === undefined) {
+        valueEnds[n] = len;
+        flags[n++] = f;
+      } else {
+        finishWithTimestamp(f, timestamp);
+      }
     };
-    this._data.len = 0;
-    this._n = 0;
-    return batch;
+
+    /** Starts a record whose value is then appended with `write` (strings, bytes) and
+     * `writeUint`, and finished with `end`: builds the value in place, without an
+     * intermediate string (like the Rust SDK's `emit_with`). */
+    this.begin = (key) => {
+      if (n === rows) grow();
+      if (key === null || key === undefined) {
+        hasKey = false;
+      } else {
+        hasKey = true;
+        if (typeof key === "string") {
+          write(key);
+        } else {
+          const count = key.length;
+          if (len + count > cap) reserve(count);
+          bytes.set(key, len);
+          len += count;
+        }
+      }
+      keyEnds[n] = len;
+    };
+
+    /** Appends a string (as UTF-8) or bytes to the value of the record begun with `begin`. */
+    this.write = (value) => {
+      if (typeof value !== "string") {
+        const count = value.length;
+        if (len + count > cap) reserve(count);
+        bytes.set(value, len);
+        len += count;
+        return;
+      }
+      if (value.length === 1 && len < cap) {
+        // A separator: one character, most often ASCII.
+        const c = value.charCodeAt(0);
+        if (c < 0x80) {
+          bytes[len++] = c;
+          return;
+        }
+      }
+      write(value);
+    };
+
+    /** Appends the decimal digits of a non-negative integer to the value being built. */
+    this.writeUint = (value) => {
+      if (value >= 0 && value <= 0x7fffffff && value % 1 === 0 && len + 10 <= cap) {
+        // int32 arithmetic, two digits at a time (see `writeUint`).
+        const digits =
+          value < 10 ? 1 : value < 100 ? 2 : value < 1000 ? 3 : value < 10000 ? 4 : value < 100000 ? 5
+            : value < 1000000 ? 6 : value < 10000000 ? 7 : value < 100000000 ? 8 : value < 1000000000 ? 9 : 10;
+        len += digits;
+        let at = len;
+        while (value >= 100) {
+          const q = (value / 100) | 0;
+          const r = 2 * (value - q * 100);
+          bytes[--at] = DIGIT_PAIRS[r + 1];
+          bytes[--at] = DIGIT_PAIRS[r];
+          value = q;
+        }
+        if (value >= 10) {
+          bytes[--at] = DIGIT_PAIRS[2 * value + 1];
+          bytes[--at] = DIGIT_PAIRS[2 * value];
+        } else {
+          bytes[--at] = 48 + value;
+        }
+      } else {
+        encodeWith(writeUint, value);
+      }
+    };
+
+    /** Finishes the record begun with `begin`. */
+    this.end = (timestamp) => {
+      const f = hasKey ? HAS_KEY : 0;
+      if (timestamp === null || timestamp === undefined) {
+        valueEnds[n] = len;
+        flags[n++] = f;
+      } else {
+        finishWithTimestamp(f, timestamp);
+      }
+    };
+
+    /** Emits a record whose value is `value` as JSON. */
+    this.emitJson = (key, value, timestamp) => this.emit(key, JSON.stringify(value), timestamp);
+
+    Object.defineProperty(this, "length", { get: () => n });
+
+    /** Drops what was emitted. */
+    this._reset = () => {
+      if (withTimestamps) {
+        timestamps.fill(0n, 0, n);
+        withTimestamps = false;
+      }
+      len = 0;
+      n = 0;
+    };
+
+    /** The WIT batch. Its columns are views of the reused buffers: the host copies them when
+     * the call returns, before they are written again. */
+    this._take = () => {
+      if (len > 0xffffffff) {
+        this._reset();
+        throw new WeirError("the records emitted in one call exceed 4 GiB; emit less per batch");
+      }
+      let stamps = timestamps.subarray(0, n);
+      if (withTimestamps) {
+        // Rare: a copy, so that the reused column is all zeros again.
+        stamps = stamps.slice();
+        timestamps.fill(0n, 0, n);
+        withTimestamps = false;
+      }
+      const batch = {
+        data: bytes.subarray(0, len),
+        keyEnds: keyEnds.subarray(0, n),
+        valueEnds: valueEnds.subarray(0, n),
+        flags: flags.subarray(0, n),
+        timestamps: stamps,
+      };
+      len = 0;
+      n = 0;
+      return batch;
+    };
   }
 }
 
@@ -776,25 +865,39 @@ export class ValueState {
     for (let slot = pool.length; slot < cache.length; slot++) {
       pool.push({ kind: "value-set", state, slot, keyEnd: 0, valueEnd: 0 });
     }
-    for (let i = 0; i < dirty.length; i++) {
+    // Room for the common case, plain integers (up to 10 digits each), so that they are
+    // written inline; anything else goes through `encodeInto`, which makes its own room.
+    const count = dirty.length;
+    if (buf.len + 10 * count > buf.cap) buf.reserve(10 * count);
+    let bytes = buf.bytes;
+    let len = buf.len;
+    let at = ops.length;
+    for (let i = 0; i < count; i++) {
       const slot = dirty[i];
       const op = pool[slot];
-      const value = cache[slot];
-      const start = buf.len;
+      let value = cache[slot];
+      op.keyEnd = len;
       if (value === ABSENT) {
         op.kind = "value-remove";
+      } else if (typeof value === "number" && value >= 0 && value <= 0x7fffffff && value % 1 === 0) {
+        op.kind = "value-set";
+        len = putUint32(bytes, len, value);
       } else {
         op.kind = "value-set";
-        if (typeof value === "number" && value >= 0 && value <= 0x7fffffff && value % 1 === 0) {
-          writeUint(buf, value);
-        } else {
-          encodeInto(buf, value);
+        buf.len = len;
+        encodeInto(buf, value);
+        bytes = buf.bytes;
+        len = buf.len;
+        // Room again for the integers still to come.
+        if (len + 10 * (count - i) > buf.cap) {
+          buf.reserve(10 * (count - i));
+          bytes = buf.bytes;
         }
       }
-      op.keyEnd = start;
-      op.valueEnd = buf.len;
-      ops.push(op);
+      op.valueEnd = len;
+      ops[at++] = op;
     }
+    buf.len = len;
     this._reset();
   }
 }

@@ -480,12 +480,15 @@ class ValueState:
             try:
                 # Only digits: every present value is a non-negative integer (an empty one is
                 # malformed JSON, which int() refuses too and `_read` reports).
-                numbers = iter(
-                    list(map(int, map(data.__getitem__, map(slice, compress(starts, present), compress(ends, present)))))
-                )
+                if False not in present:
+                    decoded = list(map(int, map(data.__getitem__, map(slice, starts, ends))))
+                else:
+                    numbers = iter(
+                        list(map(int, map(data.__getitem__, map(slice, compress(starts, present), compress(ends, present)))))
+                    )
+                    decoded = [next(numbers) if p else _ABSENT for p in present]
             except ValueError:
                 return items
-            decoded = [next(numbers) if p else _ABSENT for p in present]
             cache = self._cache
             for slot in self._dirty:
                 decoded[slot] = cache[slot]
@@ -497,11 +500,10 @@ class ValueState:
         dirty = self._dirty
         if dirty:
             cache, state, pool = self._cache, self._id, self._ops
-            slots = list(dirty)
-            values = list(map(cache.__getitem__, slots))
+            values = list(map(cache.__getitem__, dirty))
             for slot in range(len(pool), len(cache)):
                 pool.append(_OpRecord(_VALUE_SET, state, slot))
-            batch_ops = list(map(pool.__getitem__, slots))
+            batch_ops = list(map(pool.__getitem__, dirty))
             start = len(data)
             if set(map(type, values)) == {int} and min(values) >= 0 and max(values) < _DIGITS_BELOW:
                 # Counters: the texts of all values in one string, their lengths without texts.
