@@ -152,7 +152,7 @@ class Record:
     def __init__(self, key=None, value=b"", timestamp=None):
         self.key = key
         self.timestamp = timestamp
-        self._data = bytes(value)
+        self._data = value if type(value) is bytes else _as_bytes(value)
         self._start = 0
         self._end = len(self._data)
 
@@ -202,7 +202,7 @@ class Emitter:
     def emit(self, key, value, timestamp=None):
         """Emits a record; `key` None makes a record without key."""
         if type(value) is not bytes:
-            value = _as_bytes(value)
+            value = value.encode() if type(value) is str else _as_bytes(value)
         if type(key) is bytes and timestamp is None:
             parts = self._parts
             parts.append(key)
