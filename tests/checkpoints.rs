@@ -17,7 +17,7 @@ use std::time::Duration;
 use object_store::ObjectStore;
 use object_store::memory::InMemory;
 use object_store::path::Path as StorePath;
-use support::crash::{Rng, committed, kill_until_finished, seed};
+use support::crash::{Rng, committed, crash_then_finish, seed};
 use support::{cache_dir, stderr, tokenize_then, write_job};
 use weir_host::checkpoint::actor::Actor;
 use weir_host::checkpoint::instrumented_store::{Faults, InstrumentedStore};
@@ -113,24 +113,7 @@ fn sigkill_at_random_instants_then_restore_gives_exactly_the_uninterrupted_outpu
     let job = job.to_str().expect("utf-8");
 
     // Run, kill, restore, again, until a run gets to the end by itself.
-    let kills = kill_until_finished(job, dir.path(), &expected, &mut rng, (10, 90));
-    eprintln!("{kills} runs killed");
-    assert!(
-        kills >= 5,
-        "too few runs were killed ({kills}) to test anything"
-    );
-    let out = support::weir(&["run", job, "--restore", "latest", "-q"]);
-    assert!(out.status.success(), "final run failed: {}", stderr(&out));
-    let got = committed(dir.path());
-    assert_eq!(
-        got.len(),
-        expected.len(),
-        "line count differs (seed {seed}, {kills} kills)"
-    );
-    assert!(
-        got == expected,
-        "output differs (seed {seed}, {kills} kills)"
-    );
+    crash_then_finish(job, dir.path(), &expected, (seed, &mut rng), (10, 90), 5);
 
     let runtime = tokio::runtime::Runtime::new().expect("runtime");
     let checkpoints =

@@ -10,7 +10,7 @@ mod support;
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 
-use support::crash::{Rng, committed, kill_until_finished, seed};
+use support::crash::{Rng, committed, crash_then_finish, seed};
 use support::{built_operator, component, stderr, toml_path, write_job};
 
 /// Pages, actions and users of generated events.
@@ -177,29 +177,12 @@ fn the_pipeline_killed_at_random_instants_and_restored_gives_exactly_the_same_ou
     let seed = seed();
     let mut rng = Rng(seed | 1);
     let dir = tempfile::tempdir().expect("tempdir");
-    let expected = write_events(&dir.path().join("events.jsonl"), 60_000, seed);
+    let expected = write_events(&dir.path().join("events.jsonl"), 150_000, seed);
     let job = pipeline_job(
         dir.path(),
         64,
         "interval_ms = 20\nretain = 2\nrestart_attempts = 0",
     );
     let job = job.to_str().expect("utf-8");
-    let kills = kill_until_finished(job, dir.path(), &expected, &mut rng, (30, 300));
-    eprintln!("{kills} runs killed");
-    assert!(
-        kills >= 3,
-        "too few runs were killed ({kills}) to test anything"
-    );
-    let out = support::weir(&["run", job, "--restore", "latest", "-q"]);
-    assert!(out.status.success(), "final run failed: {}", stderr(&out));
-    let got = committed(dir.path());
-    assert_eq!(
-        got.len(),
-        expected.len(),
-        "line count differs (seed {seed}, {kills} kills)"
-    );
-    assert!(
-        got == expected,
-        "output differs (seed {seed}, {kills} kills)"
-    );
+    crash_then_finish(job, dir.path(), &expected, (seed, &mut rng), (30, 300), 3);
 }

@@ -121,6 +121,37 @@ pub fn kill_until_finished(
     kills
 }
 
+/// [`kill_until_finished`], then one last run to the end: the job must have been killed at
+/// least `min_kills` times, and its output must equal `expected` exactly (`seed` is named in
+/// failures, to replay them).
+pub fn crash_then_finish(
+    job: &str,
+    dir: &Path,
+    expected: &[String],
+    (seed, rng): (u64, &mut Rng),
+    delays_ms: (u64, u64),
+    min_kills: usize,
+) {
+    let kills = kill_until_finished(job, dir, expected, rng, delays_ms);
+    eprintln!("{kills} runs killed");
+    assert!(
+        kills >= min_kills,
+        "too few runs were killed ({kills}) to test anything"
+    );
+    let out = super::weir(&["run", job, "--restore", "latest", "-q"]);
+    assert!(out.status.success(), "final run failed: {}", stderr(&out));
+    let got = committed(dir);
+    assert_eq!(
+        got.len(),
+        expected.len(),
+        "line count differs (seed {seed}, {kills} kills)"
+    );
+    assert!(
+        got == expected,
+        "output differs (seed {seed}, {kills} kills)"
+    );
+}
+
 /// What a word counter emits for `words`: every word with its running count, sorted.
 pub fn running_counts<'a>(words: impl IntoIterator<Item = &'a str>) -> Vec<String> {
     let mut counts: HashMap<&str, u64> = HashMap::new();
