@@ -632,7 +632,6 @@ fn a_job_cannot_reach_another_jobs_files_and_an_ended_job_restarts_from_its_chec
             data.path().join("jobs").join(&id).join("guest.log"),
         ),
     ] {
-        std::fs::write(thief.path().join("in.txt"), "x\n").expect("input");
         let text = format!(
             r#"
             [job]
