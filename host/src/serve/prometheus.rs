@@ -133,8 +133,10 @@ fn render_jobs(jobs: &[(String, String, Arc<JobMetrics>)]) -> String {
             let _ = writeln!(out, "{name}{{{}}} {}", job_labels(id, job), read(m));
         }
     }
-    let subtasks = || {
-        jobs.iter().flat_map(move |(id, job, m)| {
+    // Each subtask's labels, formatted once for all its families.
+    let subtasks: Vec<(String, &SubtaskMetrics)> = jobs
+        .iter()
+        .flat_map(|(id, job, m)| {
             m.operators.iter().flat_map(move |op| {
                 op.subtasks.iter().enumerate().map(move |(i, s)| {
                     let labels = format!(
@@ -142,14 +144,14 @@ fn render_jobs(jobs: &[(String, String, Arc<JobMetrics>)]) -> String {
                         job_labels(id, job),
                         escape(&op.name)
                     );
-                    (labels, s)
+                    (labels, s.as_ref())
                 })
             })
         })
-    };
+        .collect();
     for (name, kind, help, read) in SUBTASK_FAMILIES {
         header(&mut out, name, kind, help);
-        for (labels, s) in subtasks() {
+        for (labels, s) in &subtasks {
             let _ = writeln!(
                 out,
                 "{name}{{{labels}}} {}",
@@ -164,7 +166,7 @@ fn render_jobs(jobs: &[(String, String, Arc<JobMetrics>)]) -> String {
         "histogram",
         "Time an operator subtask took per batch, host work around the guest included.",
     );
-    for (labels, s) in subtasks() {
+    for (labels, s) in &subtasks {
         let h = s.batch_latency.snapshot();
         for (bound, count) in &h.cumulative {
             let _ = writeln!(out, "{name}_bucket{{{labels},le=\"{bound}\"}} {count}");
