@@ -253,9 +253,20 @@ static inline bool weir_values_get(const weir_operator_state_values_t *values, u
   return true;
 }
 
+// One operation of an `apply` log. The WIT lays an operation out as five little-endian u32
+// words; WebAssembly is little-endian, so an array of these is the log as it is sent.
+typedef struct {
+  uint32_t kind;  // a weir_operator_state_op_kind_t
+  uint32_t state;
+  uint32_t slot;
+  uint32_t key_end;
+  uint32_t value_end;
+} weir_op_t;
+_Static_assert(sizeof(weir_op_t) == 20, "an apply operation is five u32 words");
+
 // A batch's writes, sent in one `apply` call.
 typedef struct {
-  weir_operator_state_op_t *ops;
+  weir_op_t *ops;
   size_t len;
   size_t cap;
   weir_buf_t data;
@@ -265,8 +276,8 @@ typedef struct {
 // one), calls weir_ops_key_end, appends its value (if any), and calls weir_ops_end.
 static inline void weir_ops_begin(weir_ops_t *ops, weir_operator_state_op_kind_t kind,
                                   weir_operator_state_state_id_t state, uint32_t slot) {
-  weir_grow((void **)&ops->ops, &ops->cap, ops->len + 1, sizeof(weir_operator_state_op_t));
-  weir_operator_state_op_t *op = &ops->ops[ops->len];
+  weir_grow((void **)&ops->ops, &ops->cap, ops->len + 1, sizeof(weir_op_t));
+  weir_op_t *op = &ops->ops[ops->len];
   op->kind = kind;
   op->state = state;
   op->slot = slot;
@@ -297,10 +308,10 @@ static inline void weir_ops_push(weir_ops_t *ops, weir_operator_state_op_kind_t 
 // Sends the pending writes in one `apply` call and empties the log (its buffers are kept).
 static inline bool weir_ops_apply(weir_ops_t *ops, operator_string_t *err) {
   if (ops->len == 0) return true;
-  weir_operator_state_list_op_t list = {ops->ops, ops->len};
+  operator_list_u8_t log = {(uint8_t *)ops->ops, ops->len * sizeof(weir_op_t)};
   operator_list_u8_t data = {ops->data.ptr, ops->data.len};
   operator_string_t host_error;
-  bool ok = weir_operator_state_apply(&list, &data, &host_error);
+  bool ok = weir_operator_state_apply(&log, &data, &host_error);
   ops->len = 0;
   ops->data.len = 0;
   return ok ? true : weir_fail_with(err, "applying state writes", &host_error);

@@ -39,10 +39,10 @@
 //
 // Where the time goes (QuickJS compiled to WebAssembly, no JIT): the bindings copy a typed
 // array (`Uint32Array`, `Uint8Array`, `BigInt64Array`) across the boundary in one piece, but
-// a plain array element by element, and each `op` of an `apply` as an object read field by
-// field; and making any object (a view, an object literal, a string) costs far more than
-// reading or writing a number. So the SDK hands the host typed arrays, reuses its `op`
-// objects, and keeps the per-record path to a few property writes and one call.
+// a plain array element by element; and making any object (a view, an object literal, a
+// string) costs far more than reading or writing a number. So the SDK hands the host typed
+// arrays (the `apply` log is one: five u32 words per operation), and keeps the per-record
+// path to a few property writes and one call.
 //
 // State values, map keys, map values and list items are stored as JSON text (UTF-8): a count
 // of 5 is stored as the bytes `5`.
@@ -55,8 +55,8 @@
 // the StarlingMonkey bindings give and hands the host a `BigInt64Array`. StarlingMonkey
 // (`jco componentize --bundle -d http fetch-event`, no --backend) works too but runs slower.
 
-import * as stateApi from "weir:operator/state@0.1.0";
-import * as logApi from "weir:operator/log@0.1.0";
+import * as stateApi from "weir:operator/state@0.2.0";
+import * as logApi from "weir:operator/log@0.2.0";
 
 /** The key slot of a record without key (and the slot outside of `process`). */
 export const NO_SLOT = 0xffffffff;
@@ -653,12 +653,58 @@ let currentSlot = NO_SLOT;
 /** 0, 1, 2, ...: `read-values` asks for the values of the first `n` slots with a view of it. */
 let slotNumbers = new Uint32Array(0);
 
+// The first word of an `apply` operation: the ordinal of its WIT `op-kind`.
+const VALUE_SET = 0;
+const VALUE_REMOVE = 1;
+const MAP_PUT = 2;
+const MAP_REMOVE = 3;
+const MAP_CLEAR = 4;
+const LIST_APPEND = 5;
+const LIST_CLEAR = 6;
+
+/** The operations of an `apply` log, as the WIT lays them out: five u32 words each (kind,
+ * state, slot, key end, value end), little-endian like WebAssembly's memory. */
+class OpLog {
+  constructor() {
+    this.words = new Uint32Array(5 * 256);
+    this.len = 0;
+  }
+
+  /** Makes room for `extra` more operations. */
+  reserve(extra) {
+    const need = 5 * (this.len + extra);
+    if (need > this.words.length) {
+      let size = 2 * this.words.length;
+      while (size < need) size *= 2;
+      const bigger = new Uint32Array(size);
+      bigger.set(this.words.subarray(0, 5 * this.len));
+      this.words = bigger;
+    }
+  }
+
+  push(kind, state, slot, keyEnd, valueEnd) {
+    if (5 * this.len + 5 > this.words.length) this.reserve(1);
+    const words = this.words;
+    const at = 5 * this.len++;
+    words[at] = kind;
+    words[at + 1] = state;
+    words[at + 2] = slot;
+    words[at + 3] = keyEnd;
+    words[at + 4] = valueEnd;
+  }
+
+  /** The log as the bytes `apply` takes. */
+  view() {
+    return new Uint8Array(this.words.buffer, 0, 20 * this.len);
+  }
+}
+
 class Runtime {
   constructor() {
     this.inBatch = false;
     this.inOpen = false;
     this.slotCount = 0;
-    this.ops = [];
+    this.ops = new OpLog();
     this.data = new ByteBuffer(1 << 14);
     /** Value states read or written in the current batch. */
     this.touched = [];
@@ -679,18 +725,22 @@ class Runtime {
     if (key !== undefined) encodeInto(data, key);
     const keyEnd = data.len;
     if (value !== undefined) encodeInto(data, value);
-    this.ops.push({ kind, state, slot, keyEnd, valueEnd: data.len });
+    this.ops.push(kind, state, slot, keyEnd, data.len);
   }
 
   /** Sends the pending writes in one `apply` (before a map or list read, and at the end of
    * the batch). */
   flush() {
-    if (this.ops.length === 0) return;
-    const ops = this.ops;
+    if (this.ops.len === 0) return;
+    const ops = this.ops.view();
     const data = this.data.view();
-    this.ops = [];
-    this.data.len = 0;
-    host("applying state writes", () => stateApi.apply(ops, data));
+    // The views share the buffers, which stay the SDK's: the call copies them.
+    try {
+      host("applying state writes", () => stateApi.apply(ops, data));
+    } finally {
+      this.ops.len = 0;
+      this.data.len = 0;
+    }
   }
 
   /** The end of a batch: the dirty value slots join the log, the log goes out. */
@@ -705,7 +755,7 @@ class Runtime {
   abort() {
     for (const valueState of this.touched) valueState._reset();
     this.touched = [];
-    this.ops = [];
+    this.ops.len = 0;
     this.data.len = 0;
     this.end();
   }
@@ -748,8 +798,6 @@ export class ValueState {
   constructor(name) {
     this.name = name;
     this._id = declare(name, "value");
-    /** One reusable `op` per slot: what `_flushInto` sends for it. */
-    this._ops = [];
     this._reset();
   }
 
@@ -860,30 +908,29 @@ export class ValueState {
   _flushInto(ops, buf) {
     const cache = this._cache;
     const dirty = this._dirty;
-    const pool = this._ops;
     const state = this._id;
-    for (let slot = pool.length; slot < cache.length; slot++) {
-      pool.push({ kind: "value-set", state, slot, keyEnd: 0, valueEnd: 0 });
-    }
     // Room for the common case, plain integers (up to 10 digits each), so that they are
     // written inline; anything else goes through `encodeInto`, which makes its own room.
     const count = dirty.length;
     if (buf.len + 10 * count > buf.cap) buf.reserve(10 * count);
+    ops.reserve(count);
+    const words = ops.words;
+    let at = 5 * ops.len;
     let bytes = buf.bytes;
     let len = buf.len;
-    let at = ops.length;
     for (let i = 0; i < count; i++) {
       const slot = dirty[i];
-      const op = pool[slot];
       let value = cache[slot];
-      op.keyEnd = len;
+      words[at + 1] = state;
+      words[at + 2] = slot;
+      words[at + 3] = len;
       if (value === ABSENT) {
-        op.kind = "value-remove";
+        words[at] = VALUE_REMOVE;
       } else if (typeof value === "number" && value >= 0 && value <= 0x7fffffff && value % 1 === 0) {
-        op.kind = "value-set";
+        words[at] = VALUE_SET;
         len = putUint32(bytes, len, value);
       } else {
-        op.kind = "value-set";
+        words[at] = VALUE_SET;
         buf.len = len;
         encodeInto(buf, value);
         bytes = buf.bytes;
@@ -894,9 +941,10 @@ export class ValueState {
           bytes = buf.bytes;
         }
       }
-      op.valueEnd = len;
-      ops[at++] = op;
+      words[at + 4] = len;
+      at += 5;
     }
+    ops.len += count;
     buf.len = len;
     this._reset();
   }
@@ -925,15 +973,15 @@ export class MapState {
   }
 
   put(key, value) {
-    rt.log("map-put", this._id, rt.slotFor(this.name), key, value);
+    rt.log(MAP_PUT, this._id, rt.slotFor(this.name), key, value);
   }
 
   remove(key) {
-    rt.log("map-remove", this._id, rt.slotFor(this.name), key, undefined);
+    rt.log(MAP_REMOVE, this._id, rt.slotFor(this.name), key, undefined);
   }
 
   clear() {
-    rt.log("map-clear", this._id, rt.slotFor(this.name), undefined, undefined);
+    rt.log(MAP_CLEAR, this._id, rt.slotFor(this.name), undefined, undefined);
   }
 
   /** Every [key, value], in the order of the encoded keys. */
@@ -979,11 +1027,11 @@ export class ListState {
   }
 
   push(item) {
-    rt.log("list-append", this._id, rt.slotFor(this.name), undefined, item);
+    rt.log(LIST_APPEND, this._id, rt.slotFor(this.name), undefined, item);
   }
 
   clear() {
-    rt.log("list-clear", this._id, rt.slotFor(this.name), undefined, undefined);
+    rt.log(LIST_CLEAR, this._id, rt.slotFor(this.name), undefined, undefined);
   }
 
   /** Every item, oldest first. */

@@ -22,7 +22,7 @@ exports as `weir:operator/processor`; the application module must bind it to the
 
 Put the operator in `operator.py` and build it with `weir build` (which stages this SDK, the
 one of the `weir` binary, beside it, and checks the component against the world
-`weir:operator/operator@0.1.0`); `weir new --lang python NAME` starts a project.
+`weir:operator/operator@0.2.0`); `weir new --lang python NAME` starts a project.
 
 Like the Rust SDK, this one is built around the cost of the component boundary:
 
@@ -38,11 +38,11 @@ Like the Rust SDK, this one is built around the cost of the component boundary:
 - Output records are collected and joined into one flat batch when the call returns.
 
 Where the time goes (CPython compiled to WebAssembly, no JIT): every element of a WIT list
-other than `list<u8>` crosses the boundary as its own Python object, and every `op` of an
-`apply` as a record read attribute by attribute. So the per-record loops below keep to list
-indexing and C-level builtins (`zip`, `map`, `bytes.join`, `itertools.accumulate`), build
-nothing per record that the batch does not need, and build the `apply` log and the output
-columns once per batch.
+other than `list<u8>` crosses the boundary as its own Python object (a `list<u8>` is one
+`bytes`, which is why the `apply` log is one). So the per-record loops below keep to list
+indexing and C-level builtins (`zip`, `map`, `bytes.join`, `itertools.accumulate`, `array`
+slices), build nothing per record that the batch does not need, and build the `apply` log and
+the output columns once per batch.
 
 State values, map keys, map values and list items are stored as JSON text (compact, UTF-8):
 a count of 5 is stored as the bytes `5`. They must be JSON-serializable.
@@ -52,8 +52,8 @@ writes of the failed batch are dropped and so are the records it emitted.
 """
 
 import json
+from array import array
 from bisect import bisect_right
-from collections import namedtuple
 from itertools import accumulate, compress, repeat
 
 from componentize_py_types import Err
@@ -265,26 +265,19 @@ class Emitter:
 #: The key slot of the record being processed (a module global: the cheapest lookup there is).
 _slot = NO_SLOT
 
-#: One `op` of an `apply` log. componentize-py reads a record's fields by name, so any object
-#: with these attributes will do; a named tuple is built in C (`tuple.__new__`), where the
-#: generated `state.Op` dataclass runs Python code for each one.
-_Op = namedtuple("_Op", ("kind", "state", "slot", "key_end", "value_end"))
-_new = tuple.__new__
+#: An `apply` log is five u32 words per operation (kind, state, slot, key end, value end),
+#: little-endian: an `array` of C `unsigned int`s on little-endian wasm32, sent as its bytes.
+_WORDS = "I"
+assert array(_WORDS).itemsize == 4
 
-
-class _OpRecord:
-    """A reusable `op`: value states keep one per key slot and only rewrite its kind and ends,
-    since making an object is what costs most here (this CPython allocates each one with
-    `malloc`)."""
-
-    __slots__ = ("kind", "state", "slot", "key_end", "value_end")
-
-    def __init__(self, kind, state, slot):
-        self.kind = kind
-        self.state = state
-        self.slot = slot
-        self.key_end = 0
-        self.value_end = 0
+#: The first word of an operation: the ordinal of its WIT `op-kind`.
+_VALUE_SET = _state.OpKind.VALUE_SET.value
+_VALUE_REMOVE = _state.OpKind.VALUE_REMOVE.value
+_MAP_PUT = _state.OpKind.MAP_PUT.value
+_MAP_REMOVE = _state.OpKind.MAP_REMOVE.value
+_MAP_CLEAR = _state.OpKind.MAP_CLEAR.value
+_LIST_APPEND = _state.OpKind.LIST_APPEND.value
+_LIST_CLEAR = _state.OpKind.LIST_CLEAR.value
 
 
 #: `bisect_right(_DIGITS, n)` is the number of decimal digits of `n`, for 0 <= n < _DIGITS_BELOW.
@@ -299,7 +292,7 @@ class _Runtime:
         self.in_batch = False
         self.in_open = False
         self.all_slots = []
-        self.ops = []
+        self.ops = array(_WORDS)
         self.data = bytearray()
         # Value states read or written in the current batch.
         self.touched = []
@@ -317,15 +310,15 @@ class _Runtime:
         key_end = len(data)
         if value is not None:
             data += value
-        self.ops.append(_new(_Op, (kind, state, slot, key_end, len(data))))
+        self.ops.extend((kind, state, slot, key_end, len(data)))
 
     def flush(self):
         """Sends the pending writes in one `apply` (before a map or list read, and at the end
         of the batch)."""
         if not self.ops:
             return
-        ops, data = self.ops, bytes(self.data)
-        self.ops = []
+        ops, data = self.ops.tobytes(), bytes(self.data)
+        self.ops = array(_WORDS)
         self.data = bytearray()
         try:
             _state.apply(ops, data)
@@ -345,7 +338,7 @@ class _Runtime:
         for value_state in self.touched:
             value_state._reset()
         self.touched = []
-        self.ops = []
+        self.ops = array(_WORDS)
         self.data = bytearray()
         self.end()
 
@@ -400,13 +393,11 @@ class ValueState:
     # `_items` the reply of `read-values` once fetched. Outside of that, `_cache` is None:
     # `get` and `set` index it and fall to `_begin` on the TypeError (or on the IndexError of
     # NO_SLOT), which keeps checks out of their common path.
-    __slots__ = ("name", "_id", "_cache", "_dirty", "_items", "_ops")
+    __slots__ = ("name", "_id", "_cache", "_dirty", "_items")
 
     def __init__(self, name):
         self.name = name
         self._id = _declare(name, _state.StateKind.VALUE)
-        # One reusable `op` per slot: what `_flush_into` sends for it.
-        self._ops = []
         self._reset()
 
     def _reset(self):
@@ -496,37 +487,42 @@ class ValueState:
         return items
 
     def _flush_into(self, ops, data):
-        """Appends one write per dirty slot to the batch's log (`ops`, `data`)."""
+        """Appends one write per dirty slot to the batch's log (`ops`, `data`).
+
+        The words are written a column at a time (extended-slice assignment of arrays, in C):
+        the kinds (all `value-set`, 0, for counters), state, slots, and the value ranges,
+        whose ends are the running sum of the value lengths."""
         dirty = self._dirty
         if dirty:
-            cache, state, pool = self._cache, self._id, self._ops
-            values = list(map(cache.__getitem__, dirty))
-            for slot in range(len(pool), len(cache)):
-                pool.append(_OpRecord(_VALUE_SET, state, slot))
-            batch_ops = list(map(pool.__getitem__, dirty))
+            cache = self._cache
+            slots = list(dirty)
+            values = list(map(cache.__getitem__, slots))
+            n = len(slots)
             start = len(data)
+            words = array(_WORDS, bytes(20 * n))
+            words[1::5] = array(_WORDS, repeat(self._id, n))
+            words[2::5] = array(_WORDS, slots)
             if set(map(type, values)) == {int} and min(values) >= 0 and max(values) < _DIGITS_BELOW:
                 # Counters: the texts of all values in one string, their lengths without texts.
-                data += ("%d" * len(values) % tuple(values)).encode()
-                for op, length in zip(batch_ops, map(bisect_right, repeat(_DIGITS), values)):
-                    op.kind = _VALUE_SET
-                    op.key_end = start
-                    op.value_end = start = start + length
+                data += ("%d" * n % tuple(values)).encode()
+                ends = array(_WORDS, accumulate(map(bisect_right, repeat(_DIGITS), values), initial=start))
             else:
-                for op, value in zip(batch_ops, values):
+                kinds = array(_WORDS)
+                ends = array(_WORDS, (start,))
+                for value in values:
                     if value is _ABSENT:
-                        op.kind = _VALUE_REMOVE
+                        kinds.append(_VALUE_REMOVE)
                     else:
-                        op.kind = _VALUE_SET
+                        kinds.append(_VALUE_SET)
                         data += _encode(value)
-                    op.key_end = start
-                    op.value_end = start = len(data)
-            ops += batch_ops
+                    ends.append(len(data))
+                words[0::5] = kinds
+            words[3::5] = ends[:-1]
+            words[4::5] = ends[1:]
+            ops += words
         self._reset()
 
 
-_VALUE_SET = _state.OpKind.VALUE_SET
-_VALUE_REMOVE = _state.OpKind.VALUE_REMOVE
 
 
 class MapState:
@@ -559,13 +555,13 @@ class MapState:
             raise WeirError(f"map state `{self.name}`: reading: {e.value}") from None
 
     def put(self, key, value):
-        _rt.log(_state.OpKind.MAP_PUT, self._id, _current_slot(self.name), _encode(key), _encode(value))
+        _rt.log(_MAP_PUT, self._id, _current_slot(self.name), _encode(key), _encode(value))
 
     def remove(self, key):
-        _rt.log(_state.OpKind.MAP_REMOVE, self._id, _current_slot(self.name), _encode(key), None)
+        _rt.log(_MAP_REMOVE, self._id, _current_slot(self.name), _encode(key), None)
 
     def clear(self):
-        _rt.log(_state.OpKind.MAP_CLEAR, self._id, _current_slot(self.name), None, None)
+        _rt.log(_MAP_CLEAR, self._id, _current_slot(self.name), None, None)
 
     def _pages(self):
         slot = _current_slot(self.name)
@@ -601,10 +597,10 @@ class ListState:
         self._id = _declare(name, _state.StateKind.LIST)
 
     def append(self, item):
-        _rt.log(_state.OpKind.LIST_APPEND, self._id, _current_slot(self.name), None, _encode(item))
+        _rt.log(_LIST_APPEND, self._id, _current_slot(self.name), None, _encode(item))
 
     def clear(self):
-        _rt.log(_state.OpKind.LIST_CLEAR, self._id, _current_slot(self.name), None, None)
+        _rt.log(_LIST_CLEAR, self._id, _current_slot(self.name), None, None)
 
     def get(self):
         """Every item, oldest first."""

@@ -6,9 +6,10 @@ use std::cell::RefCell;
 use std::collections::BTreeMap;
 use std::rc::Rc;
 
-use crate::bindings::weir::operator::state::{Entries, Op, OpKind, StateId, StateKind, Values};
+use crate::bindings::weir::operator::state::{Entries, OpKind, StateId, StateKind, Values};
 use crate::bindings::weir::operator::types::Blobs;
 use crate::state::host::StateHost;
+use crate::state::op_log;
 
 /// How many times each host function was called.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
@@ -79,14 +80,15 @@ impl StateHost for FakeHost {
         })
     }
 
-    fn apply(&mut self, ops: &[Op], data: &[u8]) -> Result<(), String> {
+    fn apply(&mut self, ops: &[u8], data: &[u8]) -> Result<(), String> {
+        let ops = op_log::decode(ops);
         let mut store = self.0.borrow_mut();
         store.calls.apply += 1;
         store
             .applied
             .push(ops.iter().map(|op| (op.kind, op.state, op.slot)).collect());
         let mut start = 0;
-        for op in ops {
+        for op in &ops {
             let (key_end, value_end) = (op.key_end as usize, op.value_end as usize);
             let key = data[start..key_end].to_vec();
             let value = data[key_end..value_end].to_vec();

@@ -1,9 +1,7 @@
 //! The host's state functions, behind a trait so that the batch machinery can be unit-tested
 //! natively against an in-memory fake.
 
-use crate::bindings::weir::operator::state::{
-    self as wit, Entries, Op, StateId, StateKind, Values,
-};
+use crate::bindings::weir::operator::state::{self as wit, Entries, StateId, StateKind, Values};
 use crate::bindings::weir::operator::types::Blobs;
 use crate::{Error, Result};
 
@@ -13,7 +11,8 @@ use crate::{Error, Result};
 pub(crate) trait StateHost {
     fn declare(&mut self, name: &str, kind: StateKind) -> Result<StateId, String>;
     fn read_values(&mut self, state: StateId, slots: &[u32]) -> Result<Values, String>;
-    fn apply(&mut self, ops: &[Op], data: &[u8]) -> Result<(), String>;
+    /// `ops` is the encoded operation log (see [`super::op_log`]).
+    fn apply(&mut self, ops: &[u8], data: &[u8]) -> Result<(), String>;
     fn map_get(
         &mut self,
         state: StateId,
@@ -42,7 +41,7 @@ impl StateHost for WitHost {
         wit::read_values(state, slots)
     }
 
-    fn apply(&mut self, ops: &[Op], data: &[u8]) -> Result<(), String> {
+    fn apply(&mut self, ops: &[u8], data: &[u8]) -> Result<(), String> {
         wit::apply(ops, data)
     }
 

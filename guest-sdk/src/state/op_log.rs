@@ -1,15 +1,20 @@
 //! The log of state writes sent to the host in one `apply` call.
 
-use crate::bindings::weir::operator::state::{Op, OpKind, StateId};
+use crate::bindings::weir::operator::state::{OpKind, StateId};
 use crate::state::host::StateHost;
 use crate::{Error, Result};
+
+/// Bytes per operation in the WIT `apply` log: five little-endian u32 words (kind, state,
+/// slot, key end, value end).
+const OP_BYTES: usize = 20;
 
 /// Pending writes: operations and their bytes, laid out as the WIT `apply` arguments.
 ///
 /// Both vectors are cleared, not dropped, after each `apply`, so a steady state reuses them.
 #[derive(Default)]
 pub(crate) struct OpLog {
-    ops: Vec<Op>,
+    /// The encoded operations, `OP_BYTES` each.
+    ops: Vec<u8>,
     data: Vec<u8>,
 }
 
@@ -30,13 +35,12 @@ impl OpLog {
         let start = self.data.len();
         match self.write(key, value) {
             Ok((key_end, value_end)) => {
-                self.ops.push(Op {
-                    kind,
-                    state,
-                    slot,
-                    key_end,
-                    value_end,
-                });
+                let mut op = [0; OP_BYTES];
+                let words = [kind as u32, state, slot, key_end, value_end];
+                for (bytes, word) in op.chunks_exact_mut(4).zip(words) {
+                    bytes.copy_from_slice(&word.to_le_bytes());
+                }
+                self.ops.extend_from_slice(&op);
                 Ok(())
             }
             Err(error) => {
@@ -85,9 +89,56 @@ impl OpLog {
     }
 
     #[cfg(test)]
-    pub(crate) fn parts(&self) -> (&[Op], &[u8]) {
-        (&self.ops, &self.data)
+    pub(crate) fn parts(&self) -> (Vec<Op>, &[u8]) {
+        (decode(&self.ops), &self.data)
     }
+}
+
+/// One decoded operation of an `apply` log (for tests, which check what a guest sends).
+#[cfg(test)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Op {
+    pub(crate) kind: OpKind,
+    pub(crate) state: StateId,
+    pub(crate) slot: u32,
+    pub(crate) key_end: u32,
+    pub(crate) value_end: u32,
+}
+
+/// The operations of an encoded `apply` log.
+#[cfg(test)]
+pub(crate) fn decode(ops: &[u8]) -> Vec<Op> {
+    assert!(
+        ops.len().is_multiple_of(OP_BYTES),
+        "a whole number of operations"
+    );
+    let kinds = [
+        OpKind::ValueSet,
+        OpKind::ValueRemove,
+        OpKind::MapPut,
+        OpKind::MapRemove,
+        OpKind::MapClear,
+        OpKind::ListAppend,
+        OpKind::ListClear,
+    ];
+    ops.chunks_exact(OP_BYTES)
+        .map(|op| {
+            let mut words = [0u32; 5];
+            for (word, b) in words.iter_mut().zip(op.chunks_exact(4)) {
+                *word = u32::from_le_bytes([b[0], b[1], b[2], b[3]]);
+            }
+            let [kind, state, slot, key_end, value_end] = words;
+            let kind = kinds[kind as usize];
+            assert_eq!(kind as u32, words[0], "ordinals follow the WIT order");
+            Op {
+                kind,
+                state,
+                slot,
+                key_end,
+                value_end,
+            }
+        })
+        .collect()
 }
 
 #[cfg(test)]

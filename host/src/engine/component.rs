@@ -24,7 +24,7 @@ pub enum LoadError {
     NotAComponent { path: PathBuf, what: &'static str },
     #[error("{path} is not a valid WebAssembly component: {reason}")]
     Invalid { path: PathBuf, reason: String },
-    #[error("{path} does not implement the world weir:operator/operator@0.1.0: {}", problems.join("; "))]
+    #[error("{path} does not implement the world weir:operator/operator@0.2.0: {}", problems.join("; "))]
     WrongWorld {
         path: PathBuf,
         problems: Vec<String>,

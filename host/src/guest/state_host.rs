@@ -11,6 +11,23 @@ use crate::state::{StateError, StateId, StateKind};
 /// Most entries one `map-entries` call returns, whatever the guest asks for (stated in the WIT).
 const MAX_PAGE: u32 = 4096;
 
+/// Bytes per operation of an `apply` log: five little-endian u32 words (stated in the WIT).
+const OP_BYTES: usize = 20;
+
+/// The `op-kind` whose ordinal is `kind`.
+fn op_kind(kind: u32) -> Option<OpKind> {
+    Some(match kind {
+        0 => OpKind::ValueSet,
+        1 => OpKind::ValueRemove,
+        2 => OpKind::MapPut,
+        3 => OpKind::MapRemove,
+        4 => OpKind::MapClear,
+        5 => OpKind::ListAppend,
+        6 => OpKind::ListClear,
+        _ => return None,
+    })
+}
+
 impl GuestState {
     fn describe(&self, state: u32, e: StateError) -> String {
         match self.backend.state_name(StateId(state)) {
@@ -61,10 +78,21 @@ impl wit::Host for GuestState {
         })
     }
 
-    fn apply(&mut self, ops: Vec<wit::Op>, data: Vec<u8>) -> Result<(), String> {
+    fn apply(&mut self, ops: Vec<u8>, data: Vec<u8>) -> Result<(), String> {
+        if !ops.len().is_multiple_of(OP_BYTES) {
+            return Err(format!(
+                "the operation log holds {} bytes, not a multiple of {OP_BYTES} (five u32 words per operation)",
+                ops.len()
+            ));
+        }
         let mut start = 0usize;
-        for (i, op) in ops.iter().enumerate() {
-            let (key_end, value_end) = (op.key_end as usize, op.value_end as usize);
+        for (i, op) in ops.chunks_exact(OP_BYTES).enumerate() {
+            let mut words = [0u32; 5];
+            for (word, b) in words.iter_mut().zip(op.chunks_exact(4)) {
+                *word = u32::from_le_bytes([b[0], b[1], b[2], b[3]]);
+            }
+            let [kind, state, slot, key_end, value_end] = words;
+            let (key_end, value_end) = (key_end as usize, value_end as usize);
             if key_end < start || value_end < key_end || value_end > data.len() {
                 return Err(format!(
                     "state operation {i}: byte range {start}..{key_end}..{value_end} is outside the {} bytes sent",
@@ -76,26 +104,24 @@ impl wit::Host for GuestState {
             start = value_end;
             let key = self
                 .slots
-                .key(op.slot)
+                .key(slot)
                 .map_err(|e| format!("state operation {i}: {e}"))?;
-            let id = StateId(op.state);
+            let id = StateId(state);
             let b = &mut self.backend;
-            let result = match op.kind {
-                OpKind::ValueSet => {
-                    b.value_set_hinted(id, key, self.slots.hint(id, op.slot), value)
+            let result = match op_kind(kind) {
+                Some(OpKind::ValueSet) => {
+                    b.value_set_hinted(id, key, self.slots.hint(id, slot), value)
                 }
-                OpKind::ValueRemove => b.value_remove(id, key),
-                OpKind::MapPut => b.map_put(id, key, map_key, value),
-                OpKind::MapRemove => b.map_remove(id, key, map_key),
-                OpKind::MapClear => b.map_clear(id, key),
-                OpKind::ListAppend => b.list_append(id, key, value),
-                OpKind::ListClear => b.list_clear(id, key),
+                Some(OpKind::ValueRemove) => b.value_remove(id, key),
+                Some(OpKind::MapPut) => b.map_put(id, key, map_key, value),
+                Some(OpKind::MapRemove) => b.map_remove(id, key, map_key),
+                Some(OpKind::MapClear) => b.map_clear(id, key),
+                Some(OpKind::ListAppend) => b.list_append(id, key, value),
+                Some(OpKind::ListClear) => b.list_clear(id, key),
+                None => return Err(format!("state operation {i}: unknown kind {kind}")),
             };
             if let Err(e) = result {
-                return Err(format!(
-                    "state operation {i}: {}",
-                    self.describe(op.state, e)
-                ));
+                return Err(format!("state operation {i}: {}", self.describe(state, e)));
             }
         }
         if let Some(limit) = self.state_limit
@@ -176,3 +202,114 @@ impl wit::Host for GuestState {
 }
 
 impl crate::bindings::weir::operator::types::Host for GuestState {}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::bindings::weir::operator::state::Host as _;
+    use crate::guest::LogContext;
+    use crate::ids::{OperatorName, SubtaskIndex};
+    use crate::partition::KeyGroups;
+    use crate::record::{RecordBatch, RecordRef};
+    use crate::state::KeyedStateBackend;
+
+    /// A guest's state host in the middle of a batch with the keys `a` (slot 0), `b` (slot 1),
+    /// with a value state (id 0) and a map state (id 1) declared.
+    fn in_batch() -> GuestState {
+        let groups = KeyGroups::default();
+        let backend = KeyedStateBackend::new(groups, groups.range_of(SubtaskIndex(0), 1));
+        let log = LogContext {
+            job: Arc::from("j"),
+            operator: OperatorName("op".into()),
+            subtask: SubtaskIndex(0),
+            file: None,
+        };
+        let mut guest = GuestState::new(backend, Default::default(), log);
+        assert_eq!(guest.declare("v".into(), wit::StateKind::Value), Ok(0));
+        assert_eq!(guest.declare("m".into(), wit::StateKind::Map), Ok(1));
+        let mut batch = RecordBatch::new();
+        for key in ["a", "b"] {
+            batch.push(RecordRef::keyed(key.as_bytes(), b""));
+        }
+        let (wit, hashes) = batch.into_wit();
+        guest.slots.assign(&wit, &hashes, &mut Vec::new());
+        guest
+    }
+
+    fn log(ops: &[[u32; 5]]) -> Vec<u8> {
+        ops.iter().flatten().flat_map(|w| w.to_le_bytes()).collect()
+    }
+
+    fn value(guest: &GuestState, slot: u32) -> Option<Vec<u8>> {
+        let key = guest.slots.key(slot).expect("slot");
+        let value = guest
+            .backend
+            .value_get(StateId(0), key)
+            .expect("value state");
+        value.map(<[u8]>::to_vec)
+    }
+
+    #[test]
+    fn op_kinds_are_numbered_in_wit_order() {
+        let kinds = [
+            OpKind::ValueSet,
+            OpKind::ValueRemove,
+            OpKind::MapPut,
+            OpKind::MapRemove,
+            OpKind::MapClear,
+            OpKind::ListAppend,
+            OpKind::ListClear,
+        ];
+        for (ordinal, kind) in kinds.into_iter().enumerate() {
+            assert_eq!(op_kind(ordinal as u32), Some(kind));
+        }
+        assert_eq!(op_kind(7), None);
+    }
+
+    #[test]
+    fn applies_an_encoded_log_in_order() {
+        let mut guest = in_batch();
+        // value(a) = "1", map(b)["k"] = "xy", value(b) = "22", value(a) removed.
+        let ops = log(&[
+            [0, 0, 0, 0, 1],
+            [2, 1, 1, 2, 4],
+            [0, 0, 1, 4, 6],
+            [1, 0, 0, 6, 6],
+        ]);
+        guest.apply(ops, b"1kxy22".to_vec()).expect("apply");
+        assert_eq!(value(&guest, 0), None);
+        assert_eq!(value(&guest, 1), Some(b"22".to_vec()));
+        let b = guest.slots.key(1).expect("slot");
+        assert_eq!(
+            guest.backend.map_get(StateId(1), b, b"k").expect("map"),
+            Some(&b"xy"[..])
+        );
+    }
+
+    #[test]
+    fn a_malformed_log_is_an_error_naming_the_operation() {
+        let mut guest = in_batch();
+        let mut torn = log(&[[0, 0, 0, 0, 1]]);
+        torn.pop();
+        let e = guest.apply(torn, b"1".to_vec()).expect_err("torn");
+        assert!(e.contains("19 bytes, not a multiple of 20"), "{e}");
+
+        let e = guest
+            .apply(log(&[[0, 0, 0, 0, 1], [9, 0, 1, 1, 1]]), b"1".to_vec())
+            .expect_err("unknown kind");
+        assert_eq!(e, "state operation 1: unknown kind 9");
+        assert_eq!(value(&guest, 0), Some(b"1".to_vec()), "the prefix applies");
+
+        let e = guest
+            .apply(log(&[[0, 0, 1, 0, 5]]), b"1".to_vec())
+            .expect_err("range");
+        assert!(e.contains("state operation 0: byte range 0..0..5"), "{e}");
+
+        let e = guest
+            .apply(log(&[[0, 0, 2, 0, 1]]), b"1".to_vec())
+            .expect_err("slot");
+        assert!(e.starts_with("state operation 0: "), "{e}");
+    }
+}
