@@ -6,7 +6,7 @@ use std::time::Instant;
 use wasmtime::component::Component;
 
 use super::{ComponentCache, Engine};
-use crate::bindings::{OperatorPre, PROCESSOR_EXPORT, WEIR_IMPORTS};
+use crate::bindings::{OperatorPre, PACKAGE, PROCESSOR_EXPORT, WEIR_IMPORTS};
 use crate::guest::GuestState;
 
 /// Why a component could not be loaded.
@@ -145,6 +145,11 @@ fn check_world(engine: &Engine, path: &Path, component: &Component) -> Result<()
     let ty = component.component_type();
     let wasmtime = engine.wasmtime();
     let mut problems = Vec::new();
+    let exports = ty.exports(wasmtime).map(|(name, _)| name);
+    // The likely cause first: then what exactly does not match.
+    if let Some(hint) = version_hint(exports.chain(ty.imports(wasmtime).map(|(name, _)| name))) {
+        problems.push(hint);
+    }
     if ty.get_export(wasmtime, PROCESSOR_EXPORT).is_none() {
         let exports: Vec<_> = ty
             .exports(wasmtime)
@@ -180,9 +185,45 @@ fn check_world(engine: &Engine, path: &Path, component: &Component) -> Result<()
     }
 }
 
+/// Says so when the component names Weir's interfaces at another version than this host's:
+/// it was built with another Weir's SDK or WIT.
+fn version_hint<'a>(names: impl Iterator<Item = &'a str>) -> Option<String> {
+    let (_, ours) = PACKAGE.split_once('@')?;
+    let mut theirs: Vec<&str> = names
+        .filter_map(|name| name.strip_prefix("weir:operator/")?.split_once('@'))
+        .map(|(_, version)| version)
+        .filter(|version| *version != ours)
+        .collect();
+    theirs.sort_unstable();
+    theirs.dedup();
+    (!theirs.is_empty()).then(|| {
+        format!(
+            "it was built against weir:operator@{}, and this Weir implements {PACKAGE}: \
+             rebuild it with this Weir (`weir build`), or with its SDK and `wit/`",
+            theirs.join(", @")
+        )
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn names_the_version_a_component_was_built_against() {
+        let old = [
+            "weir:operator/processor@0.1.0",
+            "weir:operator/state@0.1.0",
+            "wasi:cli/stdout@0.2.0",
+        ];
+        let hint = version_hint(old.into_iter()).expect("a hint");
+        assert!(
+            hint.starts_with("it was built against weir:operator@0.1.0, and this Weir implements"),
+            "{hint}"
+        );
+        let current = [PROCESSOR_EXPORT, WEIR_IMPORTS[1], "wasi:cli/stdout@0.2.0"];
+        assert_eq!(version_hint(current.into_iter()), None);
+    }
 
     #[test]
     fn header_check_names_what_the_file_is() {
