@@ -72,11 +72,41 @@ impl StoreStats {
     }
 }
 
+/// Holds back writes to some paths until released, as a store whose calls hang would; made
+/// by [`InstrumentedStore::write_hold`], shared by its clones.
+#[derive(Clone, Debug)]
+pub struct WriteHold(Arc<tokio::sync::watch::Sender<Option<String>>>);
+
+impl WriteHold {
+    /// From now on, writes to paths ending with `suffix` wait (those already waiting too).
+    pub fn hold(&self, suffix: &str) {
+        self.0.send_replace(Some(suffix.to_owned()));
+    }
+
+    /// Lets every held write through.
+    pub fn release(&self) {
+        self.0.send_replace(None);
+    }
+
+    async fn pass(&self, location: &Path) {
+        let mut held = self.0.subscribe();
+        // The sender lives as long as `self`, so the wait ends only by a release.
+        let _ = held
+            .wait_for(|suffix| {
+                !suffix
+                    .as_deref()
+                    .is_some_and(|s| location.as_ref().ends_with(s))
+            })
+            .await;
+    }
+}
+
 /// Wraps a store; see the module docs.
 pub struct InstrumentedStore {
     inner: Arc<dyn ObjectStore>,
     stats: Arc<StoreStats>,
     faults: Faults,
+    hold: WriteHold,
     calls: AtomicU64,
 }
 
@@ -86,8 +116,14 @@ impl InstrumentedStore {
             inner,
             stats: Arc::default(),
             faults,
+            hold: WriteHold(Arc::new(tokio::sync::watch::Sender::new(None))),
             calls: AtomicU64::new(0),
         }
+    }
+
+    /// The switch that holds back this store's writes.
+    pub fn write_hold(&self) -> WriteHold {
+        self.hold.clone()
     }
 
     pub fn stats(&self) -> Arc<StoreStats> {
@@ -141,6 +177,7 @@ impl ObjectStore for InstrumentedStore {
         payload: PutPayload,
         opts: PutOptions,
     ) -> Result<PutResult> {
+        self.hold.pass(location).await;
         self.enter("put").await?;
         let size = payload.content_length() as u64;
         let result = self.inner.put_opts(location, payload, opts).await?;
@@ -154,6 +191,7 @@ impl ObjectStore for InstrumentedStore {
         location: &Path,
         opts: PutMultipartOptions,
     ) -> Result<Box<dyn MultipartUpload>> {
+        self.hold.pass(location).await;
         self.enter("put_multipart").await?;
         self.inner.put_multipart_opts(location, opts).await
     }
