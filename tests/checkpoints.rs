@@ -1,5 +1,6 @@
 //! End-to-end checkpoint tests: exactly-once output across SIGKILLs and restores, retried
-//! checkpoints under store faults, and worker-side cleanup over many checkpoints.
+//! checkpoints under store faults and a hung store, and worker-side cleanup over many
+//! checkpoints.
 //!
 //! Every job is word count over generated text (tokenizer, then a keyed counter emitting
 //! `word<TAB>running count`), so every output line is distinct and a lost or repeated record
@@ -23,7 +24,7 @@ use weir_host::checkpoint::actor::Actor;
 use weir_host::checkpoint::instrumented_store::{Faults, InstrumentedStore};
 use weir_host::checkpoint::{CheckpointMetadata, CheckpointStore};
 use weir_host::engine::{ComponentCache, Engine, EngineOptions};
-use weir_host::job::{JobSpec, RunOptions, run_job_in};
+use weir_host::job::{JobSpec, RunOptions, RunSummary, run_job_in};
 
 /// Writes `lines` lines of five words each over `vocabulary` words; returns the expected
 /// output, sorted.
@@ -155,6 +156,59 @@ async fn checkpoints_fail_under_store_faults_are_retried_and_leave_no_orphans() 
     // Checked through the store without faults.
     let clean = CheckpointStore::new(memory, &StorePath::from("root"), "faults");
     assert_store_holds_exactly_the_retained(&clean).await;
+}
+
+/// Runs a word count whose store holds back writes to paths ending with `suffix` for its first
+/// 500 ms, with a checkpoint timeout of 100 ms; checks the output and that the store holds
+/// exactly the retained checkpoints' objects in the end.
+async fn run_with_a_hung_store(name: &str, suffix: &str) -> RunSummary {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let expected = write_input(&dir.path().join("in.txt"), 20_000, 2_000, 5);
+    let job = job_file(
+        dir.path(),
+        name,
+        64,
+        "interval_ms = 10\ntimeout_ms = 100\nretain = 2\nrestart_attempts = 50",
+    );
+    let spec = JobSpec::load(&job).expect("job file");
+    let memory: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+    let instrumented = InstrumentedStore::new(memory.clone(), Faults::default());
+    let hold = instrumented.write_hold();
+    hold.hold(suffix);
+    let release = tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        hold.release();
+    });
+    let store = CheckpointStore::new(Arc::new(instrumented), &StorePath::from("root"), name);
+    let summary = run_job_in(&spec, &engine(), None, RunOptions::default(), Some(store))
+        .await
+        .expect("the job finishes once the store answers again");
+    release.await.expect("release");
+    assert!(committed(dir.path()) == expected, "output differs");
+    let clean = CheckpointStore::new(memory, &StorePath::from("root"), name);
+    assert_store_holds_exactly_the_retained(&clean).await;
+    summary
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn checkpoints_waiting_on_hung_uploads_time_out_and_the_job_still_finishes_exactly_once() {
+    // Without a timeout, the first checkpoint would wait for the uploads, then complete.
+    let summary = run_with_a_hung_store("hung-uploads", ".inc").await;
+    assert!(
+        summary.checkpoints_aborted > 0,
+        "checkpoints waiting on hung uploads should have timed out: {summary:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hung_metadata_write_fails_the_run_which_restarts_and_finishes_exactly_once() {
+    // The write may still land, so the checkpoint can be neither completed nor aborted: the
+    // run fails, and the next one restores from what the store holds.
+    let summary = run_with_a_hung_store("hung-metadata", ".json").await;
+    assert!(
+        summary.restarts > 0,
+        "a metadata write past the timeout should have failed the run: {summary:?}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -2,8 +2,12 @@
 //! writing their metadata, applies retention and tells the tasks (DESIGN.md §5).
 //!
 //! One checkpoint is in flight at a time. A checkpoint fails (is aborted) when a task reports
-//! a failure or its metadata cannot be written; the next one is triggered at the next tick,
-//! and builds on the artifacts the aborted one left, which is why an abort deletes nothing.
+//! a failure, when its acknowledgements do not all arrive within the timeout (a hung upload,
+//! a stuck task), or when its metadata cannot be written; the next one is triggered at the
+//! next tick, and builds on the artifacts the aborted one left, which is why an abort deletes
+//! nothing. Late acknowledgements of an aborted checkpoint are ignored. A metadata write that
+//! outlives the timeout fails the job instead: the write may still land, so the checkpoint can
+//! be neither completed nor aborted.
 //!
 //! When the source ends, the coordinator takes a last checkpoint whose barrier also ends the
 //! stream. The job is over when that checkpoint completes: sinks commit the final output only
@@ -64,6 +68,8 @@ pub struct CoordinatorSetup {
     pub store: Option<CheckpointStore>,
     /// Time between checkpoints; `None` for only the last one.
     pub interval: Option<Duration>,
+    /// How long a checkpoint may take, trigger to metadata written; `None` for no limit.
+    pub timeout: Option<Duration>,
     pub retain: usize,
     /// The first id to use.
     pub next: CheckpointId,
@@ -78,8 +84,36 @@ struct InFlight {
     started: Instant,
     source: Option<SourcePosition>,
     handles: Vec<Vec<Option<SubtaskHandle>>>,
+    sink_acknowledged: bool,
     outstanding: usize,
     failure: Option<String>,
+}
+
+impl InFlight {
+    /// Who has not acknowledged yet, for the message of a timed-out checkpoint.
+    fn waiting_for(&self, operators: &[(String, u32)]) -> String {
+        let mut waiting: Vec<String> = Vec::new();
+        if self.source.is_none() {
+            waiting.push("the source".into());
+        }
+        for ((name, _), handles) in operators.iter().zip(&self.handles) {
+            for (subtask, handle) in handles.iter().enumerate() {
+                if handle.is_none() {
+                    waiting.push(format!("operator `{name}` subtask {subtask}"));
+                }
+            }
+        }
+        if !self.sink_acknowledged {
+            waiting.push("the sink".into());
+        }
+        const SHOWN: usize = 4;
+        if waiting.len() > SHOWN {
+            let more = waiting.len() - SHOWN;
+            waiting.truncate(SHOWN);
+            waiting.push(format!("{more} more"));
+        }
+        waiting.join(", ")
+    }
 }
 
 enum Outcome {
@@ -139,6 +173,13 @@ impl Coordinator {
         });
         let mut in_flight: Option<InFlight> = None;
         loop {
+            let deadline = self.deadline(in_flight.as_ref());
+            let timed_out = async move {
+                match deadline {
+                    Some(at) => tokio::time::sleep_until(at.into()).await,
+                    None => std::future::pending().await,
+                }
+            };
             let tick = async {
                 match ticker.as_mut() {
                     Some(t) => {
@@ -155,6 +196,16 @@ impl Coordinator {
                 // A request stays pending while a checkpoint is in flight.
                 () = self.requests.notified(), if idle => {
                     in_flight = Some(self.trigger(false)?);
+                }
+                () = timed_out => {
+                    if let Some(pending) = in_flight.as_mut() {
+                        let waiting = pending.waiting_for(&self.setup.operators);
+                        let after = self.setup.timeout.unwrap_or_default().as_millis();
+                        pending.failure.get_or_insert_with(|| {
+                            format!("timed out after {after} ms waiting for {waiting}")
+                        });
+                        pending.outstanding = 0;
+                    }
                 }
                 ack = self.acks.recv() => {
                     let Some(ack) = ack else {
@@ -187,6 +238,11 @@ impl Coordinator {
         }
     }
 
+    /// When `pending` times out, if it can.
+    fn deadline(&self, pending: Option<&InFlight>) -> Option<Instant> {
+        Some(pending?.started + self.setup.timeout?)
+    }
+
     fn new_checkpoint(&mut self, last: bool, with_source: bool) -> InFlight {
         let id = self.setup.next;
         self.setup.next = CheckpointId(id.0 + 1);
@@ -203,6 +259,7 @@ impl Coordinator {
             started: Instant::now(),
             source: (!with_source).then(|| self.position.clone()),
             handles,
+            sink_acknowledged: false,
             // Every subtask, the sink, and the source unless retaken.
             outstanding: subtasks + 1 + usize::from(with_source),
             failure: None,
@@ -252,6 +309,7 @@ impl Coordinator {
                 }
             },
             Ack::Sink { result, .. } => {
+                pending.sink_acknowledged = true;
                 if let Err(e) = result {
                     pending.failure = Some(format!("sink: {e}"));
                 }
@@ -317,7 +375,22 @@ impl Coordinator {
         Outcome::Completed { last: done.last }
     }
 
+    /// Writes `done`'s metadata, within what is left of its time.
     async fn store_metadata(&self, done: &InFlight) -> Result<(), MetadataFailure> {
+        let Some(deadline) = self.deadline(Some(done)) else {
+            return self.write_metadata(done).await;
+        };
+        tokio::time::timeout_at(deadline.into(), self.write_metadata(done))
+            .await
+            .unwrap_or_else(|_| {
+                Err(MetadataFailure::Unknown(format!(
+                    "writing the metadata timed out (the checkpoint timeout is {} ms); the write may still land",
+                    self.setup.timeout.unwrap_or_default().as_millis()
+                )))
+            })
+    }
+
+    async fn write_metadata(&self, done: &InFlight) -> Result<(), MetadataFailure> {
         let Some(store) = &self.setup.store else {
             return Ok(());
         };

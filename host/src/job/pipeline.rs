@@ -100,6 +100,7 @@ impl Pipeline {
                     store: CheckpointStore::open(&c.store, &spec.name)
                         .map_err(PrepareError::Store)?,
                     interval: c.interval,
+                    timeout: c.timeout,
                     retain: c.retain,
                     chains: c.chains,
                 })

@@ -101,6 +101,8 @@ impl StopSignal {
 pub struct Checkpointing {
     pub store: CheckpointStore,
     pub interval: Duration,
+    /// How long a checkpoint may take before it fails.
+    pub timeout: Duration,
     pub retain: usize,
     pub chains: ChainPolicy,
 }
@@ -333,6 +335,7 @@ pub async fn run(
                 .collect(),
             store: checkpointing.as_ref().map(|c| c.store.clone()),
             interval: checkpointing.as_ref().map(|c| c.interval),
+            timeout: checkpointing.as_ref().map(|c| c.timeout),
             retain: checkpointing.as_ref().map_or(1, |c| c.retain),
             next: start.next_checkpoint,
             retained: start.retained.iter().map(|m| m.id).collect(),

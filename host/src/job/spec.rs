@@ -28,6 +28,7 @@
 //! [checkpoints]                  # optional: without it, nothing is checkpointed
 //! store = "file:///var/weir"     # any object_store URL; default: a folder next to the job file
 //! interval_ms = 1000             # how often a checkpoint starts
+//! timeout_ms = 600000            # a checkpoint not complete by then fails (is aborted)
 //! retain = 2                     # completed checkpoints kept (at least 1)
 //! max_chain = 16                 # the chain length each subtask keeps under
 //! rewrite_budget = 10000         # entries re-written per checkpoint to drain old increments
@@ -70,6 +71,7 @@ pub struct JobFile {
 pub struct CheckpointsFile {
     pub store: Option<String>,
     pub interval_ms: Option<u64>,
+    pub timeout_ms: Option<u64>,
     pub retain: Option<usize>,
     pub max_chain: Option<usize>,
     pub rewrite_budget: Option<usize>,
@@ -96,6 +98,8 @@ pub struct CheckpointSpec {
     /// The object-store URL under which the job's checkpoints live.
     pub store: String,
     pub interval: Duration,
+    /// How long a checkpoint may take, trigger to metadata written, before it fails.
+    pub timeout: Duration,
     /// Completed checkpoints kept, at least 1.
     pub retain: usize,
     /// How the chains of subtasks stay bounded.
@@ -108,6 +112,9 @@ pub struct CheckpointSpec {
 
 impl CheckpointSpec {
     pub const DEFAULT_INTERVAL: Duration = Duration::from_secs(1);
+    /// Long enough for a large first snapshot to upload, short enough that a hung store call
+    /// shows as failed checkpoints, and the last checkpoint's retries end in a restart.
+    pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(600);
     pub const DEFAULT_RETAIN: usize = 2;
     pub const DEFAULT_MAX_CHAIN: usize = 16;
     pub const DEFAULT_REWRITE_BUDGET: usize = 10_000;
@@ -446,6 +453,12 @@ impl Checker<'_> {
         if interval.is_zero() {
             return Err(self.invalid("[checkpoints] interval_ms", "must be at least 1"));
         }
+        let timeout = file
+            .timeout_ms
+            .map_or(CheckpointSpec::DEFAULT_TIMEOUT, Duration::from_millis);
+        if timeout.is_zero() {
+            return Err(self.invalid("[checkpoints] timeout_ms", "must be at least 1"));
+        }
         let retain = file.retain.unwrap_or(CheckpointSpec::DEFAULT_RETAIN);
         if retain == 0 {
             return Err(self.invalid(
@@ -466,6 +479,7 @@ impl Checker<'_> {
         Ok(CheckpointSpec {
             store,
             interval,
+            timeout,
             retain,
             chains: ChainPolicy {
                 max_chain,
