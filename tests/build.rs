@@ -78,7 +78,24 @@ fn new_project_builds_and_runs(lang: &str) {
         "{built}"
     );
     assert!(project.join("operator.wasm").is_file());
-    if lang != "rust" {
+    if lang == "rust" {
+        // The project takes the SDK the binary staged in it, not a checkout of Weir's; a
+        // second build leaves the staged files (and so Cargo's fingerprints) as they were.
+        let manifest = std::fs::read_to_string(project.join("Cargo.toml")).expect("manifest");
+        assert!(
+            manifest.contains("path = \".weir-build/rust/weir-guest\""),
+            "{manifest}"
+        );
+        let staged = project.join(".weir-build/rust/weir-guest/src/lib.rs");
+        let modified = || {
+            std::fs::metadata(&staged)
+                .and_then(|m| m.modified())
+                .expect("staged")
+        };
+        let before = modified();
+        build(&project);
+        assert_eq!(modified(), before, "the staged SDK was rewritten");
+    } else {
         let again = build(&project);
         assert!(again.contains("up to date"), "{again}");
     }

@@ -9,8 +9,9 @@
 //!
 //! The SDKs of the interpreted languages and C, and the WIT, are compiled into the `weir`
 //! binary and written to the staging folder `<project>/.weir-build/` at build time: a build
-//! always uses the SDK that matches the host that checks it. (Rust operators take the
-//! `weir-guest` crate as a Cargo dependency.)
+//! always uses the SDK that matches the host that checks it. Rust operators take the
+//! `weir-guest` crate as a Cargo dependency: by path to `.weir-build/rust/weir-guest`, where
+//! `weir new` and `weir build` stage the binary's copy (`rust_sdk.rs`), or to any other copy.
 //!
 //! # Layout
 //!
@@ -19,7 +20,8 @@
 //! - `staging.rs`: the embedded SDKs and WIT, the staging folder and its lock.
 //! - `toolchain.rs`: finding each tool (environment override, the layout
 //!   `scripts/setup-languages` installs next to the binary, `PATH`) and running it.
-//! - `rust.rs`, `python.rs`, `javascript.rs`, `c.rs`: one language's build each.
+//! - `rust.rs`, `python.rs`, `javascript.rs`, `c.rs`: one language's build each;
+//!   `rust_sdk.rs`: the Rust SDK compiled into the binary, staged for Rust projects.
 //! - `skeleton.rs`: `weir new`, a small working operator per language (files in
 //!   `skeletons/`).
 
@@ -28,6 +30,7 @@ mod javascript;
 mod project;
 mod python;
 mod rust;
+mod rust_sdk;
 mod skeleton;
 mod staging;
 pub mod toolchain;
@@ -36,7 +39,8 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 pub use project::{Language, Project};
-pub use skeleton::{NewError, create_skeleton, rust_sdk_path};
+pub use rust_sdk::STAGED_SDK;
+pub use skeleton::{NewError, create_skeleton};
 pub use toolchain::Tool;
 
 use crate::engine::{Engine, LoadError};
@@ -166,7 +170,10 @@ pub fn build(
     if up_to_date() {
         return built(true);
     }
-    staging.clear()?;
+    // A Rust project's staged SDK stays: Cargo would rebuild it if its files were rewritten.
+    if project.language() != Language::Rust {
+        staging.clear()?;
+    }
     if let Some(dir) = out.parent() {
         std::fs::create_dir_all(dir).map_err(BuildError::io("cannot create", dir))?;
     }

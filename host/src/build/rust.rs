@@ -9,11 +9,14 @@ use std::io::BufRead;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 
-use super::{BuildError, Language, Project, Tool};
+use super::{BuildError, Language, Project, Tool, rust_sdk};
 
 pub(super) fn build(project: &Project, out: &Path) -> Result<(), BuildError> {
     let cargo = Tool::Cargo.find()?;
     let manifest = project.marker();
+    if rust_sdk::uses_staged_sdk(&manifest) {
+        rust_sdk::stage(project.dir())?;
+    }
     let mut command = cargo.command();
     command
         .args(["build", "--release", "--target", "wasm32-wasip2"])

@@ -3,8 +3,9 @@
 //! Every skeleton counts the records of each key in a value state and emits `key<TAB>count`
 //! (like the example word counters), and comes with `job.toml` over `input.jsonl`, so
 //! `weir build && weir run job.toml` works straight away. Rust projects also get this
-//! repository's `Cargo.lock` and `rust-toolchain.toml`. The files are in `skeletons/`;
-//! `{{name}}` stands for the project's name, `{{sdk}}` for the path of the Rust SDK.
+//! repository's `Cargo.lock` and `rust-toolchain.toml`, and the Rust SDK staged in
+//! `.weir-build/` (see [`super::rust_sdk`]). The files are in `skeletons/`; `{{name}}` stands
+//! for the project's name.
 
 use std::path::{Path, PathBuf};
 
@@ -25,6 +26,8 @@ pub enum NewError {
         path: PathBuf,
         source: std::io::Error,
     },
+    #[error("cannot stage the Rust SDK: {0}")]
+    Stage(String),
 }
 
 impl NewError {
@@ -48,13 +51,6 @@ const RUST_TOOLCHAIN: &str = include_str!("../../../rust-toolchain.toml");
 const PYTHON: &str = include_str!("skeletons/python/operator.py");
 const JS: &str = include_str!("skeletons/js/operator.js");
 const C: &str = include_str!("skeletons/c/operator.c");
-
-/// The Rust SDK (`guest-sdk/` of the repository this binary was built from), which Rust
-/// skeletons depend on by path.
-pub fn rust_sdk_path() -> PathBuf {
-    let host = Path::new(env!("CARGO_MANIFEST_DIR"));
-    host.parent().unwrap_or(host).join("guest-sdk")
-}
 
 /// Creates the folder `dir` with a skeleton operator in `language`, named after the folder;
 /// returns the files written, relative to `dir`. An existing `dir` is refused.
@@ -82,8 +78,7 @@ pub fn create_skeleton(dir: &Path, language: Language) -> Result<Vec<PathBuf>, N
     ];
     match language {
         Language::Rust => {
-            let sdk = toml::Value::String(rust_sdk_path().display().to_string()).to_string();
-            files.push(("Cargo.toml", RUST_MANIFEST.replace("{{sdk}}", &sdk)));
+            files.push(("Cargo.toml", RUST_MANIFEST.to_owned()));
             files.push(("src/lib.rs", RUST_LIB.to_owned()));
             files.push(("Cargo.lock", RUST_LOCK.to_owned()));
             files.push(("rust-toolchain.toml", RUST_TOOLCHAIN.to_owned()));
@@ -104,6 +99,10 @@ pub fn create_skeleton(dir: &Path, language: Language) -> Result<Vec<PathBuf>, N
         }
         std::fs::write(&path, text.replace("{{name}}", &name)).map_err(io)?;
         written.push(PathBuf::from(relative));
+    }
+    if language == Language::Rust {
+        // So that Cargo (and an editor's rust-analyzer) finds the SDK before any `weir build`.
+        super::rust_sdk::stage(dir).map_err(|e| NewError::Stage(e.to_string()))?;
     }
     Ok(written)
 }
@@ -136,9 +135,14 @@ mod tests {
             std::fs::read_to_string(root.path().join("op-rust/Cargo.toml")).expect("read");
         let manifest: toml::Value = toml::from_str(&manifest).expect("valid TOML");
         assert_eq!(manifest["package"]["name"].as_str(), Some("op-rust"));
-        assert_eq!(
-            manifest["dependencies"]["weir-guest"]["path"].as_str(),
-            Some(rust_sdk_path().to_str().expect("UTF-8"))
+        assert!(super::super::rust_sdk::uses_staged_sdk(
+            &root.path().join("op-rust/Cargo.toml")
+        ));
+        assert!(
+            root.path()
+                .join("op-rust/.weir-build/rust/weir-guest/src/lib.rs")
+                .is_file(),
+            "the SDK is staged"
         );
     }
 

@@ -29,15 +29,6 @@ pub fn new(args: NewArgs) -> Result<(), Failure> {
         args.name.display(),
         files.join(", ")
     );
-    if args.lang == Language::Rust {
-        let sdk = crate::build::rust_sdk_path();
-        if !sdk.is_dir() {
-            eprintln!(
-                "warning: Cargo.toml takes weir-guest from {}, which does not exist here: point it at guest-sdk/ of a Weir checkout",
-                sdk.display()
-            );
-        }
-    }
     println!(
         "next: cd {} && weir build && weir run job.toml",
         args.name.display()
