@@ -3,29 +3,32 @@
 // `weir build` generates them and stages this header (the one of the `weir` binary) for a
 // project whose operator is `operator.c`; `weir new --lang c NAME` starts one.
 //
-// An operator implements the three exports of operator.h itself:
+// An operator writes three functions and names them once, in one .c file:
 //
-//   bool exports_weir_operator_processor_open(exports_weir_operator_processor_context_t *ctx,
-//                                             operator_string_t *err);
-//   bool exports_weir_operator_processor_process(exports_weir_operator_processor_batch_t *batch,
-//                                                operator_list_u32_t *key_slots,
-//                                                exports_weir_operator_processor_batch_t *ret,
-//                                                operator_string_t *err);
-//   bool exports_weir_operator_processor_close(exports_weir_operator_processor_batch_t *ret,
-//                                              operator_string_t *err);
+//   static bool my_open(const weir_context_t *ctx, operator_string_t *err);
+//   static bool my_process(const weir_batch_t *batch, const operator_list_u32_t *key_slots,
+//                          uint32_t slot_count, weir_out_t *out, weir_ops_t *ops,
+//                          operator_string_t *err);
+//   static bool my_close(weir_out_t *out, operator_string_t *err);  // or weir_no_close
 //
-// and uses these helpers for the batch plumbing, the same per-batch pattern as the Rust SDK:
+//   WEIR_EXPORT_OPERATOR(my_open, my_process, my_close)
 //
-//   - weir_batch_check / weir_batch_record: read records out of the flat input batch;
+// which defines the three exports of operator.h around them (the lifecycle the other SDKs
+// own too: calls out of order refused, inputs freed, the batch checked, the writes logged in
+// `ops` sent in one `apply` call after `process` returns, the records written to `out`
+// returned; a function that fails drops its batch's records and writes). The helpers do the
+// batch plumbing, the same per-batch pattern as the Rust SDK:
+//
+//   - weir_batch_record: read records out of the flat input batch;
 //   - weir_read_values: the values of *all* key slots of a batch in one `read-values` call;
 //   - weir_ops_*: buffer the batch's writes, send them in one `apply` call;
 //   - weir_out_*: build the output batch in growable flat buffers;
 //   - weir_fail: return an error message to the host (fails the job).
 //
-// Ownership (wit-bindgen's C conventions): the input batch and key slots belong to the export
-// and must be freed (weir_input_free); the returned batch and error are freed by the bindings
-// after the host has copied them, so weir_out_finish hands over its buffers; values returned
-// by imports are the caller's to free (weir_operator_state_values_free, ...).
+// Ownership (wit-bindgen's C conventions): the input batch, key slots and context belong to
+// the export, which frees them; the returned batch and error are freed by the bindings after
+// the host has copied them, so weir_out_finish hands over its buffers; values returned by
+// imports are the caller's to free (weir_operator_state_values_free, ...).
 //
 // Everything here is `static inline`: include this header in one or more .c files.
 
@@ -46,6 +49,7 @@
 #define WEIR_HAS_TIMESTAMP 2
 
 typedef exports_weir_operator_processor_batch_t weir_batch_t;
+typedef exports_weir_operator_processor_context_t weir_context_t;
 
 // ---------------------------------------------------------------------------------------------
 // Errors and logging
@@ -391,5 +395,63 @@ static inline void weir_out_discard(weir_out_t *out) {
   free(out->timestamps);
   memset(out, 0, sizeof *out);
 }
+
+// ---------------------------------------------------------------------------------------------
+// The exports
+
+// A close function for operators that emit nothing at the end of input.
+static inline bool weir_no_close(weir_out_t *out, operator_string_t *err) {
+  (void)out;
+  (void)err;
+  return true;
+}
+
+// Defines the three exports of operator.h around an operator's open, process and close
+// functions (see the top of this file). Use it once, in one .c file.
+#define WEIR_EXPORT_OPERATOR(open_fn, process_fn, close_fn)                                      \
+  static bool weir_opened_;                                                                      \
+  static weir_out_t weir_out_;                                                                   \
+  static weir_ops_t weir_ops_;                                                                   \
+                                                                                                 \
+  bool exports_weir_operator_processor_open(weir_context_t *ctx, operator_string_t *err) {       \
+    bool ok = weir_opened_                                                                       \
+                  ? weir_fail(err, "open called on an operator instance that is already open")   \
+                  : open_fn(ctx, err);                                                           \
+    exports_weir_operator_processor_context_free(ctx);                                           \
+    if (ok) weir_opened_ = true;                                                                 \
+    return ok;                                                                                   \
+  }                                                                                              \
+                                                                                                 \
+  bool exports_weir_operator_processor_process(weir_batch_t *batch, operator_list_u32_t *slots,  \
+                                               weir_batch_t *ret, operator_string_t *err) {      \
+    uint32_t slot_count;                                                                         \
+    bool ok = weir_opened_ ? weir_batch_check(batch, slots, &slot_count, err) &&                 \
+                                 process_fn(batch, slots, slot_count, &weir_out_, &weir_ops_,    \
+                                            err) &&                                              \
+                                 weir_ops_apply(&weir_ops_, err)                                 \
+                           : weir_fail(err, "the operator is not open: process called before "   \
+                                            "open or after close");                              \
+    weir_input_free(batch, slots);                                                               \
+    if (!ok) {                                                                                   \
+      weir_out_discard(&weir_out_);                                                              \
+      weir_ops_clear(&weir_ops_);                                                                \
+      return false;                                                                              \
+    }                                                                                            \
+    weir_out_finish(&weir_out_, ret);                                                            \
+    return true;                                                                                 \
+  }                                                                                              \
+                                                                                                 \
+  bool exports_weir_operator_processor_close(weir_batch_t *ret, operator_string_t *err) {        \
+    if (!weir_opened_) {                                                                         \
+      return weir_fail(err, "the operator is not open: close called before open or after close"); \
+    }                                                                                            \
+    weir_opened_ = false;                                                                        \
+    if (!close_fn(&weir_out_, err)) {                                                            \
+      weir_out_discard(&weir_out_);                                                              \
+      return false;                                                                              \
+    }                                                                                            \
+    weir_out_finish(&weir_out_, ret);                                                            \
+    return true;                                                                                 \
+  }
 
 #endif  // WEIR_H

@@ -11,10 +11,7 @@
 
 #include "weir.h"
 
-static bool opened;
 static weir_operator_state_state_id_t count_state;
-static weir_out_t out;
-static weir_ops_t ops;
 // Per key slot of the current batch: the running count, and whether it changed.
 static uint64_t *counts;
 static uint8_t *dirty;
@@ -57,20 +54,13 @@ static bool utf8_valid(const uint8_t *s, size_t len) {
   return true;
 }
 
-bool exports_weir_operator_processor_open(exports_weir_operator_processor_context_t *ctx,
-                                          operator_string_t *err) {
-  exports_weir_operator_processor_context_free(ctx);
-  if (opened) return weir_fail(err, "open called on an operator instance that is already open");
-  if (!weir_declare("count", WEIR_OPERATOR_STATE_STATE_KIND_VALUE, &count_state, err)) {
-    return false;
-  }
-  opened = true;
-  return true;
+static bool count_open(const weir_context_t *ctx, operator_string_t *err) {
+  (void)ctx;
+  return weir_declare("count", WEIR_OPERATOR_STATE_STATE_KIND_VALUE, &count_state, err);
 }
 
-static bool process(weir_batch_t *batch, operator_list_u32_t *key_slots, operator_string_t *err) {
-  uint32_t slot_count;
-  if (!weir_batch_check(batch, key_slots, &slot_count, err)) return false;
+static bool count_process(const weir_batch_t *batch, const operator_list_u32_t *key_slots,
+                    uint32_t slot_count, weir_out_t *out, weir_ops_t *ops, operator_string_t *err) {
   weir_grow((void **)&counts, &slots_cap, slot_count, sizeof(uint64_t));
   dirty = (uint8_t *)realloc(dirty, slots_cap ? slots_cap : 1);
   if (dirty == NULL) abort();
@@ -106,43 +96,21 @@ static bool process(weir_batch_t *batch, operator_list_u32_t *key_slots, operato
     uint64_t count = ++counts[record.slot];
     dirty[record.slot] = 1;
     // `word<TAB>count`, written straight into the output batch.
-    weir_out_begin(&out, record.key, record.key_len, true);
-    weir_buf_append(&out.data, record.key, record.key_len);
-    weir_buf_push(&out.data, '\t');
-    weir_buf_append_u64(&out.data, count);
-    weir_out_end(&out, false, 0);
+    weir_out_begin(out, record.key, record.key_len, true);
+    weir_buf_append(&out->data, record.key, record.key_len);
+    weir_buf_push(&out->data, '\t');
+    weir_buf_append_u64(&out->data, count);
+    weir_out_end(out, false, 0);
   }
 
   for (uint32_t slot = 0; slot < slot_count; slot++) {
     if (!dirty[slot]) continue;
-    weir_ops_begin(&ops, WEIR_OPERATOR_STATE_OP_KIND_VALUE_SET, count_state, slot);
-    weir_ops_key_end(&ops);
-    weir_buf_append_u64(&ops.data, counts[slot]);
-    weir_ops_end(&ops);
+    weir_ops_begin(ops, WEIR_OPERATOR_STATE_OP_KIND_VALUE_SET, count_state, slot);
+    weir_ops_key_end(ops);
+    weir_buf_append_u64(&ops->data, counts[slot]);
+    weir_ops_end(ops);
   }
-  return weir_ops_apply(&ops, err);
-}
-
-bool exports_weir_operator_processor_process(exports_weir_operator_processor_batch_t *batch,
-                                             operator_list_u32_t *key_slots,
-                                             exports_weir_operator_processor_batch_t *ret,
-                                             operator_string_t *err) {
-  bool ok = opened ? process(batch, key_slots, err)
-                   : weir_fail(err, "the operator is not open: process called before open or after close");
-  weir_input_free(batch, key_slots);
-  if (!ok) {
-    weir_out_discard(&out);
-    weir_ops_clear(&ops);
-    return false;
-  }
-  weir_out_finish(&out, ret);
   return true;
 }
 
-bool exports_weir_operator_processor_close(exports_weir_operator_processor_batch_t *ret,
-                                           operator_string_t *err) {
-  if (!opened) return weir_fail(err, "the operator is not open: close called before open or after close");
-  opened = false;
-  weir_out_finish(&out, ret);
-  return true;
-}
+WEIR_EXPORT_OPERATOR(count_open, count_process, weir_no_close)

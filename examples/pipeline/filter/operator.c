@@ -10,12 +10,9 @@
 
 #include "weir.h"
 
-static bool opened;
-static weir_out_t out;
 static uint64_t max_ms = 30000;
 
-bool exports_weir_operator_processor_open(exports_weir_operator_processor_context_t *ctx,
-                                          operator_string_t *err) {
+static bool filter_open(const weir_context_t *ctx, operator_string_t *err) {
   // The configuration is a JSON object; the only setting is a number, found by hand rather
   // than with a JSON parser: `"max_ms": N`.
   const char *config = (const char *)ctx->config.ptr;
@@ -33,12 +30,9 @@ bool exports_weir_operator_processor_open(exports_weir_operator_processor_contex
     size_t digits = 0;
     while (found + digits < end && found[digits] >= '0' && found[digits] <= '9') digits++;
     if (!weir_parse_u64((const uint8_t *)found, digits, &max_ms)) {
-      exports_weir_operator_processor_context_free(ctx);
       return weir_fail(err, "config `max_ms` must be a non-negative integer");
     }
   }
-  exports_weir_operator_processor_context_free(ctx);
-  opened = true;
   return true;
 }
 
@@ -55,35 +49,17 @@ static bool keep(const uint8_t *value, size_t len) {
   return true;
 }
 
-bool exports_weir_operator_processor_process(exports_weir_operator_processor_batch_t *batch,
-                                             operator_list_u32_t *key_slots,
-                                             exports_weir_operator_processor_batch_t *ret,
-                                             operator_string_t *err) {
-  uint32_t slot_count;
-  bool ok = opened ? weir_batch_check(batch, key_slots, &slot_count, err)
-                   : weir_fail(err, "the operator is not open: process called before open");
-  if (ok) {
-    for (size_t i = 0; i < batch->value_ends.len; i++) {
-      weir_record_t record = weir_batch_record(batch, key_slots, i);
-      if (!keep(record.value, record.value_len)) continue;
-      weir_out_begin(&out, record.key, record.key_len, record.has_key);
-      weir_buf_append(&out.data, record.value, record.value_len);
-      weir_out_end(&out, record.has_timestamp, record.timestamp);
-    }
+static bool filter_process(const weir_batch_t *batch, const operator_list_u32_t *key_slots,
+                    uint32_t slot_count, weir_out_t *out, weir_ops_t *ops, operator_string_t *err) {
+  (void)slot_count, (void)ops, (void)err;
+  for (size_t i = 0; i < batch->value_ends.len; i++) {
+    weir_record_t record = weir_batch_record(batch, key_slots, i);
+    if (!keep(record.value, record.value_len)) continue;
+    weir_out_begin(out, record.key, record.key_len, record.has_key);
+    weir_buf_append(&out->data, record.value, record.value_len);
+    weir_out_end(out, record.has_timestamp, record.timestamp);
   }
-  weir_input_free(batch, key_slots);
-  if (!ok) {
-    weir_out_discard(&out);
-    return false;
-  }
-  weir_out_finish(&out, ret);
   return true;
 }
 
-bool exports_weir_operator_processor_close(exports_weir_operator_processor_batch_t *ret,
-                                           operator_string_t *err) {
-  if (!opened) return weir_fail(err, "the operator is not open: close called before open");
-  opened = false;
-  weir_out_finish(&out, ret);
-  return true;
-}
+WEIR_EXPORT_OPERATOR(filter_open, filter_process, weir_no_close)

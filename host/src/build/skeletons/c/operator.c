@@ -10,31 +10,23 @@
 
 #include "weir.h"
 
-static bool opened;
 // Records seen per key: kept by the host, checkpointed with the job.
 static weir_operator_state_state_id_t count_state;
-static weir_out_t out;
-static weir_ops_t ops;
 // Per key slot of the current batch: its count, and whether it changed.
 static uint64_t *counts;
 static size_t counts_cap;
 static uint8_t *changed;
 static size_t changed_cap;
 
-bool exports_weir_operator_processor_open(exports_weir_operator_processor_context_t *ctx,
-                                          operator_string_t *err) {
-  exports_weir_operator_processor_context_free(ctx);
-  if (opened) return weir_fail(err, "open called on an operator instance that is already open");
-  if (!weir_declare("count", WEIR_OPERATOR_STATE_STATE_KIND_VALUE, &count_state, err)) {
-    return false;
-  }
-  opened = true;
-  return true;
+static bool count_open(const weir_context_t *ctx, operator_string_t *err) {
+  (void)ctx;  // ctx->config holds the job file's `config` table as JSON
+  return weir_declare("count", WEIR_OPERATOR_STATE_STATE_KIND_VALUE, &count_state, err);
 }
 
-static bool process(weir_batch_t *batch, operator_list_u32_t *key_slots, operator_string_t *err) {
-  uint32_t slot_count;
-  if (!weir_batch_check(batch, key_slots, &slot_count, err)) return false;
+// Called for every batch: emits records to `out`, logs state writes in `ops` (sent when it
+// returns). Returning false (with weir_fail) fails the job.
+static bool count_process(const weir_batch_t *batch, const operator_list_u32_t *key_slots,
+                    uint32_t slot_count, weir_out_t *out, weir_ops_t *ops, operator_string_t *err) {
   weir_grow((void **)&counts, &counts_cap, slot_count, sizeof(uint64_t));
   weir_grow((void **)&changed, &changed_cap, slot_count, 1);
 
@@ -63,44 +55,22 @@ static bool process(weir_batch_t *batch, operator_list_u32_t *key_slots, operato
     uint64_t count = ++counts[record.slot];
     changed[record.slot] = 1;
     // `key<TAB>count`, written straight into the output batch.
-    weir_out_begin(&out, record.key, record.key_len, true);
-    weir_buf_append(&out.data, record.key, record.key_len);
-    weir_buf_push(&out.data, '\t');
-    weir_buf_append_u64(&out.data, count);
-    weir_out_end(&out, false, 0);
+    weir_out_begin(out, record.key, record.key_len, true);
+    weir_buf_append(&out->data, record.key, record.key_len);
+    weir_buf_push(&out->data, '\t');
+    weir_buf_append_u64(&out->data, count);
+    weir_out_end(out, false, 0);
   }
 
   // Counts are stored as their JSON text, like the other SDKs do.
   for (uint32_t slot = 0; slot < slot_count; slot++) {
     if (!changed[slot]) continue;
-    weir_ops_begin(&ops, WEIR_OPERATOR_STATE_OP_KIND_VALUE_SET, count_state, slot);
-    weir_ops_key_end(&ops);
-    weir_buf_append_u64(&ops.data, counts[slot]);
-    weir_ops_end(&ops);
+    weir_ops_begin(ops, WEIR_OPERATOR_STATE_OP_KIND_VALUE_SET, count_state, slot);
+    weir_ops_key_end(ops);
+    weir_buf_append_u64(&ops->data, counts[slot]);
+    weir_ops_end(ops);
   }
-  return weir_ops_apply(&ops, err);
-}
-
-bool exports_weir_operator_processor_process(exports_weir_operator_processor_batch_t *batch,
-                                             operator_list_u32_t *key_slots,
-                                             exports_weir_operator_processor_batch_t *ret,
-                                             operator_string_t *err) {
-  bool ok = opened ? process(batch, key_slots, err)
-                   : weir_fail(err, "the operator is not open: process called before open or after close");
-  weir_input_free(batch, key_slots);
-  if (!ok) {
-    weir_out_discard(&out);
-    weir_ops_clear(&ops);
-    return false;
-  }
-  weir_out_finish(&out, ret);
   return true;
 }
 
-bool exports_weir_operator_processor_close(exports_weir_operator_processor_batch_t *ret,
-                                           operator_string_t *err) {
-  if (!opened) return weir_fail(err, "the operator is not open: close called before open or after close");
-  opened = false;
-  weir_out_finish(&out, ret);
-  return true;
-}
+WEIR_EXPORT_OPERATOR(count_open, count_process, weir_no_close)
