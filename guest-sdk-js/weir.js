@@ -566,25 +566,7 @@ export class Emitter {
     /** Appends the decimal digits of a non-negative integer to the value being built. */
     this.writeUint = (value) => {
       if (value >= 0 && value <= 0x7fffffff && value % 1 === 0 && len + 10 <= cap) {
-        // int32 arithmetic, two digits at a time (see `writeUint`).
-        const digits =
-          value < 10 ? 1 : value < 100 ? 2 : value < 1000 ? 3 : value < 10000 ? 4 : value < 100000 ? 5
-            : value < 1000000 ? 6 : value < 10000000 ? 7 : value < 100000000 ? 8 : value < 1000000000 ? 9 : 10;
-        len += digits;
-        let at = len;
-        while (value >= 100) {
-          const q = (value / 100) | 0;
-          const r = 2 * (value - q * 100);
-          bytes[--at] = DIGIT_PAIRS[r + 1];
-          bytes[--at] = DIGIT_PAIRS[r];
-          value = q;
-        }
-        if (value >= 10) {
-          bytes[--at] = DIGIT_PAIRS[2 * value + 1];
-          bytes[--at] = DIGIT_PAIRS[2 * value];
-        } else {
-          bytes[--at] = 48 + value;
-        }
+        len = putUint32(bytes, len, value);
       } else {
         encodeWith(writeUint, value);
       }
@@ -877,18 +859,8 @@ export class ValueState {
   }
 
   remove() {
-    const slot = currentSlot;
-    let cache = this._cache;
-    if (cache === null || slot >= cache.length) {
-      this._begin();
-      cache = this._cache;
-    }
-    cache[slot] = ABSENT;
-    const isDirty = this._isDirty;
-    if (isDirty[slot] === 0) {
-      isDirty[slot] = 1;
-      this._dirty.push(slot);
-    }
+    // The cache marks a removed value ABSENT; `_flushInto` sends it as a `value-remove`.
+    this.set(ABSENT);
   }
 
   _fetch() {
