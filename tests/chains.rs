@@ -176,6 +176,7 @@ fn metadata(id: CheckpointId, handle: &SubtaskHandle) -> CheckpointMetadata {
         finished: false,
         key_groups: 128,
         source: serde_json::Value::Null,
+        sink: None,
         operators: vec![OperatorHandles {
             name: "op".into(),
             parallelism: 1,

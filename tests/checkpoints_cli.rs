@@ -43,6 +43,7 @@ fn metadata(job: &str, id: u64) -> CheckpointMetadata {
         finished: id == 2,
         key_groups: 128,
         source: serde_json::json!({ "offset": 1234 * id, "line": 10 * id }),
+        sink: None,
         operators: vec![OperatorHandles {
             name: "count".into(),
             parallelism: 2,

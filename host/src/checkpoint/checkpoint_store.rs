@@ -13,7 +13,7 @@
 
 use std::sync::Arc;
 
-use futures::TryStreamExt;
+use futures::{StreamExt, TryStreamExt};
 use object_store::path::Path;
 use object_store::{ObjectStore, ObjectStoreExt, PutPayload};
 
@@ -177,6 +177,31 @@ impl CheckpointStore {
             .iter()
             .filter_map(|p| p.filename()?.parse().ok())
             .collect())
+    }
+
+    /// Deletes every object of the job, metadata first: a crash part way leaves fewer
+    /// complete checkpoints and orphaned artifacts (which the next run sweeps), never a
+    /// checkpoint whose artifacts are gone. Returns how many objects were deleted.
+    pub async fn delete_all(&self) -> Result<usize, StorageError> {
+        /// Deletes in flight at once: enough to hide a remote store's latency.
+        const CONCURRENT_DELETES: usize = 16;
+        let metadata = self.list(&self.metadata_folder()).await?;
+        let artifacts: Vec<Path> = self
+            .list(&self.root)
+            .await?
+            .into_iter()
+            .filter(|path| !metadata.contains(path))
+            .collect();
+        let mut deleted = 0;
+        for batch in [metadata, artifacts] {
+            deleted += batch.len();
+            futures::stream::iter(batch)
+                .map(|path| async move { delete_if_present(self.store.as_ref(), &path).await })
+                .buffer_unordered(CONCURRENT_DELETES)
+                .try_collect::<Vec<()>>()
+                .await?;
+        }
+        Ok(deleted)
     }
 
     /// Every object of the job, for inspection and tests.

@@ -29,7 +29,7 @@ use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender};
 use super::checkpoint_store::CheckpointStore;
 use super::metadata::{CheckpointMetadata, METADATA_VERSION, OperatorHandles, SubtaskHandle};
 use super::protocol::{Ack, Barrier, Notification};
-use crate::connectors::SourcePosition;
+use crate::connectors::{SinkPosition, SourcePosition};
 use crate::ids::CheckpointId;
 
 /// Why a checkpoint's metadata is not known to be stored.
@@ -85,6 +85,7 @@ struct InFlight {
     source: Option<SourcePosition>,
     handles: Vec<Vec<Option<SubtaskHandle>>>,
     sink_acknowledged: bool,
+    sink: Option<SinkPosition>,
     outstanding: usize,
     failure: Option<String>,
 }
@@ -260,6 +261,7 @@ impl Coordinator {
             source: (!with_source).then(|| self.position.clone()),
             handles,
             sink_acknowledged: false,
+            sink: None,
             // Every subtask, the sink, and the source unless retaken.
             outstanding: subtasks + 1 + usize::from(with_source),
             failure: None,
@@ -310,8 +312,9 @@ impl Coordinator {
             },
             Ack::Sink { result, .. } => {
                 pending.sink_acknowledged = true;
-                if let Err(e) = result {
-                    pending.failure = Some(format!("sink: {e}"));
+                match result {
+                    Ok(position) => pending.sink = position,
+                    Err(e) => pending.failure = Some(format!("sink: {e}")),
                 }
             }
             Ack::SourceEnded => {}
@@ -415,6 +418,7 @@ impl Coordinator {
             finished: done.last,
             key_groups: self.setup.key_groups,
             source: done.source.clone().unwrap_or(SourcePosition::Null),
+            sink: done.sink.clone(),
             operators,
         };
         let Err(e) = store.write_metadata(&metadata).await else {

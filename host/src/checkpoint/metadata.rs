@@ -7,7 +7,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::connectors::SourcePosition;
+use crate::connectors::{SinkPosition, SourcePosition};
 use crate::ids::CheckpointId;
 use crate::partition::KeyGroupRange;
 
@@ -29,6 +29,11 @@ pub struct CheckpointMetadata {
     pub key_groups: u32,
     /// Where the source resumes.
     pub source: SourcePosition,
+    /// What the sink's output holds once this checkpoint is committed (file sink: its length);
+    /// a restore checks it. Absent for sinks that record nothing, and in checkpoints written
+    /// before sinks recorded it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sink: Option<SinkPosition>,
     pub operators: Vec<OperatorHandles>,
 }
 

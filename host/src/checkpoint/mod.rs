@@ -34,5 +34,5 @@ pub mod subtask_checkpoints;
 
 pub use checkpoint_store::CheckpointStore;
 pub use metadata::CheckpointMetadata;
-pub use start::{JobStart, RestoreFrom};
+pub use start::{JobStart, RestoreFrom, RunLineage, StartFrom};
 pub use subtask_checkpoints::ChainPolicy;

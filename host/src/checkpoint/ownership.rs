@@ -106,6 +106,7 @@ mod tests {
             finished: false,
             key_groups: groups.count(),
             source: serde_json::Value::Null,
+            sink: None,
             operators: vec![OperatorHandles {
                 name: "op".into(),
                 parallelism,

@@ -11,7 +11,7 @@
 //!   uploaded;
 //! - the coordinator writes the metadata and tells every task ([`Notification`]).
 
-use crate::connectors::SourcePosition;
+use crate::connectors::{SinkPosition, SourcePosition};
 use crate::ids::CheckpointId;
 
 use super::metadata::SubtaskHandle;
@@ -42,10 +42,10 @@ pub enum Ack {
         subtask: u32,
         result: Result<SubtaskHandle, String>,
     },
-    /// The sink staged its output, or could not.
+    /// The sink staged its output (and says what the checkpoint records of it), or could not.
     Sink {
         checkpoint: CheckpointId,
-        result: Result<(), String>,
+        result: Result<Option<SinkPosition>, String>,
     },
 }
 

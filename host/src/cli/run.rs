@@ -1,10 +1,10 @@
-//! `weir run JOB.toml [--restore latest|ID|METADATA]`
+//! `weir run JOB.toml [--restore latest|ID|METADATA | --fresh]`
 
 use std::io::IsTerminal;
 use std::path::PathBuf;
 
 use super::Failure;
-use crate::checkpoint::RestoreFrom;
+use crate::checkpoint::{RestoreFrom, StartFrom};
 use crate::job::{JobSpec, RunOptions, run_job};
 
 #[derive(Debug, clap::Args)]
@@ -12,9 +12,14 @@ pub struct RunArgs {
     /// The job file (TOML).
     job: PathBuf,
     /// Start from a checkpoint: `latest`, a checkpoint id, or a metadata file. With
-    /// `latest`, a job that has no completed checkpoint starts from the beginning.
-    #[arg(long, value_name = "CHECKPOINT")]
+    /// `latest`, a job that has no completed checkpoint starts from the beginning. Without
+    /// `--restore` or `--fresh`, a job whose store already holds checkpoints is refused.
+    #[arg(long, value_name = "CHECKPOINT", conflicts_with = "fresh")]
     restore: Option<RestoreFrom>,
+    /// Start over from the beginning: delete the job's checkpoints first (a file sink then
+    /// starts an empty output).
+    #[arg(long)]
+    fresh: bool,
     /// Runs keyed operators with N subtasks (`N`), or one operator (`OPERATOR=N`); with
     /// `--restore`, the state is redistributed by key group (a rescale). Repeatable.
     #[arg(long, value_name = "[OPERATOR=]N")]
@@ -60,8 +65,12 @@ pub fn run(args: RunArgs) -> Result<(), Failure> {
         progress: !args.no_progress && std::io::stderr().is_terminal(),
         ..RunOptions::default()
     };
+    let from = match (args.fresh, args.restore) {
+        (true, _) => StartFrom::Fresh,
+        (false, restore) => StartFrom::from(restore),
+    };
     let summary = runtime
-        .block_on(run_job(&spec, &engine, args.restore, options))
+        .block_on(run_job(&spec, &engine, from, options))
         .map_err(|e| {
             let input = e.is_input_error();
             let error = anyhow::Error::new(e).context(format!("job `{}` failed", spec.name));

@@ -36,6 +36,19 @@ pub enum ConnectorError {
         line: u64,
         message: String,
     },
+    /// A restored checkpoint covers output that the sink's output no longer holds.
+    #[error(
+        "{path}: holds {found} bytes of committed output, but checkpoint {checkpoint} covers \
+         {expected}: the output was cut short or replaced after that checkpoint was taken (by a \
+         run from the beginning, or outside weir). Restore a checkpoint taken since, or start \
+         over with `--fresh`"
+    )]
+    OutputLost {
+        path: PathBuf,
+        checkpoint: CheckpointId,
+        expected: u64,
+        found: u64,
+    },
     /// A restored position does not fit the source: a corrupt checkpoint, or an input that
     /// changed since the checkpoint was taken.
     #[error("{source_name}: cannot resume from the checkpointed position: {message}")]
@@ -76,6 +89,20 @@ pub trait Source: Send {
     fn progress(&self) -> Arc<SourceProgress>;
 }
 
+/// What a sink records in a checkpoint about the output it covers, in the sink's own JSON
+/// shape (the file sink: the output's length once the checkpoint is committed), so that a
+/// restore can check the output still holds it.
+pub type SinkPosition = serde_json::Value;
+
+/// The checkpoint a job restores, as its sink sees it.
+#[derive(Clone, Copy, Debug)]
+pub struct SinkRestore<'a> {
+    pub checkpoint: CheckpointId,
+    /// What the sink's `stage` returned for that checkpoint; `None` for a sink that records
+    /// nothing, or a checkpoint written before sinks recorded positions.
+    pub position: Option<&'a SinkPosition>,
+}
+
 /// Consumes the job's output, in two phases so that a restored job neither loses nor repeats
 /// output: what is written between two checkpoints is *staged* when the later checkpoint's
 /// barrier reaches the sink, and *committed* (made visible) only once that checkpoint is
@@ -85,8 +112,9 @@ pub trait Sink: Send {
     fn write(&mut self, batch: &RecordBatch) -> Result<(), ConnectorError>;
 
     /// Makes everything written since the previous `stage` durable as the output of
-    /// `checkpoint`, without making it visible.
-    fn stage(&mut self, checkpoint: CheckpointId) -> Result<(), ConnectorError>;
+    /// `checkpoint`, without making it visible. Returns what the checkpoint records of the
+    /// output it covers, if the sink keeps anything.
+    fn stage(&mut self, checkpoint: CheckpointId) -> Result<Option<SinkPosition>, ConnectorError>;
 
     /// Makes the staged output of every checkpoint up to `checkpoint` visible, in checkpoint
     /// order. Idempotent: committing again, or after a crash in the middle of a commit, makes
@@ -94,7 +122,9 @@ pub trait Sink: Send {
     fn commit(&mut self, checkpoint: CheckpointId) -> Result<(), ConnectorError>;
 
     /// Called once before the first write. A restored job passes the restored checkpoint: its
-    /// staged output (and that of earlier checkpoints) is committed, and output staged or
-    /// written after it is discarded. A fresh job passes `None`: the sink starts empty.
-    fn recover(&mut self, restored: Option<CheckpointId>) -> Result<(), ConnectorError>;
+    /// staged output (and that of earlier checkpoints) is committed, output staged or
+    /// written after it is discarded, and a sink that recorded a position checks that the
+    /// output holds what the checkpoint covers, failing rather than resuming into an output
+    /// that lost it. A fresh job passes `None`: the sink starts empty.
+    fn recover(&mut self, restored: Option<SinkRestore<'_>>) -> Result<(), ConnectorError>;
 }

@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use super::{ConnectorError, Sink};
+use super::{ConnectorError, Sink, SinkPosition, SinkRestore};
 use crate::ids::CheckpointId;
 use crate::record::RecordBatch;
 
@@ -84,8 +84,9 @@ impl Sink for StdoutSink {
     }
 
     /// Flushes: the checkpoint's output has been printed, which is as durable as stdout gets.
-    fn stage(&mut self, _checkpoint: CheckpointId) -> Result<(), ConnectorError> {
-        self.out.flush().map_err(Self::io)
+    fn stage(&mut self, _checkpoint: CheckpointId) -> Result<Option<SinkPosition>, ConnectorError> {
+        self.out.flush().map_err(Self::io)?;
+        Ok(None)
     }
 
     /// Nothing to do: the output is visible since `stage`.
@@ -94,7 +95,7 @@ impl Sink for StdoutSink {
     }
 
     /// Nothing to do: printed output cannot be taken back, so it is repeated after a restore.
-    fn recover(&mut self, _restored: Option<CheckpointId>) -> Result<(), ConnectorError> {
+    fn recover(&mut self, _restored: Option<SinkRestore<'_>>) -> Result<(), ConnectorError> {
         Ok(())
     }
 }
@@ -108,11 +109,27 @@ impl Sink for StdoutSink {
 /// at or below the marker is in the output already, and whatever an append cut short by a
 /// crash left past the marker's length is truncated before the next append. Checkpoint ids
 /// start at 1, so the marker of an empty output names checkpoint 0.
+///
+/// Each checkpoint also records the output's length once it is committed ([`Position`]). A
+/// restore checks the output against it: an output cut short or replaced since (by a run from
+/// the beginning, or by hand, staging folder included) fails the restore instead of resuming
+/// into a file that lost committed records, and the output of checkpoints after the restored
+/// one, committed already, is cut off.
 pub struct FileSink {
     path: PathBuf,
     staging: PathBuf,
     /// `open.part`, opened by the first write after a stage.
     open: Option<BufWriter<File>>,
+    /// The output's length once everything staged so far is committed: what the next
+    /// checkpoint records.
+    staged_len: u64,
+}
+
+/// What a checkpoint records of a file sink's output.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+struct Position {
+    /// The output's length once the checkpoint is committed.
+    output_len: u64,
 }
 
 /// The content of the `committed` marker file.
@@ -144,6 +161,7 @@ impl FileSink {
             path: path.to_owned(),
             staging: path.with_file_name(staging),
             open: None,
+            staged_len: 0,
         })
     }
 
@@ -290,28 +308,57 @@ impl FileSink {
         Ok(marker)
     }
 
-    /// A restored job: commits the parts up to `checkpoint`, discards everything after.
-    fn resume_after(&self, checkpoint: u64) -> Result<(), ConnectorError> {
+    /// A restored job: commits the parts up to `checkpoint`, discards everything after, and
+    /// checks the output against the checkpoint's `position` when it has one. Returns the
+    /// output's committed length.
+    fn resume_after(
+        &self,
+        checkpoint: u64,
+        position: Option<Position>,
+    ) -> Result<u64, ConnectorError> {
         self.create_staging()?;
         let marker = self.read_marker()?;
-        if marker.checkpoint > checkpoint {
-            return Err(invalid(
-                &self.path,
-                format!(
-                    "holds the output of checkpoint {}, later than the restored checkpoint \
-                     {checkpoint}: restore from the latest checkpoint, or write to a new file",
-                    marker.checkpoint
-                ),
-            ));
-        }
-        let marker = self.commit_up_to(checkpoint)?;
+        let marker = match position {
+            _ if marker.checkpoint <= checkpoint => self.commit_up_to(checkpoint)?,
+            // The output of later checkpoints is committed already: cut it off.
+            Some(Position { output_len }) if output_len <= marker.len => {
+                let marker = Marker {
+                    checkpoint,
+                    len: output_len,
+                };
+                self.open_output(marker)?;
+                self.write_marker(marker)?;
+                marker
+            }
+            _ => {
+                return Err(invalid(
+                    &self.path,
+                    format!(
+                        "holds the output of checkpoint {}, later than the restored checkpoint \
+                         {checkpoint}: restore from the latest checkpoint, or write to a new file",
+                        marker.checkpoint
+                    ),
+                ));
+            }
+        };
         remove_if_exists(&self.staging.join(OPEN_PART))?;
         for (_, part) in self.parts()? {
             std::fs::remove_file(&part).map_err(io(&part))?;
         }
         // Durably gone, so that a later stage of the same checkpoint is the only part by its name.
         sync_dir(&self.staging)?;
-        self.open_output(marker).map(drop)
+        if let Some(Position { output_len }) = position
+            && output_len != marker.len
+        {
+            return Err(ConnectorError::OutputLost {
+                path: self.path.clone(),
+                checkpoint: CheckpointId(checkpoint),
+                expected: output_len,
+                found: marker.len,
+            });
+        }
+        self.open_output(marker)?;
+        Ok(marker.len)
     }
 
     /// A fresh job: nothing staged, nothing committed, an empty output.
@@ -344,28 +391,52 @@ impl Sink for FileSink {
 
     /// Renames `open.part` to the checkpoint's part. Nothing written since the last stage
     /// leaves no part, and commit has nothing to append for this checkpoint.
-    fn stage(&mut self, checkpoint: CheckpointId) -> Result<(), ConnectorError> {
-        let Some(out) = self.open.take() else {
-            return Ok(());
+    fn stage(&mut self, checkpoint: CheckpointId) -> Result<Option<SinkPosition>, ConnectorError> {
+        if let Some(out) = self.open.take() {
+            let open = self.staging.join(OPEN_PART);
+            let file = out.into_inner().map_err(|e| io(&open)(e.into_error()))?;
+            file.sync_all().map_err(io(&open))?;
+            self.staged_len += file.metadata().map_err(io(&open))?.len();
+            let part = self.part_path(checkpoint.0);
+            std::fs::rename(&open, &part).map_err(io(&part))?;
+            sync_dir(&self.staging)?;
+        }
+        let position = Position {
+            output_len: self.staged_len,
         };
-        let open = self.staging.join(OPEN_PART);
-        let file = out.into_inner().map_err(|e| io(&open)(e.into_error()))?;
-        file.sync_all().map_err(io(&open))?;
-        let part = self.part_path(checkpoint.0);
-        std::fs::rename(&open, &part).map_err(io(&part))?;
-        sync_dir(&self.staging)
+        serde_json::to_value(position)
+            .map(Some)
+            .map_err(|e| io(&self.path)(e.into()))
     }
 
     fn commit(&mut self, checkpoint: CheckpointId) -> Result<(), ConnectorError> {
         self.commit_up_to(checkpoint.0).map(drop)
     }
 
-    fn recover(&mut self, restored: Option<CheckpointId>) -> Result<(), ConnectorError> {
+    fn recover(&mut self, restored: Option<SinkRestore<'_>>) -> Result<(), ConnectorError> {
         self.open = None;
-        match restored {
-            Some(checkpoint) => self.resume_after(checkpoint.0),
-            None => self.start_empty(),
-        }
+        self.staged_len = match restored {
+            Some(SinkRestore {
+                checkpoint,
+                position,
+            }) => {
+                let position = position
+                    .map(|p| serde_json::from_value::<Position>(p.clone()))
+                    .transpose()
+                    .map_err(|e| {
+                        invalid(
+                            &self.path,
+                            format!("checkpoint {checkpoint} records no file sink position: {e}"),
+                        )
+                    })?;
+                self.resume_after(checkpoint.0, position)?
+            }
+            None => {
+                self.start_empty()?;
+                0
+            }
+        };
+        Ok(())
     }
 }
 
@@ -378,15 +449,15 @@ impl Sink for DiscardSink {
         Ok(())
     }
 
-    fn stage(&mut self, _checkpoint: CheckpointId) -> Result<(), ConnectorError> {
-        Ok(())
+    fn stage(&mut self, _checkpoint: CheckpointId) -> Result<Option<SinkPosition>, ConnectorError> {
+        Ok(None)
     }
 
     fn commit(&mut self, _checkpoint: CheckpointId) -> Result<(), ConnectorError> {
         Ok(())
     }
 
-    fn recover(&mut self, _restored: Option<CheckpointId>) -> Result<(), ConnectorError> {
+    fn recover(&mut self, _restored: Option<SinkRestore<'_>>) -> Result<(), ConnectorError> {
         Ok(())
     }
 }
@@ -417,8 +488,34 @@ mod tests {
     /// A sink on `path` after a recover, as a job (re)starts it.
     fn recovered(path: &Path, restored: Option<u64>) -> FileSink {
         let mut sink = FileSink::create(path).expect("create");
-        sink.recover(restored.map(CheckpointId)).expect("recover");
+        sink.recover(restored.map(|id| SinkRestore {
+            checkpoint: CheckpointId(id),
+            position: None,
+        }))
+        .expect("recover");
         sink
+    }
+
+    /// Recovers a sink on `path` from `checkpoint` with the position its stage recorded.
+    fn recover_at(
+        path: &Path,
+        checkpoint: u64,
+        position: &SinkPosition,
+    ) -> Result<FileSink, ConnectorError> {
+        let mut sink = FileSink::create(path).expect("create");
+        sink.recover(Some(SinkRestore {
+            checkpoint: CheckpointId(checkpoint),
+            position: Some(position),
+        }))
+        .map(|()| sink)
+    }
+
+    /// Writes `values`, stages them as `checkpoint` and returns the recorded position.
+    fn stage_at(sink: &mut FileSink, values: &[&str], checkpoint: u64) -> SinkPosition {
+        sink.write(&batch(values)).expect("write");
+        sink.stage(CheckpointId(checkpoint))
+            .expect("stage")
+            .expect("a file sink records its position")
     }
 
     /// The names in the staging directory, sorted.
@@ -513,7 +610,10 @@ mod tests {
 
         let err = FileSink::create(&path)
             .expect("create")
-            .recover(Some(CheckpointId(1)))
+            .recover(Some(SinkRestore {
+                checkpoint: CheckpointId(1),
+                position: None,
+            }))
             .expect_err("checkpoint 2 is committed already");
         assert!(err.to_string().contains("later than the restored"), "{err}");
     }
@@ -534,5 +634,85 @@ mod tests {
         assert_eq!(staged(&sink), vec!["committed"]);
         sink.commit(CheckpointId(1)).expect("commit");
         assert_eq!(read(&path), "");
+    }
+
+    #[test]
+    fn each_checkpoint_records_the_length_its_output_will_have() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("out.txt");
+        let mut sink = recovered(&path, None);
+        let first = stage_at(&mut sink, &["a", "bb"], 1);
+        let empty = sink
+            .stage(CheckpointId(2))
+            .expect("stage")
+            .expect("position");
+        let third = stage_at(&mut sink, &["c"], 3);
+        assert_eq!(first, serde_json::json!({"output_len": 5}));
+        assert_eq!(empty, first, "nothing written, the same length");
+        assert_eq!(third, serde_json::json!({"output_len": 7}));
+
+        sink.commit(CheckpointId(3)).expect("commit");
+        drop(sink);
+        let mut sink = recover_at(&path, 3, &third).expect("the output holds checkpoint 3");
+        assert_eq!(
+            stage_at(&mut sink, &["d"], 4),
+            serde_json::json!({"output_len": 9}),
+            "a restored sink counts from the committed output"
+        );
+    }
+
+    #[test]
+    fn restoring_an_earlier_checkpoint_cuts_off_the_output_committed_after_it() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("out.txt");
+        let mut sink = recovered(&path, None);
+        let first = stage_at(&mut sink, &["a"], 1);
+        stage_at(&mut sink, &["b"], 2);
+        sink.commit(CheckpointId(2)).expect("commit");
+        assert_eq!(read(&path), "a\nb\n");
+        drop(sink);
+
+        let mut sink = recover_at(&path, 1, &first).expect("restore 1");
+        assert_eq!(read(&path), "a\n");
+        stage_at(&mut sink, &["x"], 2);
+        sink.commit(CheckpointId(2)).expect("commit");
+        assert_eq!(read(&path), "a\nx\n");
+    }
+
+    #[test]
+    fn a_restore_into_an_output_that_lost_committed_records_fails() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("out.txt");
+        let mut sink = recovered(&path, None);
+        let position = stage_at(&mut sink, &["a", "b"], 1);
+        sink.commit(CheckpointId(1)).expect("commit");
+        drop(sink);
+
+        // A run from the beginning started the output afresh, then failed before its first
+        // checkpoint; restoring the earlier run's checkpoint must not resume into it.
+        drop(recovered(&path, None));
+        let err = recover_at(&path, 1, &position).err().expect("output lost");
+        assert!(
+            matches!(
+                err,
+                ConnectorError::OutputLost {
+                    expected: 4,
+                    found: 0,
+                    ..
+                }
+            ),
+            "{err}"
+        );
+        assert!(err.to_string().contains("--fresh"), "{err}");
+
+        // The same when the output and the staging folder were removed by hand.
+        let mut sink = recovered(&path, None);
+        let position = stage_at(&mut sink, &["a"], 1);
+        sink.commit(CheckpointId(1)).expect("commit");
+        drop(sink);
+        std::fs::remove_file(&path).expect("rm output");
+        std::fs::remove_dir_all(dir.path().join(".out.txt.weir-staging")).expect("rm staging");
+        let err = recover_at(&path, 1, &position).err().expect("output lost");
+        assert!(matches!(err, ConnectorError::OutputLost { .. }), "{err}");
     }
 }

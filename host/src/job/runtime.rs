@@ -33,8 +33,8 @@ use crate::checkpoint::protocol::{Ack, Barrier, Notification};
 use crate::checkpoint::subtask_checkpoints::{
     RestoreAssignment, SubtaskCheckpoints, SubtaskIdentity,
 };
-use crate::checkpoint::{ChainPolicy, CheckpointStore, JobStart};
-use crate::connectors::{ConnectorError, Sink, Source};
+use crate::checkpoint::{ChainPolicy, CheckpointMetadata, CheckpointStore, JobStart};
+use crate::connectors::{ConnectorError, Sink, SinkRestore, Source};
 use crate::guest::GuestLogFile;
 use crate::ids::{CheckpointId, OperatorName, SubtaskIndex};
 use crate::operator::{FailureKind, OperatorError, OperatorInstance, SubtaskContext};
@@ -164,14 +164,15 @@ pub async fn run(
             "a pipeline needs at least one operator".into(),
         ));
     }
-    let restored = start.restored.as_ref().map(|m| m.id);
+    let restored = start.restored.clone();
     if let Some(checkpoint) = start.restored.as_ref().filter(|m| m.finished) {
         // The job had finished: only its last output may still need committing.
         tracing::info!(
             checkpoint = checkpoint.id.0,
             "the job had finished; committing its output"
         );
-        sink.recover(Some(checkpoint.id)).map_err(JobError::Sink)?;
+        sink.recover(Some(sink_restore(checkpoint)))
+            .map_err(JobError::Sink)?;
         // A run killed after its last checkpoint completed may not have cleaned up: every
         // subtask still sweeps what no retained checkpoint references.
         if let Some(checkpointing) = &checkpointing {
@@ -377,6 +378,14 @@ pub async fn run(
     match failure {
         Some(e) => Err(e),
         None => Ok(summary),
+    }
+}
+
+/// The restored checkpoint as the sink sees it.
+fn sink_restore(checkpoint: &CheckpointMetadata) -> SinkRestore<'_> {
+    SinkRestore {
+        checkpoint: checkpoint.id,
+        position: checkpoint.sink.as_ref(),
     }
 }
 
@@ -652,14 +661,15 @@ impl SubtaskTask {
 struct SinkTask {
     sink: Box<dyn Sink>,
     gate: InputGate,
-    restored: Option<CheckpointId>,
+    restored: Option<Arc<CheckpointMetadata>>,
     acks: UnboundedSender<Ack>,
     metrics: Arc<JobMetrics>,
 }
 
 impl SinkTask {
     fn run(mut self) -> Result<(), JobError> {
-        self.sink.recover(self.restored).map_err(JobError::Sink)?;
+        let restored = self.restored.as_deref().map(sink_restore);
+        self.sink.recover(restored).map_err(JobError::Sink)?;
         let mut last: Option<CheckpointId> = None;
         loop {
             match self.gate.recv()? {

@@ -1,13 +1,19 @@
 //! [`run_job`]: runs a job from its spec, from where its checkpoints say, and restarts it
-//! from its latest checkpoint when a run fails (as often as the job file allows; a guest over
-//! one of its limits only if `on_limit = "restart"`).
+//! when a run fails (as often as the job file allows; a guest over one of its limits only if
+//! `on_limit = "restart"`).
+//!
+//! A restart resumes the run it restarts and nothing else: from the newest checkpoint that
+//! run completed, else from the checkpoint it began from, else from the beginning
+//! ([`StartFrom::Restart`]). Restoring any newer checkpoint in the store instead, one of an
+//! earlier run of the same job, would resume that run into an output this run replaced.
 
 use super::pipeline::{Pipeline, PrepareError};
 use super::runtime::{JobError, RunOptions, run};
 use super::spec::OnLimit;
 use super::{JobSpec, RunSummary};
 use crate::checkpoint::start::StartError;
-use crate::checkpoint::{CheckpointStore, JobStart, RestoreFrom};
+use crate::checkpoint::{CheckpointStore, JobStart, StartFrom};
+use crate::connectors::ConnectorError;
 use crate::engine::Engine;
 
 /// Why a job could not run to its end.
@@ -41,14 +47,15 @@ impl SupervisorError {
     }
 }
 
-/// Runs `spec` to its end, restoring `restore` first if given.
+/// Runs `spec` to its end, from where `from` says (`None`: the beginning; `Some(restore)`:
+/// that checkpoint; or any [`StartFrom`]).
 pub async fn run_job(
     spec: &JobSpec,
     engine: &Engine,
-    restore: Option<RestoreFrom>,
+    from: impl Into<StartFrom>,
     options: RunOptions,
 ) -> Result<RunSummary, SupervisorError> {
-    run_job_in(spec, engine, restore, options, None).await
+    run_job_in(spec, engine, from, options, None).await
 }
 
 /// [`run_job`] with checkpoints in `store` instead of the one the job file names (a wrapped
@@ -56,10 +63,11 @@ pub async fn run_job(
 pub async fn run_job_in(
     spec: &JobSpec,
     engine: &Engine,
-    restore: Option<RestoreFrom>,
+    from: impl Into<StartFrom>,
     options: RunOptions,
     store: Option<CheckpointStore>,
 ) -> Result<RunSummary, SupervisorError> {
+    let mut from = from.into();
     let attempts = spec.checkpoints.as_ref().map_or(0, |c| c.restart_attempts);
     let on_limit = spec
         .checkpoints
@@ -67,10 +75,11 @@ pub async fn run_job_in(
         .map_or_else(OnLimit::default, |c| c.on_limit);
     let restartable = |error: &JobError| match error {
         JobError::Stopped => false,
+        // The output lost what the checkpoint covers: every restore would find the same.
+        JobError::Sink(ConnectorError::OutputLost { .. }) => false,
         JobError::Operator(e) if e.kind.is_limit() => on_limit == OnLimit::Restart,
         _ => true,
     };
-    let mut restore = restore;
     let mut restarts = 0;
     loop {
         let mut pipeline = Pipeline::from_spec(spec, engine)?;
@@ -78,15 +87,16 @@ pub async fn run_job_in(
             checkpointing.store = store.clone();
         }
         let start = match &pipeline.checkpointing {
-            Some(c) => JobStart::plan(&c.store, &spec.name, restore.as_ref()).await?,
-            None if restore.is_some() => {
+            Some(c) => JobStart::plan(&c.store, &spec.name, &from).await?,
+            None if matches!(from, StartFrom::Restore(_)) => {
                 return Err(SupervisorError::NotCheckpointed(spec.name.clone()));
             }
             None => JobStart::fresh(),
         };
-        if restore.is_some() && start.restored.is_none() {
+        if matches!(from, StartFrom::Restore(_)) && start.restored.is_none() {
             tracing::info!(job = %spec.name, "no completed checkpoint yet: starting from the beginning");
         }
+        let lineage = start.lineage(&from);
         match run(pipeline, start, options.clone()).await {
             Ok(mut summary) => {
                 summary.restarts = restarts;
@@ -99,7 +109,7 @@ pub async fn run_job_in(
                     %error,
                     "the job failed; restarting from its latest checkpoint ({restarts} of {attempts})"
                 );
-                restore = Some(RestoreFrom::Latest);
+                from = StartFrom::Restart(lineage);
             }
             Err(error) => return Err(SupervisorError::Failed { error, restarts }),
         }

@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex};
 use base64::Engine as _;
 
 use super::protocol::{JobInfo, JobStatus, OperatorInfo, SubmitRequest};
-use crate::checkpoint::{CheckpointStore, JobStart, RestoreFrom};
+use crate::checkpoint::{CheckpointStore, JobStart, RestoreFrom, StartFrom};
 use crate::engine::Engine;
 use crate::guest::{GuestLogFile, LogLine};
 use crate::ids::CheckpointId;
@@ -234,7 +234,7 @@ impl Registry {
         // Checked here so that a wrong id is a bad request, not a failed job.
         let store = CheckpointStore::open(&checkpoints.store, &spec.name)
             .map_err(|e| unusable(e.to_string()))?;
-        JobStart::plan(&store, &spec.name, Some(&restore))
+        JobStart::plan(&store, &spec.name, &StartFrom::Restore(restore.clone()))
             .await
             .map_err(|e| unusable(format!("cannot restore: {e}")))?;
         // Two restarts at once would run the job twice.
