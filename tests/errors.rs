@@ -145,6 +145,12 @@ fn a_job_file_with_a_missing_component_names_the_operator_and_path() {
 fn a_missing_job_file_and_bad_arguments_fail_cleanly() {
     let out = weir(&["run", "/nonexistent/job.toml"]);
     assert_clean_failure(&out, &["cannot read job file /nonexistent/job.toml"]);
+    let err = support::stderr(&out);
+    assert_eq!(
+        err.matches("No such file or directory").count(),
+        1,
+        "the cause is said once:\n{err}"
+    );
     let out = weir(&["frobnicate"]);
     assert!(!out.status.success());
     assert!(!support::stderr(&out).contains("panicked"));

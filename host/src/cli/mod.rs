@@ -96,10 +96,28 @@ pub fn main() -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(failure) => {
-            eprintln!("error: {:#}", failure.error);
+            eprintln!("error: {}", report(&failure.error));
             ExitCode::from(failure.code)
         }
     }
+}
+
+/// An error and its causes on one line, `outer: inner: ...`, leaving out a cause whose text
+/// is already there: many errors name their source in their own message and also return it
+/// as their `source()`, which would print it twice.
+fn report(error: &anyhow::Error) -> String {
+    let mut line = String::new();
+    for cause in error.chain() {
+        let text = cause.to_string();
+        if line.contains(&text) {
+            continue;
+        }
+        if !line.is_empty() {
+            line.push_str(": ");
+        }
+        line.push_str(&text);
+    }
+    line
 }
 
 /// The engine used by the CLI: with the default on-disk component cache.
@@ -123,4 +141,25 @@ fn runtime(jobs: bool) -> Result<tokio::runtime::Runtime, Failure> {
     builder.enable_all().build().map_err(|e| {
         Failure::failed(anyhow::Error::new(e).context("cannot start the tokio runtime"))
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_cause_already_in_the_message_is_not_repeated() {
+        let io = std::io::Error::new(std::io::ErrorKind::NotFound, "No such file or directory");
+        let spec = crate::job::SpecError::Read {
+            path: "nope.toml".into(),
+            source: io,
+        };
+        let error = anyhow::Error::new(spec).context("job `x` failed");
+        assert_eq!(
+            report(&error),
+            "job `x` failed: cannot read job file nope.toml: No such file or directory"
+        );
+        let chained = anyhow::anyhow!("inner").context("middle").context("outer");
+        assert_eq!(report(&chained), "outer: middle: inner");
+    }
 }
