@@ -144,6 +144,60 @@ fn guest_log_lines_land_in_the_host_log_tagged_with_their_origin() {
 }
 
 #[test]
+fn after_a_restore_guest_log_lines_name_the_checkpoint_the_run_works_towards() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut input = String::new();
+    for i in 0..3_000 {
+        input.push_str(&format!("w{} w{}\n", i % 40, i % 7));
+    }
+    std::fs::write(dir.path().join("in.txt"), input).expect("write");
+    let job = tokenize_then(
+        dir.path(),
+        "name = \"relog\"\nbatch_size = 16",
+        "chatty",
+        "weir-test-faulty",
+        "parallelism = 2",
+        "[checkpoints]\ninterval_ms = 5\nretain = 3",
+    );
+    let job = job.to_str().expect("utf-8");
+    let out = weir(&["run", job, "-q"]);
+    assert!(out.status.success(), "{}", support::stderr(&out));
+    let folder = dir.path().join(".weir-checkpoints/relog/checkpoints");
+    let mut ids: Vec<u64> = std::fs::read_dir(folder)
+        .expect("checkpoints")
+        .filter_map(|e| {
+            let name = e.ok()?.file_name().into_string().ok()?;
+            name.strip_prefix("chk-")?
+                .strip_suffix(".json")?
+                .parse()
+                .ok()
+        })
+        .collect();
+    ids.sort_unstable();
+    let (oldest, newest) = (ids[0], ids[ids.len() - 1]);
+    assert!(oldest < newest, "{ids:?}");
+
+    let out = support::weir_logging(
+        &["run", job, "--restore", &oldest.to_string(), "-q"],
+        "warn,weir::guest=info",
+    );
+    let err = support::stderr(&out);
+    assert!(out.status.success(), "{err}");
+    let lines: Vec<&str> = err
+        .lines()
+        .filter(|l| l.contains("opened in mode"))
+        .collect();
+    assert_eq!(lines.len(), 2, "one per subtask:\n{err}");
+    for line in lines {
+        assert!(
+            line.contains(&format!("checkpoint={}", newest + 1)),
+            "restored {oldest}, so the run's first checkpoint is {}: {line}",
+            newest + 1
+        );
+    }
+}
+
+#[test]
 fn an_operator_whose_state_grows_past_its_limit_is_stopped_naming_the_limit() {
     let dir = tempfile::tempdir().expect("tempdir");
     // 200 000 distinct words: about 4 MB of keys and counts over two subtasks, each limited

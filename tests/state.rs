@@ -28,6 +28,7 @@ fn counter_subtask(subtask: u32, parallelism: u32) -> WasmOperator {
         config_json: "{}".into(),
         limits: GuestLimits::default(),
         guest_log: None,
+        first_checkpoint: weir_host::ids::CheckpointId(1),
     };
     WasmOperator::open(&engine, &component, &ctx).expect("open")
 }

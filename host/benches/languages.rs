@@ -57,6 +57,7 @@ fn start_ms(component: &Path, cache: &Path) -> f64 {
         config_json: "{}".into(),
         limits: GuestLimits::default(),
         guest_log: None,
+        first_checkpoint: weir_host::ids::CheckpointId(1),
     };
     let started = Instant::now();
     let loaded = engine.load(component).expect("load");

@@ -60,7 +60,9 @@ impl WasmOperator {
             .memory_size(ctx.limits.memory_bytes)
             .trap_on_grow_failure(true)
             .build();
-        let backend = KeyedStateBackend::new(ctx.key_groups, ctx.range);
+        let mut backend = KeyedStateBackend::new(ctx.key_groups, ctx.range);
+        // Log lines name the checkpoint their writes belong to, from `open` on.
+        backend.begin_at(ctx.first_checkpoint);
         let log = LogContext {
             job: ctx.job.clone(),
             operator: ctx.operator.clone(),

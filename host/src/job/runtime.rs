@@ -259,6 +259,7 @@ pub async fn run(
                 config_json: stage.config_json.clone(),
                 limits: stage.limits,
                 guest_log: options.guest_log.clone(),
+                first_checkpoint: start.next_checkpoint,
             };
             let from = format!("operator `{}` subtask {i}", stage.name);
             let router = match next {

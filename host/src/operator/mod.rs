@@ -13,7 +13,7 @@ use std::time::Duration;
 pub use error::{FailureKind, OperatorError};
 
 use crate::guest::GuestLogFile;
-use crate::ids::{OperatorName, SubtaskIndex};
+use crate::ids::{CheckpointId, OperatorName, SubtaskIndex};
 use crate::partition::{KeyGroupRange, KeyGroups};
 use crate::record::RecordBatch;
 use crate::state::KeyedStateBackend;
@@ -54,6 +54,9 @@ pub struct SubtaskContext {
     pub limits: GuestLimits,
     /// Where the job keeps its guest log lines besides the host's log, if anywhere.
     pub guest_log: Option<Arc<GuestLogFile>>,
+    /// The run's first checkpoint, to which the subtask's first writes (and log lines)
+    /// belong: 1 for a new job, the one after the newest in the store otherwise.
+    pub first_checkpoint: CheckpointId,
 }
 
 impl SubtaskContext {

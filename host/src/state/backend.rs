@@ -169,6 +169,12 @@ impl KeyedStateBackend {
         self.epoch
     }
 
+    /// Starts the epoch at `checkpoint` (a run's first checkpoint, which follows every one in
+    /// the store), unless it is past it already.
+    pub fn begin_at(&mut self, checkpoint: CheckpointId) {
+        self.epoch = self.epoch.max(checkpoint);
+    }
+
     /// Declares a state, or returns the id of the same state declared before.
     pub fn declare(&mut self, name: &str, kind: StateKind) -> Result<StateId, StateError> {
         if !self.declaring && !self.by_name.contains_key(name) {
