@@ -177,6 +177,7 @@ fn metadata(id: CheckpointId, handle: &SubtaskHandle) -> CheckpointMetadata {
         key_groups: 128,
         source: serde_json::Value::Null,
         sink: None,
+        dead_letters: Default::default(),
         operators: vec![OperatorHandles {
             name: "op".into(),
             parallelism: 1,

@@ -44,6 +44,7 @@ fn metadata(job: &str, id: u64) -> CheckpointMetadata {
         key_groups: 128,
         source: serde_json::json!({ "offset": 1234 * id, "line": 10 * id }),
         sink: None,
+        dead_letters: Default::default(),
         operators: vec![OperatorHandles {
             name: "count".into(),
             parallelism: 2,

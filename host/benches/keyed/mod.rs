@@ -8,6 +8,7 @@ use std::time::Instant;
 
 use weir_host::checkpoint::JobStart;
 use weir_host::connectors::{DiscardSink, GeneratorSource};
+use weir_host::job::spec::RecordPolicy;
 use weir_host::job::{KeyBy, Pipeline, RunOptions, Stage, run};
 use weir_host::operator::{GuestLimits, OperatorFactory};
 use weir_host::partition::KeyGroups;
@@ -28,8 +29,12 @@ pub fn pipeline(factory: Arc<dyn OperatorFactory>, records: u64, keys: u64) -> P
                 memory_bytes: 2 << 30,
                 ..GuestLimits::default()
             },
+            on_error: RecordPolicy::Fail,
+            on_bad_record: RecordPolicy::Fail,
         }],
+        source_on_bad_record: RecordPolicy::Fail,
         sink: Box::new(DiscardSink),
+        dead_letters: Vec::new(),
         checkpointing: None,
     }
 }

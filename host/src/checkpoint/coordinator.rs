@@ -28,8 +28,8 @@ use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender};
 
 use super::checkpoint_store::CheckpointStore;
 use super::metadata::{CheckpointMetadata, METADATA_VERSION, OperatorHandles, SubtaskHandle};
-use super::protocol::{Ack, Barrier, Notification};
-use crate::connectors::{SinkPosition, SourcePosition};
+use super::protocol::{Ack, Barrier, Notification, StagedOutput};
+use crate::connectors::SourcePosition;
 use crate::ids::CheckpointId;
 
 /// Why a checkpoint's metadata is not known to be stored.
@@ -85,7 +85,7 @@ struct InFlight {
     source: Option<SourcePosition>,
     handles: Vec<Vec<Option<SubtaskHandle>>>,
     sink_acknowledged: bool,
-    sink: Option<SinkPosition>,
+    output: StagedOutput,
     outstanding: usize,
     failure: Option<String>,
 }
@@ -261,7 +261,7 @@ impl Coordinator {
             source: (!with_source).then(|| self.position.clone()),
             handles,
             sink_acknowledged: false,
-            sink: None,
+            output: StagedOutput::default(),
             // Every subtask, the sink, and the source unless retaken.
             outstanding: subtasks + 1 + usize::from(with_source),
             failure: None,
@@ -313,7 +313,7 @@ impl Coordinator {
             Ack::Sink { result, .. } => {
                 pending.sink_acknowledged = true;
                 match result {
-                    Ok(position) => pending.sink = position,
+                    Ok(output) => pending.output = output,
                     Err(e) => pending.failure = Some(format!("sink: {e}")),
                 }
             }
@@ -418,7 +418,8 @@ impl Coordinator {
             finished: done.last,
             key_groups: self.setup.key_groups,
             source: done.source.clone().unwrap_or(SourcePosition::Null),
-            sink: done.sink.clone(),
+            sink: done.output.sink.clone(),
+            dead_letters: done.output.dead_letters.clone(),
             operators,
         };
         let Err(e) = store.write_metadata(&metadata).await else {

@@ -5,6 +5,8 @@
 //! position and, for every subtask, its handle, the ordered chain of artifacts that rebuild its
 //! state, each with its single owner. It is JSON, so that a person can read it.
 
+use std::collections::BTreeMap;
+
 use serde::{Deserialize, Serialize};
 
 use crate::connectors::{SinkPosition, SourcePosition};
@@ -34,6 +36,9 @@ pub struct CheckpointMetadata {
     /// before sinks recorded it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sink: Option<SinkPosition>,
+    /// The same for each dead-letter file, by path.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub dead_letters: BTreeMap<String, SinkPosition>,
     pub operators: Vec<OperatorHandles>,
 }
 

@@ -107,6 +107,7 @@ mod tests {
             key_groups: groups.count(),
             source: serde_json::Value::Null,
             sink: None,
+            dead_letters: Default::default(),
             operators: vec![OperatorHandles {
                 name: "op".into(),
                 parallelism,

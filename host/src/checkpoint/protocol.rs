@@ -11,6 +11,8 @@
 //!   uploaded;
 //! - the coordinator writes the metadata and tells every task ([`Notification`]).
 
+use std::collections::BTreeMap;
+
 use crate::connectors::{SinkPosition, SourcePosition};
 use crate::ids::CheckpointId;
 
@@ -45,8 +47,16 @@ pub enum Ack {
     /// The sink staged its output (and says what the checkpoint records of it), or could not.
     Sink {
         checkpoint: CheckpointId,
-        result: Result<Option<SinkPosition>, String>,
+        result: Result<StagedOutput, String>,
     },
+}
+
+/// What the sink staged for a checkpoint: what the checkpoint records of the job's output and
+/// of each dead-letter file (by path).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct StagedOutput {
+    pub sink: Option<SinkPosition>,
+    pub dead_letters: BTreeMap<String, SinkPosition>,
 }
 
 /// What the coordinator tells the subtasks and the sink.

@@ -268,6 +268,7 @@ mod tests {
             key_groups: 128,
             source: serde_json::Value::Null,
             sink: None,
+            dead_letters: Default::default(),
             operators: Vec::new(),
         }
     }

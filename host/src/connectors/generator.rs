@@ -6,7 +6,7 @@ use std::sync::atomic::Ordering;
 
 use serde::Deserialize;
 
-use super::{ConnectorError, Source, SourcePosition, SourceProgress};
+use super::{ConnectorError, Source, SourceOrigin, SourcePosition, SourceProgress};
 use crate::record::{RecordBatch, RecordRef};
 
 /// The checkpointed position of a generator, `{"records": ..}`: the next record's index.
@@ -52,7 +52,7 @@ impl Source for GeneratorSource {
             self.key.clear();
             // Writing into a Vec cannot fail.
             let _ = write!(self.key, "k{}", self.key_index(n));
-            out.push(RecordRef::keyed(&self.key, &self.key));
+            out.push_from_source(RecordRef::keyed(&self.key, &self.key), n);
         }
         self.progress
             .done
@@ -85,6 +85,10 @@ impl Source for GeneratorSource {
 
     fn progress(&self) -> Arc<SourceProgress> {
         self.progress.clone()
+    }
+
+    fn origin(&self) -> SourceOrigin {
+        SourceOrigin::Generator
     }
 }
 

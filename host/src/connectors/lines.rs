@@ -8,7 +8,7 @@ use std::sync::atomic::Ordering;
 
 use serde::Deserialize;
 
-use super::{ConnectorError, Source, SourcePosition, SourceProgress};
+use super::{ConnectorError, Rejected, Source, SourceOrigin, SourcePosition, SourceProgress};
 use crate::record::{RecordBatch, RecordRef};
 
 /// Reads lines of a file, without their line terminator.
@@ -146,8 +146,9 @@ impl TextLinesSource {
 impl Source for TextLinesSource {
     fn read_batch(&mut self, max: usize, out: &mut RecordBatch) -> Result<bool, ConnectorError> {
         for _ in 0..max {
+            let number = self.lines.number + 1;
             match self.lines.next_line()? {
-                Some(line) => out.push(RecordRef::unkeyed(line)),
+                Some(line) => out.push_from_source(RecordRef::unkeyed(line), number),
                 None => return Ok(false),
             }
         }
@@ -165,15 +166,23 @@ impl Source for TextLinesSource {
     fn progress(&self) -> Arc<SourceProgress> {
         self.lines.progress.clone()
     }
+
+    fn origin(&self) -> SourceOrigin {
+        SourceOrigin::Lines(self.lines.path.clone())
+    }
 }
 
 /// A JSON-lines file: one JSON value per line (blank lines skipped), the line as value, and
 /// optionally the value at a JSON pointer as key (strings by their text, other values by
-/// their JSON form).
+/// their JSON form). A line that is not JSON, or has no value at the key pointer, fails the
+/// source, or is set aside ([`Source::drain_rejected`]) when it was opened to set bad lines
+/// aside.
 pub struct JsonLinesSource {
     lines: LineReader,
     key_pointer: Option<String>,
     key: Vec<u8>,
+    /// Bad lines set aside since the last drain; `None`: a bad line fails the source.
+    rejected: Option<Vec<Rejected>>,
 }
 
 impl JsonLinesSource {
@@ -182,7 +191,14 @@ impl JsonLinesSource {
             lines: LineReader::open(path)?,
             key_pointer,
             key: Vec::new(),
+            rejected: None,
         })
+    }
+
+    /// Sets bad lines aside instead of failing.
+    pub fn setting_bad_lines_aside(mut self) -> Self {
+        self.rejected = Some(Vec::new());
+        self
     }
 }
 
@@ -207,24 +223,38 @@ impl Source for JsonLinesSource {
             if line.iter().all(u8::is_ascii_whitespace) {
                 continue;
             }
-            let bad = |message: String| ConnectorError::BadRecord {
-                path: path.clone(),
-                line: number,
-                message,
+            let problem = match serde_json::from_slice::<serde_json::Value>(line) {
+                Err(e) => Some(format!("not valid JSON: {e}")),
+                Ok(value) => match &self.key_pointer {
+                    Some(pointer) => match value.pointer(pointer) {
+                        Some(key) => {
+                            json_key(key, &mut self.key);
+                            out.push_from_source(RecordRef::keyed(&self.key, line), number);
+                            None
+                        }
+                        None => Some(format!("no value at key_pointer {pointer:?}")),
+                    },
+                    None => {
+                        out.push_from_source(RecordRef::unkeyed(line), number);
+                        None
+                    }
+                },
             };
-            let value: serde_json::Value =
-                serde_json::from_slice(line).map_err(|e| bad(format!("not valid JSON: {e}")))?;
-            match &self.key_pointer {
-                Some(pointer) => {
-                    let key = value
-                        .pointer(pointer)
-                        .ok_or_else(|| bad(format!("no value at key_pointer {pointer:?}")))?;
-                    json_key(key, &mut self.key);
-                    out.push(RecordRef::keyed(&self.key, line));
+            match (problem, &mut self.rejected) {
+                (None, _) => read += 1,
+                (Some(reason), Some(rejected)) => rejected.push(Rejected {
+                    origin: number,
+                    raw: line.to_vec(),
+                    reason,
+                }),
+                (Some(message), None) => {
+                    return Err(ConnectorError::BadRecord {
+                        path,
+                        line: number,
+                        message,
+                    });
                 }
-                None => out.push(RecordRef::unkeyed(line)),
             }
-            read += 1;
         }
         Ok(true)
     }
@@ -239,6 +269,16 @@ impl Source for JsonLinesSource {
 
     fn progress(&self) -> Arc<SourceProgress> {
         self.lines.progress.clone()
+    }
+
+    fn origin(&self) -> SourceOrigin {
+        SourceOrigin::Lines(self.lines.path.clone())
+    }
+
+    fn drain_rejected(&mut self, into: &mut Vec<Rejected>) {
+        if let Some(rejected) = &mut self.rejected {
+            into.append(rejected);
+        }
     }
 }
 

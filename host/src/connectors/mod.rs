@@ -71,8 +71,41 @@ pub struct SourceProgress {
 /// reads its own JSON shape (a file source: byte offset and line number).
 pub type SourcePosition = serde_json::Value;
 
+/// Where a source's records come from, to name a record's origin (the number a source gives
+/// each record it reads, kept in [`RecordBatch::origin`]) in errors and dead letters.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum SourceOrigin {
+    /// Origins are line numbers (1-based) in this file.
+    Lines(PathBuf),
+    /// Origins are record indexes (0-based) of the generator.
+    Generator,
+}
+
+impl SourceOrigin {
+    /// `input.txt line 42`, `generator record 7`.
+    pub fn describe(&self, origin: u64) -> String {
+        match self {
+            Self::Lines(path) => format!("{} line {origin}", path.display()),
+            Self::Generator => format!("generator record {origin}"),
+        }
+    }
+}
+
+/// A line a source could not make into a record (not JSON, no key where the source takes
+/// it), set aside instead of failing the job when the source's `on_bad_record` says so.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Rejected {
+    /// Its origin, as a record's (see [`SourceOrigin`]).
+    pub origin: u64,
+    /// Its bytes as read.
+    pub raw: Vec<u8>,
+    /// Why it is not a record.
+    pub reason: String,
+}
+
 /// Produces the job's input. Sources are replayable: a checkpoint records
-/// [`Source::position`], and a restored job resumes with [`Source::seek`].
+/// [`Source::position`], and a restored job resumes with [`Source::seek`]. Each record a
+/// source reads carries its origin ([`RecordBatch::push_from_source`]).
 pub trait Source: Send {
     /// Appends up to `max` records to `out`. Returns `false` once the input is exhausted
     /// (possibly after appending the last records).
@@ -87,6 +120,14 @@ pub trait Source: Send {
 
     /// Progress counters, updated as the source reads.
     fn progress(&self) -> Arc<SourceProgress>;
+
+    /// What the origins of its records are.
+    fn origin(&self) -> SourceOrigin;
+
+    /// Moves the lines set aside since the last call into `into` (sources that can meet bad
+    /// input, made to set it aside rather than fail). A line is set aside when it is read:
+    /// it belongs to the checkpoint whose barrier follows the batch it was read with.
+    fn drain_rejected(&mut self, _into: &mut Vec<Rejected>) {}
 }
 
 /// What a sink records in a checkpoint about the output it covers, in the sink's own JSON

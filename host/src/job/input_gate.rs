@@ -21,6 +21,12 @@ use crate::record::RecordBatch;
 #[derive(Debug)]
 pub enum Message {
     Batch(RecordBatch),
+    /// Dead letters for the job's dead-letter file `file` (only on the channels from every
+    /// task to the sink, see [`super::bad_records`]).
+    DeadLetters {
+        file: usize,
+        batch: RecordBatch,
+    },
     /// Everything before it belongs to the barrier's checkpoint. After a `last` barrier the
     /// producer sends nothing more.
     Barrier(Barrier),
@@ -30,6 +36,10 @@ pub enum Message {
 #[derive(Debug)]
 pub enum Event {
     Batch(RecordBatch),
+    DeadLetters {
+        file: usize,
+        batch: RecordBatch,
+    },
     /// The barrier has arrived on every input.
     Barrier(Barrier),
     Notification(Notification),
@@ -90,6 +100,10 @@ impl InputGate {
                 Poll::Ready(Some(Message::Batch(batch))) => {
                     self.next = (i + 1) % n;
                     return Poll::Ready(Ok(Event::Batch(batch)));
+                }
+                Poll::Ready(Some(Message::DeadLetters { file, batch })) => {
+                    self.next = (i + 1) % n;
+                    return Poll::Ready(Ok(Event::DeadLetters { file, batch }));
                 }
                 Poll::Ready(Some(Message::Barrier(barrier))) => {
                     self.blocked[i] = true;

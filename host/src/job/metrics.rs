@@ -5,6 +5,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
+use super::bad_records::BadRecordCounters;
 use super::latency_histogram::LatencyHistogram;
 use crate::checkpoint::coordinator::CheckpointCounters;
 use crate::checkpoint::subtask_checkpoints::SnapshotCounters;
@@ -15,6 +16,9 @@ use crate::record::RecordBatch;
 pub struct OperatorMetrics {
     pub name: String,
     pub subtasks: Vec<Arc<SubtaskMetrics>>,
+    /// Records of this operator set aside: failed on (`on_error`) or not keyable by its
+    /// `key_by` (`on_bad_record`).
+    pub bad_records: Arc<BadRecordCounters>,
 }
 
 /// What one subtask did: updated by its task (records, batches) and by its checkpoints
@@ -53,6 +57,8 @@ impl SubtaskMetrics {
 pub struct JobMetrics {
     pub checkpoints: Arc<CheckpointCounters>,
     pub source_records: AtomicU64,
+    /// Lines the source could not read, set aside (`[source] on_bad_record`).
+    pub source_bad_records: Arc<BadRecordCounters>,
     pub sink_records: AtomicU64,
     pub operators: Vec<OperatorMetrics>,
 }
@@ -62,12 +68,14 @@ impl JobMetrics {
         Self {
             checkpoints: Arc::default(),
             source_records: AtomicU64::new(0),
+            source_bad_records: Arc::default(),
             sink_records: AtomicU64::new(0),
             operators: operators
                 .into_iter()
                 .map(|(name, parallelism)| OperatorMetrics {
                     name: name.to_owned(),
                     subtasks: (0..parallelism).map(|_| Arc::default()).collect(),
+                    bad_records: Arc::default(),
                 })
                 .collect(),
         }
@@ -80,10 +88,15 @@ impl JobMetrics {
                 .map(|s| counter(s).load(Ordering::Relaxed))
                 .sum()
         };
+        let set_aside = |counters: &BadRecordCounters| SetAside {
+            skipped: counters.skipped.load(Ordering::Relaxed),
+            dead_lettered: counters.dead_lettered.load(Ordering::Relaxed),
+        };
         RunSummary {
             job: job.to_owned(),
             elapsed,
             source_records: self.source_records.load(Ordering::Relaxed),
+            source_set_aside: set_aside(&self.source_bad_records),
             sink_records: self.sink_records.load(Ordering::Relaxed),
             checkpoints_completed: self.checkpoints.completed.load(Ordering::Relaxed),
             checkpoints_aborted: self.checkpoints.aborted.load(Ordering::Relaxed),
@@ -96,6 +109,7 @@ impl JobMetrics {
                     parallelism: o.subtasks.len() as u32,
                     records_in: sum(&o.subtasks, |s| &s.records_in),
                     records_out: sum(&o.subtasks, |s| &s.records_out),
+                    set_aside: set_aside(&o.bad_records),
                 })
                 .collect(),
         }
@@ -109,6 +123,20 @@ pub struct OperatorSummary {
     pub parallelism: u32,
     pub records_in: u64,
     pub records_out: u64,
+    pub set_aside: SetAside,
+}
+
+/// Bad records a place set aside in a run, by policy.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct SetAside {
+    pub skipped: u64,
+    pub dead_lettered: u64,
+}
+
+impl SetAside {
+    fn is_empty(self) -> bool {
+        self.skipped == 0 && self.dead_lettered == 0
+    }
 }
 
 /// What a run did, printed at its end.
@@ -117,6 +145,8 @@ pub struct RunSummary {
     pub job: String,
     pub elapsed: Duration,
     pub source_records: u64,
+    /// Lines the source could not read, set aside.
+    pub source_set_aside: SetAside,
     pub sink_records: u64,
     /// Checkpoints completed in this run, the last one included.
     pub checkpoints_completed: u64,
@@ -164,6 +194,18 @@ impl fmt::Display for RunSummary {
                 f,
                 "  checkpoints: {} completed, {} failed",
                 self.checkpoints_completed, self.checkpoints_aborted
+            )?;
+        }
+        let places = std::iter::once(("the source", self.source_set_aside)).chain(
+            self.operators
+                .iter()
+                .map(|o| (o.name.as_str(), o.set_aside)),
+        );
+        for (place, set_aside) in places.filter(|(_, s)| !s.is_empty()) {
+            writeln!(
+                f,
+                "  bad records at {place}: {} skipped, {} dead-lettered",
+                set_aside.skipped, set_aside.dead_lettered
             )?;
         }
         if self.restarts > 0 {

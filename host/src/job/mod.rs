@@ -7,12 +7,16 @@
 //! - [`runtime`]: [`run`], one tokio task per subtask, bounded channels between them, and the
 //!   checkpoint coordinator.
 //! - [`input_gate`]: how a task reads its inputs, aligning checkpoint barriers.
+//! - [`bad_records`]: records that cannot be read, keyed or processed: failed on, skipped or
+//!   dead-lettered, as the job file says.
 //! - [`supervisor`]: [`run_job`], a job from its spec, restarted from its latest checkpoint
 //!   when it fails.
 //! - [`metrics`]: counters per operator and subtask, and the end-of-run [`RunSummary`];
 //!   [`latency_histogram`], the batch latencies among them.
 //! - [`progress`]: the progress line on a terminal.
 
+pub mod bad_records;
+mod downstream;
 pub mod input_gate;
 pub mod latency_histogram;
 pub mod metrics;

@@ -1,9 +1,10 @@
 //! [`Pipeline`]: a job ready to run.
 
+use std::path::PathBuf;
 use std::sync::Arc;
 
 use super::runtime::Checkpointing;
-use super::spec::{JobSpec, KeyBy, SinkSpec, SourceSpec};
+use super::spec::{JobSpec, KeyBy, RecordPolicy, SinkSpec, SourceSpec, source_policy};
 use crate::checkpoint::CheckpointStore;
 use crate::checkpoint::storage::StorageError;
 use crate::connectors::{
@@ -25,6 +26,10 @@ pub struct Stage {
     pub key_by: Option<KeyBy>,
     pub config_json: String,
     pub limits: GuestLimits,
+    /// What happens to a record the operator fails on.
+    pub on_error: RecordPolicy,
+    /// What happens to a record `key_by` cannot key.
+    pub on_bad_record: RecordPolicy,
 }
 
 /// A source, a chain of stages and a sink.
@@ -33,8 +38,12 @@ pub struct Pipeline {
     pub key_groups: KeyGroups,
     pub batch_size: usize,
     pub source: Box<dyn Source>,
+    /// What happens to a line the source cannot read.
+    pub source_on_bad_record: RecordPolicy,
     pub stages: Vec<Stage>,
     pub sink: Box<dyn Sink>,
+    /// The job's dead-letter files (every one its policies name, once each).
+    pub dead_letters: Vec<PathBuf>,
     /// `None`: the job keeps no checkpoints (only its last one, in memory, to end it).
     pub checkpointing: Option<Checkpointing>,
 }
@@ -72,15 +81,26 @@ impl Pipeline {
                 key_by: op.key_by.clone(),
                 config_json: op.config_json.clone(),
                 limits: op.limits,
+                on_error: op.on_error.clone(),
+                on_bad_record: op.on_bad_record.clone(),
             });
         }
         let source: Box<dyn Source> = match &spec.source {
             SourceSpec::TextLines { path } => {
                 Box::new(TextLinesSource::open(path).map_err(PrepareError::Source)?)
             }
-            SourceSpec::JsonLines { path, key_pointer } => Box::new(
-                JsonLinesSource::open(path, key_pointer.clone()).map_err(PrepareError::Source)?,
-            ),
+            SourceSpec::JsonLines {
+                path,
+                key_pointer,
+                on_bad_record,
+            } => {
+                let source = JsonLinesSource::open(path, key_pointer.clone())
+                    .map_err(PrepareError::Source)?;
+                Box::new(match on_bad_record {
+                    RecordPolicy::Fail => source,
+                    _ => source.setting_bad_lines_aside(),
+                })
+            }
             SourceSpec::Generator { records, keys } => {
                 Box::new(GeneratorSource::new(*records, *keys))
             }
@@ -112,8 +132,10 @@ impl Pipeline {
             key_groups: spec.key_groups,
             batch_size: spec.batch_size,
             source,
+            source_on_bad_record: source_policy(&spec.source).cloned().unwrap_or_default(),
             stages,
             sink,
+            dead_letters: spec.dead_letter_files(),
         })
     }
 }

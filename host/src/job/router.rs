@@ -5,8 +5,14 @@
 //! subtask never hashes the key again. An edge without key spreads whole batches round robin.
 //! When a keyed edge leads to a single subtask, the batch moves on unchanged with its hash
 //! column added: no record is copied.
+//!
+//! A record the edge cannot key (no key, no value at the JSON pointer) fails the routing, or,
+//! for a router made to set bad records aside ([`Router::setting_bad_records_aside`]), is
+//! left out and kept for [`Router::drain_rejected`].
 
+use super::bad_records::describe_record;
 use super::spec::KeyBy;
+use crate::connectors::SourceOrigin;
 use crate::connectors::lines::json_key;
 use crate::partition::{KeyGroups, KeyHash, hash_key};
 use crate::record::{RecordBatch, RecordRef};
@@ -16,18 +22,35 @@ use crate::record::{RecordBatch, RecordRef};
 #[non_exhaustive]
 pub enum RouteError {
     #[error(
-        "`{to}` partitions its input by record key (key_by = \"key\"), but {from} emitted a record without a key"
+        "`{to}` partitions its input by record key (key_by = \"key\"), but {from} emitted a record without a key{}",
+        suffix(record)
     )]
-    MissingKey { from: String, to: String },
+    MissingKey {
+        from: String,
+        to: String,
+        /// The record, described (empty where the record goes along, as in a dead letter).
+        record: String,
+    },
     #[error(
-        "`{to}` partitions its input by the JSON pointer {pointer:?}, but a record from {from} {problem}"
+        "`{to}` partitions its input by the JSON pointer {pointer:?}, but a record from {from} {problem}{}",
+        suffix(record)
     )]
     BadJsonKey {
         from: String,
         to: String,
         pointer: String,
         problem: String,
+        /// The record, described (empty where the record goes along, as in a dead letter).
+        record: String,
     },
+}
+
+fn suffix(record: &str) -> String {
+    if record.is_empty() {
+        String::new()
+    } else {
+        format!(": {record}")
+    }
 }
 
 /// The routing of one producer (source or subtask) to the next stage.
@@ -45,6 +68,21 @@ pub struct Router {
     from: String,
     to: String,
     key: Vec<u8>,
+    /// Records that could not be keyed, set aside; `None`: they fail the routing.
+    rejected: Option<Vec<Unroutable>>,
+    /// Names the origin of records from the source, in errors.
+    origin: SourceOrigin,
+}
+
+/// A record a keyed edge could not key, set aside.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Unroutable {
+    pub key: Option<Vec<u8>>,
+    pub value: Vec<u8>,
+    pub timestamp: Option<i64>,
+    /// Its origin in the source's input, if the batch came from the source.
+    pub origin: Option<u64>,
+    pub error: RouteError,
 }
 
 impl Router {
@@ -67,6 +105,27 @@ impl Router {
             from,
             to,
             key: Vec::new(),
+            rejected: None,
+            origin: SourceOrigin::Generator,
+        }
+    }
+
+    /// Names the origins of the source's records with `origin` in errors.
+    pub fn naming_origins(mut self, origin: SourceOrigin) -> Self {
+        self.origin = origin;
+        self
+    }
+
+    /// Sets records that cannot be keyed aside instead of failing.
+    pub fn setting_bad_records_aside(mut self) -> Self {
+        self.rejected = Some(Vec::new());
+        self
+    }
+
+    /// Moves the records set aside since the last call into `into`.
+    pub fn drain_rejected(&mut self, into: &mut Vec<Unroutable>) {
+        if let Some(rejected) = &mut self.rejected {
+            into.append(rejected);
         }
     }
 
@@ -81,25 +140,33 @@ impl Router {
                 self.next_target = (self.next_target + 1) % self.targets as usize;
                 self.ready.push((target, batch));
             }
-            Some(KeyBy::RecordKey) if self.targets == 1 => {
-                let hashes = self.record_key_hashes(&batch)?;
+            Some(KeyBy::RecordKey)
+                if self.targets == 1 && batch.iter().all(|r| r.key.is_some()) =>
+            {
+                let hashes = batch.iter().filter_map(|r| r.key.map(hash_key)).collect();
                 batch.set_hashes(hashes);
                 self.ready.push((0, batch));
             }
             Some(KeyBy::RecordKey) => {
-                for record in batch.iter() {
-                    let key = record.key.ok_or_else(|| self.missing_key())?;
-                    let hash = hash_key(key);
-                    self.push(record, hash);
+                for (i, record) in batch.iter().enumerate() {
+                    match record.key {
+                        Some(key) => self.push(&batch, i, record, hash_key(key)),
+                        None => self.reject(&batch, i, self.missing_key())?,
+                    }
                 }
                 self.cut_all();
             }
             Some(KeyBy::JsonPointer(pointer)) => {
-                for record in batch.iter() {
-                    self.json_key(&pointer, record.value)?;
+                for (i, record) in batch.iter().enumerate() {
+                    if let Err(e) = self.json_key(&pointer, record.value) {
+                        self.reject(&batch, i, e)?;
+                        continue;
+                    }
                     let hash = hash_key(&self.key);
                     let key = std::mem::take(&mut self.key);
                     self.push(
+                        &batch,
+                        i,
                         RecordRef {
                             key: Some(&key),
                             ..record
@@ -127,18 +194,42 @@ impl Router {
         RouteError::MissingKey {
             from: self.from.clone(),
             to: self.to.clone(),
+            record: String::new(),
         }
     }
 
-    fn record_key_hashes(&self, batch: &RecordBatch) -> Result<Vec<KeyHash>, RouteError> {
-        batch
-            .iter()
-            .map(|r| r.key.map(hash_key).ok_or_else(|| self.missing_key()))
-            .collect()
+    /// Record `index` of `batch` cannot be keyed: `error` fails the routing, naming the
+    /// record, unless bad records are set aside.
+    fn reject(
+        &mut self,
+        batch: &RecordBatch,
+        index: usize,
+        mut error: RouteError,
+    ) -> Result<(), RouteError> {
+        let record = batch.get(index);
+        let Some(rejected) = &mut self.rejected else {
+            let origin = batch.origin(index).map(|o| self.origin.describe(o));
+            let described = describe_record(record, origin.as_deref());
+            match &mut error {
+                RouteError::MissingKey { record, .. } | RouteError::BadJsonKey { record, .. } => {
+                    *record = described;
+                }
+            }
+            return Err(error);
+        };
+        rejected.push(Unroutable {
+            key: record.key.map(<[u8]>::to_vec),
+            value: record.value.to_vec(),
+            timestamp: record.timestamp,
+            origin: batch.origin(index),
+            error,
+        });
+        Ok(())
     }
 
     fn json_key(&mut self, pointer: &str, value: &[u8]) -> Result<(), RouteError> {
         let bad = |problem: String| RouteError::BadJsonKey {
+            record: String::new(),
             from: self.from.clone(),
             to: self.to.clone(),
             pointer: pointer.to_owned(),
@@ -153,12 +244,13 @@ impl Router {
         Ok(())
     }
 
+    /// Adds record `index` of `from`, as `record` (its key may be new), to its target's batch.
     #[inline]
-    fn push(&mut self, record: RecordRef<'_>, hash: KeyHash) {
+    fn push(&mut self, from: &RecordBatch, index: usize, record: RecordRef<'_>, hash: KeyHash) {
         let group = self.key_groups.of(hash);
         let target = self.key_groups.subtask_of(group, self.targets).0 as usize;
         let builder = &mut self.builders[target];
-        builder.push_hashed(record, hash);
+        builder.push_routed(from, index, record, hash);
         if builder.len() >= self.batch_size {
             let full = std::mem::take(builder);
             self.ready.push((target, full));

@@ -22,19 +22,25 @@ use tokio::sync::mpsc::{self, Receiver, Sender, UnboundedSender};
 use tokio::task::JoinSet;
 
 use super::RunSummary;
+use super::bad_records::{BadRecordCounters, BadRecordPolicy, DeadLetter, DeadLetters};
+use super::downstream::Downstream;
 use super::input_gate::{Closed, Event, InputGate, Message};
 use super::metrics::JobMetrics;
 use super::pipeline::{Pipeline, Stage};
 use super::progress::Progress;
 use super::router::{RouteError, Router};
+use super::spec::RecordPolicy;
 use crate::checkpoint::actor::{Actor, acting};
 use crate::checkpoint::coordinator::{Coordinator, CoordinatorSetup};
+use crate::checkpoint::protocol::StagedOutput;
 use crate::checkpoint::protocol::{Ack, Barrier, Notification};
 use crate::checkpoint::subtask_checkpoints::{
     RestoreAssignment, SubtaskCheckpoints, SubtaskIdentity,
 };
 use crate::checkpoint::{ChainPolicy, CheckpointMetadata, CheckpointStore, JobStart};
-use crate::connectors::{ConnectorError, Sink, SinkRestore, Source};
+use crate::connectors::{
+    ConnectorError, FileSink, Rejected, Sink, SinkRestore, Source, SourceOrigin,
+};
 use crate::guest::GuestLogFile;
 use crate::ids::{CheckpointId, OperatorName, SubtaskIndex};
 use crate::operator::{FailureKind, OperatorError, OperatorInstance, SubtaskContext};
@@ -117,6 +123,8 @@ pub enum JobError {
     Source(ConnectorError),
     #[error("sink: {0}")]
     Sink(ConnectorError),
+    #[error("dead letters: {0}")]
+    DeadLetters(String),
     #[error(transparent)]
     Route(#[from] RouteError),
     #[error("checkpoints: {0}")]
@@ -149,8 +157,10 @@ pub async fn run(
         key_groups,
         batch_size,
         mut source,
+        source_on_bad_record,
         stages,
-        mut sink,
+        sink,
+        dead_letters,
         checkpointing,
     } = pipeline;
     let metrics = options.metrics.clone().unwrap_or_else(|| {
@@ -171,8 +181,8 @@ pub async fn run(
             checkpoint = checkpoint.id.0,
             "the job had finished; committing its output"
         );
-        sink.recover(Some(sink_restore(checkpoint)))
-            .map_err(JobError::Sink)?;
+        let mut outputs = Outputs::new(sink, &dead_letters)?;
+        outputs.recover(Some(checkpoint))?;
         // A run killed after its last checkpoint completed may not have cleaned up: every
         // subtask still sweeps what no retained checkpoint references.
         if let Some(checkpointing) = &checkpointing {
@@ -224,18 +234,49 @@ pub async fn run(
         .map(|(&consumers, &producers)| Edge::new(producers, consumers, capacity))
         .collect();
 
+    // With dead-letter files, every task has one more channel, to the sink.
+    let tasks_count = 1 + stages.iter().map(|s| s.parallelism as usize).sum::<usize>();
+    let (mut letters, letter_inputs): (Vec<DeadLetters>, Vec<Receiver<Message>>) =
+        if dead_letters.is_empty() {
+            (
+                (0..tasks_count).map(|_| DeadLetters::default()).collect(),
+                Vec::new(),
+            )
+        } else {
+            (0..tasks_count)
+                .map(|_| {
+                    let (tx, rx) = mpsc::channel(capacity);
+                    (DeadLetters::new(tx, dead_letters.len()), rx)
+                })
+                .unzip()
+        };
+    let mut letters = letters.drain(..);
+    let origin = source.origin();
+    let policy = |policy: &RecordPolicy, counters: &Arc<BadRecordCounters>| {
+        BadRecordPolicy::new(policy, &dead_letters, counters.clone())
+    };
+
     let mut tasks = JoinSet::new();
     let source_task = SourceTask {
+        bad_lines: policy(&source_on_bad_record, &metrics.source_bad_records),
+        origin: origin.clone(),
+        rejected: Vec::new(),
         source,
-        router: Router::new(
-            stages[0].key_by.clone(),
-            key_groups,
-            stages[0].parallelism,
-            batch_size,
-            "the source".into(),
+        downstream: Downstream::new(
+            Router::new(
+                stages[0].key_by.clone(),
+                key_groups,
+                stages[0].parallelism,
+                batch_size,
+                "the source".into(),
+                stages[0].name.clone(),
+            ),
+            edges[0].senders.remove(0),
+            policy(&stages[0].on_bad_record, &metrics.operators[0].bad_records),
             stages[0].name.clone(),
+            origin.clone(),
+            letters.next().unwrap_or_default(),
         ),
-        targets: edges[0].senders.remove(0),
         batch_size,
         triggers: trigger_rx,
         acks: ack_tx.clone(),
@@ -262,17 +303,33 @@ pub async fn run(
                 first_checkpoint: start.next_checkpoint,
             };
             let from = format!("operator `{}` subtask {i}", stage.name);
-            let router = match next {
-                Some(next) => Router::new(
-                    next.key_by.clone(),
-                    key_groups,
-                    next.parallelism,
-                    batch_size,
-                    from,
+            let (router, unroutable, next_name) = match next {
+                Some(next) => (
+                    Router::new(
+                        next.key_by.clone(),
+                        key_groups,
+                        next.parallelism,
+                        batch_size,
+                        from,
+                        next.name.clone(),
+                    ),
+                    policy(&next.on_bad_record, &metrics.operators[s + 1].bad_records),
                     next.name.clone(),
                 ),
-                None => Router::new(None, key_groups, 1, batch_size, from, "the sink".into()),
+                None => (
+                    Router::new(None, key_groups, 1, batch_size, from, "the sink".into()),
+                    BadRecordPolicy::fail(),
+                    "the sink".into(),
+                ),
             };
+            let downstream = Downstream::new(
+                router,
+                edges[s + 1].senders.remove(0),
+                unroutable,
+                next_name,
+                origin.clone(),
+                letters.next().unwrap_or_default(),
+            );
             let (notify_tx, notify_rx) = mpsc::unbounded_channel();
             notify.push(notify_tx);
             let checkpoints = checkpointing.as_ref().map(|c| {
@@ -303,8 +360,7 @@ pub async fn run(
                 stage_index: s,
                 ctx,
                 gate: InputGate::new(input, notify_rx),
-                router,
-                targets: edges[s + 1].senders.remove(0),
+                downstream,
                 checkpoints,
                 assignment: assignment.clone(),
                 acks: ack_tx.clone(),
@@ -315,9 +371,10 @@ pub async fn run(
     }
     let (notify_tx, notify_rx) = mpsc::unbounded_channel();
     notify.push(notify_tx);
-    let sink_inputs = std::mem::take(&mut edges[stages.len()].receivers).remove(0);
+    let mut sink_inputs = std::mem::take(&mut edges[stages.len()].receivers).remove(0);
+    sink_inputs.extend(letter_inputs);
     let sink_task = SinkTask {
-        sink,
+        outputs: Outputs::new(sink, &dead_letters)?,
         gate: InputGate::new(sink_inputs, notify_rx),
         restored,
         acks: ack_tx.clone(),
@@ -382,11 +439,63 @@ pub async fn run(
     }
 }
 
-/// The restored checkpoint as the sink sees it.
-fn sink_restore(checkpoint: &CheckpointMetadata) -> SinkRestore<'_> {
-    SinkRestore {
-        checkpoint: checkpoint.id,
-        position: checkpoint.sink.as_ref(),
+/// Everything a job writes: its sink and its dead-letter files, staged, committed and
+/// recovered together.
+struct Outputs {
+    sink: Box<dyn Sink>,
+    /// Each dead-letter file with its sink, in the order of [`Pipeline::dead_letters`].
+    dead_letters: Vec<(String, FileSink)>,
+}
+
+impl Outputs {
+    fn new(sink: Box<dyn Sink>, dead_letters: &[std::path::PathBuf]) -> Result<Self, JobError> {
+        let dead_letters = dead_letters
+            .iter()
+            .map(|path| {
+                let sink = FileSink::create(path).map_err(JobError::Sink)?;
+                Ok((path.display().to_string(), sink))
+            })
+            .collect::<Result<_, JobError>>()?;
+        Ok(Self { sink, dead_letters })
+    }
+
+    fn recover(&mut self, restored: Option<&CheckpointMetadata>) -> Result<(), JobError> {
+        self.sink
+            .recover(restored.map(|m| SinkRestore {
+                checkpoint: m.id,
+                position: m.sink.as_ref(),
+            }))
+            .map_err(JobError::Sink)?;
+        for (path, sink) in &mut self.dead_letters {
+            sink.recover(restored.map(|m| SinkRestore {
+                checkpoint: m.id,
+                position: m.dead_letters.get(path.as_str()),
+            }))
+            .map_err(|e| JobError::DeadLetters(e.to_string()))?;
+        }
+        Ok(())
+    }
+
+    fn stage(&mut self, checkpoint: CheckpointId) -> Result<StagedOutput, ConnectorError> {
+        let mut staged = StagedOutput {
+            sink: self.sink.stage(checkpoint)?,
+            dead_letters: Default::default(),
+        };
+        for (path, sink) in &mut self.dead_letters {
+            if let Some(position) = sink.stage(checkpoint)? {
+                staged.dead_letters.insert(path.clone(), position);
+            }
+        }
+        Ok(staged)
+    }
+
+    fn commit(&mut self, checkpoint: CheckpointId) -> Result<(), JobError> {
+        self.sink.commit(checkpoint).map_err(JobError::Sink)?;
+        for (_, sink) in &mut self.dead_letters {
+            sink.commit(checkpoint)
+                .map_err(|e| JobError::DeadLetters(e.to_string()))?;
+        }
+        Ok(())
     }
 }
 
@@ -467,29 +576,16 @@ impl Edge {
     }
 }
 
-fn send_ready(router: &mut Router, targets: &[Sender<Message>]) -> Result<(), JobError> {
-    for (target, batch) in router.drain() {
-        targets[target]
-            .blocking_send(Message::Batch(batch))
-            .map_err(|_| JobError::Aborted)?;
-    }
-    Ok(())
-}
-
-fn send_barrier(barrier: Barrier, targets: &[Sender<Message>]) -> Result<(), JobError> {
-    for target in targets {
-        target
-            .blocking_send(Message::Barrier(barrier))
-            .map_err(|_| JobError::Aborted)?;
-    }
-    Ok(())
-}
-
-/// The source: reads, routes, and injects barriers when the coordinator asks.
+/// The source: reads, routes, sets bad lines aside, and injects barriers when the
+/// coordinator asks.
 struct SourceTask {
     source: Box<dyn Source>,
-    router: Router,
-    targets: Vec<Sender<Message>>,
+    /// `[source] on_bad_record`.
+    bad_lines: BadRecordPolicy,
+    origin: SourceOrigin,
+    /// Reused between batches.
+    rejected: Vec<Rejected>,
+    downstream: Downstream,
     batch_size: usize,
     triggers: std::sync::mpsc::Receiver<Barrier>,
     acks: UnboundedSender<Ack>,
@@ -515,8 +611,8 @@ impl SourceTask {
             self.metrics
                 .source_records
                 .fetch_add(batch.len() as u64, Ordering::Relaxed);
-            self.router.route(batch)?;
-            send_ready(&mut self.router, &self.targets)?;
+            self.set_aside_bad_lines();
+            self.downstream.send(batch)?;
             if !more {
                 break;
             }
@@ -533,6 +629,25 @@ impl SourceTask {
         }
     }
 
+    /// The lines the source set aside (it does only when `on_bad_record` lets it).
+    fn set_aside_bad_lines(&mut self) {
+        self.source.drain_rejected(&mut self.rejected);
+        for line in self.rejected.drain(..) {
+            let origin = self.origin.describe(line.origin);
+            let letter = DeadLetter {
+                operator: None,
+                subtask: None,
+                error: &line.reason,
+                origin: Some(&origin),
+                key: None,
+                value: &line.raw,
+                timestamp: None,
+            };
+            self.bad_lines
+                .set_aside(&letter, &mut self.downstream.letters);
+        }
+    }
+
     fn barrier(&mut self, barrier: Barrier) -> Result<(), JobError> {
         self.acks
             .send(Ack::Source {
@@ -540,7 +655,7 @@ impl SourceTask {
                 position: self.source.position(),
             })
             .map_err(|_| JobError::Aborted)?;
-        send_barrier(barrier, &self.targets)
+        self.downstream.barrier(barrier)
     }
 }
 
@@ -550,8 +665,7 @@ struct SubtaskTask {
     stage_index: usize,
     ctx: SubtaskContext,
     gate: InputGate,
-    router: Router,
-    targets: Vec<Sender<Message>>,
+    downstream: Downstream,
     /// `None` when the job does not checkpoint.
     checkpoints: Option<SubtaskCheckpoints>,
     assignment: RestoreAssignment,
@@ -578,23 +692,19 @@ impl SubtaskTask {
                     let out = operator.process(batch)?;
                     counters.batch_latency.observe(started.elapsed());
                     counters.count_out(&out);
-                    self.router.route(out)?;
-                    send_ready(&mut self.router, &self.targets)?;
+                    self.downstream.send(out)?;
                 }
+                // Only the sink reads dead letters.
+                Event::DeadLetters { .. } => {}
                 Event::Barrier(barrier) => {
                     if barrier.last {
                         let out = operator.close()?;
                         counters.count_out(&out);
-                        self.router.route(out)?;
-                        send_ready(&mut self.router, &self.targets)?;
+                        self.downstream.send(out)?;
                         last = Some(barrier.checkpoint);
                     }
                     self.snapshot(operator.as_mut(), barrier.checkpoint)?;
-                    send_barrier(barrier, &self.targets)?;
-                    if barrier.last {
-                        // Nothing follows the last barrier downstream.
-                        self.targets.clear();
-                    }
+                    self.downstream.barrier(barrier)?;
                 }
                 Event::Notification(Notification::Complete {
                     completed,
@@ -658,9 +768,10 @@ impl SubtaskTask {
     }
 }
 
-/// The sink: writes, stages at barriers, commits on completion.
+/// The sink: writes the job's output and its dead letters, stages at barriers, commits on
+/// completion.
 struct SinkTask {
-    sink: Box<dyn Sink>,
+    outputs: Outputs,
     gate: InputGate,
     restored: Option<Arc<CheckpointMetadata>>,
     acks: UnboundedSender<Ack>,
@@ -669,16 +780,21 @@ struct SinkTask {
 
 impl SinkTask {
     fn run(mut self) -> Result<(), JobError> {
-        let restored = self.restored.as_deref().map(sink_restore);
-        self.sink.recover(restored).map_err(JobError::Sink)?;
+        self.outputs.recover(self.restored.as_deref())?;
         let mut last: Option<CheckpointId> = None;
         loop {
             match self.gate.recv()? {
                 Event::Batch(batch) => {
-                    self.sink.write(&batch).map_err(JobError::Sink)?;
+                    self.outputs.sink.write(&batch).map_err(JobError::Sink)?;
                     self.metrics
                         .sink_records
                         .fetch_add(batch.len() as u64, Ordering::Relaxed);
+                }
+                Event::DeadLetters { file, batch } => {
+                    if let Some((_, sink)) = self.outputs.dead_letters.get_mut(file) {
+                        sink.write(&batch)
+                            .map_err(|e| JobError::DeadLetters(e.to_string()))?;
+                    }
                 }
                 Event::Barrier(barrier) => {
                     if barrier.last {
@@ -690,7 +806,7 @@ impl SinkTask {
                     self.stage(checkpoint)?;
                 }
                 Event::Notification(Notification::Complete { completed, .. }) => {
-                    self.sink.commit(completed).map_err(JobError::Sink)?;
+                    self.outputs.commit(completed)?;
                     if last.is_some_and(|l| completed >= l) {
                         return Ok(());
                     }
@@ -701,7 +817,7 @@ impl SinkTask {
     }
 
     fn stage(&mut self, checkpoint: CheckpointId) -> Result<(), JobError> {
-        let result = self.sink.stage(checkpoint).map_err(|e| e.to_string());
+        let result = self.outputs.stage(checkpoint).map_err(|e| e.to_string());
         self.acks
             .send(Ack::Sink { checkpoint, result })
             .map_err(|_| JobError::Aborted)

@@ -8,6 +8,8 @@
 //! [source]
 //! kind = "text-lines"            # or "json-lines", "generator"
 //! path = "input.txt"             # relative to the job file
+//! # json-lines only: a line that is not JSON, or has no value at key_pointer:
+//! # on_bad_record = "fail"       # or "skip", or { dead_letter = "bad.jsonl" }
 //!
 //! [[operators]]
 //! name = "tokenize"
@@ -20,6 +22,9 @@
 //! parallelism = 3
 //! key_by = "key"                 # partition this operator's input by record key
 //! config = { min_length = 1 }    # handed to the operator as JSON
+//! on_error = "fail"              # the operator fails on a record: "fail" the job, "skip"
+//!                                # the record, or { dead_letter = "failed.jsonl" }
+//! on_bad_record = "fail"         # a record its key_by cannot key (same choices)
 //!
 //! [sink]
 //! kind = "file"                  # or "stdout", "discard"
@@ -144,6 +149,9 @@ pub enum SourceSpec {
         path: PathBuf,
         /// A JSON pointer (RFC 6901) into each line whose value becomes the record key.
         key_pointer: Option<String>,
+        /// What happens to a line that is not JSON, or has no value at `key_pointer`.
+        #[serde(default)]
+        on_bad_record: RecordPolicy,
     },
     Generator {
         records: u64,
@@ -163,6 +171,63 @@ pub struct OperatorFile {
     pub config: toml::Table,
     #[serde(default)]
     pub limits: LimitsFile,
+    #[serde(default)]
+    pub on_error: RecordPolicy,
+    #[serde(default)]
+    pub on_bad_record: RecordPolicy,
+}
+
+/// What happens to a record that cannot be processed: one the operator fails on
+/// (`on_error`), or one that cannot be read or keyed (`on_bad_record`). As parsed, a
+/// dead-letter path is relative to the job file; in a [`JobSpec`], it is resolved.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(try_from = "toml::Value")]
+pub enum RecordPolicy {
+    /// The job fails, naming the record. The default: nothing is dropped unless asked.
+    #[default]
+    Fail,
+    /// The record is dropped and counted.
+    Skip,
+    /// The record is written, with why and where it came from, as a JSON line to a file
+    /// (exactly once, with the checkpoints, like the file sink), and counted.
+    DeadLetter(PathBuf),
+}
+
+impl TryFrom<toml::Value> for RecordPolicy {
+    type Error = String;
+
+    fn try_from(value: toml::Value) -> Result<Self, String> {
+        const USE: &str = "use \"fail\", \"skip\" or { dead_letter = \"path\" }";
+        match value {
+            toml::Value::String(name) => match name.as_str() {
+                "fail" => Ok(Self::Fail),
+                "skip" => Ok(Self::Skip),
+                other => Err(format!("unknown policy {other:?}: {USE}")),
+            },
+            toml::Value::Table(table) => {
+                let mut fields = table.into_iter();
+                match (fields.next(), fields.next()) {
+                    (Some((key, toml::Value::String(path))), None) if key == "dead_letter" => {
+                        Ok(Self::DeadLetter(PathBuf::from(path)))
+                    }
+                    _ => Err(format!(
+                        "a table policy is {{ dead_letter = \"path\" }} alone; {USE}"
+                    )),
+                }
+            }
+            other => Err(format!("{other} is not a policy: {USE}")),
+        }
+    }
+}
+
+impl RecordPolicy {
+    /// The dead-letter file, if records go to one.
+    pub fn dead_letter(&self) -> Option<&Path> {
+        match self {
+            Self::DeadLetter(path) => Some(path),
+            _ => None,
+        }
+    }
 }
 
 fn one() -> u32 {
@@ -216,6 +281,10 @@ pub struct OperatorSpec {
     pub key_by: Option<KeyBy>,
     pub config_json: String,
     pub limits: GuestLimits,
+    /// What happens to a record the operator fails on.
+    pub on_error: RecordPolicy,
+    /// What happens to a record `key_by` cannot key.
+    pub on_bad_record: RecordPolicy,
 }
 
 /// How an operator's input is partitioned among its subtasks.
@@ -225,6 +294,33 @@ pub enum KeyBy {
     RecordKey,
     /// By the value at a JSON pointer in the record's (JSON) value, which becomes its key.
     JsonPointer(String),
+}
+
+/// The source's `on_bad_record` policy, for sources that can meet a bad record.
+pub fn source_policy(source: &SourceSpec) -> Option<&RecordPolicy> {
+    match source {
+        SourceSpec::JsonLines { on_bad_record, .. } => Some(on_bad_record),
+        SourceSpec::TextLines { .. } | SourceSpec::Generator { .. } => None,
+    }
+}
+
+impl JobSpec {
+    /// Every dead-letter file the job writes to, each once, in the order the job file names
+    /// them (source, then operators).
+    pub fn dead_letter_files(&self) -> Vec<PathBuf> {
+        let mut files: Vec<PathBuf> = Vec::new();
+        let policies = source_policy(&self.source).into_iter().chain(
+            self.operators
+                .iter()
+                .flat_map(|op| [&op.on_error, &op.on_bad_record]),
+        );
+        for path in policies.filter_map(RecordPolicy::dead_letter) {
+            if !files.iter().any(|f| f == path) {
+                files.push(path.to_owned());
+            }
+        }
+        files
+    }
 }
 
 /// A job file that cannot be run, with what and where.
@@ -407,6 +503,7 @@ impl Checker<'_> {
                 SinkSpec::File { path: resolved }
             }
         };
+        self.check_dead_letters(&source, &operators, &sink)?;
         let checkpoints = file
             .checkpoints
             .map(|c| self.check_checkpoints(c))
@@ -420,6 +517,68 @@ impl Checker<'_> {
             sink,
             checkpoints,
         })
+    }
+
+    /// Resolves a record policy's dead-letter path; its folder must exist.
+    fn check_policy(
+        &self,
+        location: &str,
+        policy: RecordPolicy,
+    ) -> Result<RecordPolicy, SpecError> {
+        let RecordPolicy::DeadLetter(path) = policy else {
+            return Ok(policy);
+        };
+        let resolved = self.resolve(&path);
+        let parent = resolved.parent().filter(|p| !p.as_os_str().is_empty());
+        if resolved.file_name().is_none() || parent.is_some_and(|p| !p.is_dir()) {
+            return Err(self.invalid(
+                location,
+                format!(
+                    "dead_letter {}: name a file in an existing folder",
+                    path.display()
+                ),
+            ));
+        }
+        Ok(RecordPolicy::DeadLetter(resolved))
+    }
+
+    /// Dead letters go to their own files: not the output, not the input.
+    fn check_dead_letters(
+        &self,
+        source: &SourceSpec,
+        operators: &[OperatorSpec],
+        sink: &SinkSpec,
+    ) -> Result<(), SpecError> {
+        let mut taken: Vec<(&Path, &str)> = Vec::new();
+        if let SinkSpec::File { path } = sink {
+            taken.push((path, "the sink's output"));
+        }
+        if let SourceSpec::TextLines { path } | SourceSpec::JsonLines { path, .. } = source {
+            taken.push((path, "the source's input"));
+        }
+        let policies = source_policy(source)
+            .map(|p| ("[source] on_bad_record".to_owned(), p))
+            .into_iter()
+            .chain(operators.iter().flat_map(|op| {
+                [
+                    (format!("operator `{}` on_error", op.name), &op.on_error),
+                    (
+                        format!("operator `{}` on_bad_record", op.name),
+                        &op.on_bad_record,
+                    ),
+                ]
+            }));
+        for (location, policy) in policies {
+            if let Some(path) = policy.dead_letter()
+                && let Some((_, what)) = taken.iter().find(|(t, _)| *t == path)
+            {
+                return Err(self.invalid(
+                    location,
+                    format!("dead_letter {} is {what}", path.display()),
+                ));
+            }
+        }
+        Ok(())
     }
 
     fn check_checkpoints(&self, file: CheckpointsFile) -> Result<CheckpointSpec, SpecError> {
@@ -500,7 +659,11 @@ impl Checker<'_> {
             SourceSpec::TextLines { path } => SourceSpec::TextLines {
                 path: self.existing_file("[source] path", &path, "input file", "")?,
             },
-            SourceSpec::JsonLines { path, key_pointer } => {
+            SourceSpec::JsonLines {
+                path,
+                key_pointer,
+                on_bad_record,
+            } => {
                 if let Some(p) = &key_pointer
                     && !(p.is_empty() || p.starts_with('/'))
                 {
@@ -512,6 +675,7 @@ impl Checker<'_> {
                 SourceSpec::JsonLines {
                     path: self.existing_file("[source] path", &path, "input file", "")?,
                     key_pointer,
+                    on_bad_record: self.check_policy("[source] on_bad_record", on_bad_record)?,
                 }
             }
             SourceSpec::Generator { records, keys } => {
@@ -590,6 +754,12 @@ impl Checker<'_> {
         if limits.memory_bytes < 1 << 20 {
             return Err(self.invalid(format!("{at} limits.memory_mb"), "must be at least 1"));
         }
+        if key_by.is_none() && op.on_bad_record != RecordPolicy::Fail {
+            return Err(self.invalid(
+                format!("{at} on_bad_record"),
+                "applies to records this operator's key_by cannot key, and it has no key_by",
+            ));
+        }
         Ok(OperatorSpec {
             name: op.name,
             component,
@@ -597,6 +767,8 @@ impl Checker<'_> {
             key_by,
             config_json,
             limits,
+            on_error: self.check_policy(&format!("{at} on_error"), op.on_error)?,
+            on_bad_record: self.check_policy(&format!("{at} on_bad_record"), op.on_bad_record)?,
         })
     }
 }

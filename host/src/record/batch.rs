@@ -2,8 +2,11 @@
 //!
 //! The layout is the WIT one (see `wit/operator.wit`): all keys and values back to back in one
 //! buffer, plus per-record end offsets, flags and timestamps. A batch moves into a guest call
-//! by moving its vectors, with no per-record work. Keyed edges add one column the guest never
-//! sees: each record's [`KeyHash`], computed once where the record is routed.
+//! by moving its vectors, with no per-record work. Two more columns stay in the host, the
+//! guest never sees them: each record's [`KeyHash`], computed once where the record is
+//! routed, and each record's origin (its place in the source's input), set by the source and
+//! kept until a guest's output replaces the records, so that an operator failing on a record
+//! straight from the source can say where it came from.
 
 use crate::bindings::weir::operator::types::Batch;
 use crate::partition::KeyHash;
@@ -23,6 +26,9 @@ pub struct RecordBatch {
     timestamps: Vec<i64>,
     /// Key hashes, one per record, when the batch went through a keyed edge; empty otherwise.
     hashes: Vec<KeyHash>,
+    /// Origins, one per record, when the records came from the source (see
+    /// [`crate::connectors::SourceOrigin`]); empty otherwise.
+    origins: Vec<u64>,
 }
 
 /// One record of a batch, borrowed.
@@ -64,6 +70,7 @@ impl RecordBatch {
             flags: Vec::with_capacity(records),
             timestamps: Vec::with_capacity(records),
             hashes: Vec::new(),
+            origins: Vec::new(),
         }
     }
 
@@ -93,6 +100,29 @@ impl RecordBatch {
     #[inline]
     pub fn push_hashed(&mut self, record: RecordRef<'_>, hash: KeyHash) {
         self.push_parts(record, Some(hash));
+    }
+
+    /// Appends a record read by a source at `origin` in its input. A batch holds either no
+    /// origins or one per record.
+    #[inline]
+    pub fn push_from_source(&mut self, record: RecordRef<'_>, origin: u64) {
+        self.push_parts(record, None);
+        self.origins.push(origin);
+    }
+
+    /// Appends record `index` of `from` with its key hash, and its origin if `from` has them.
+    #[inline]
+    pub fn push_routed(
+        &mut self,
+        from: &RecordBatch,
+        index: usize,
+        record: RecordRef<'_>,
+        hash: KeyHash,
+    ) {
+        self.push_parts(record, Some(hash));
+        if let Some(&origin) = from.origins.get(index) {
+            self.origins.push(origin);
+        }
     }
 
     #[inline]
@@ -142,6 +172,26 @@ impl RecordBatch {
         &self.hashes
     }
 
+    /// Where record `index` came from in the source's input, if the batch came from the source.
+    pub fn origin(&self, index: usize) -> Option<u64> {
+        self.origins.get(index).copied()
+    }
+
+    /// The batch without record `index` (hashes and origins kept in step).
+    pub fn without(&self, index: usize) -> RecordBatch {
+        let mut out = RecordBatch::with_capacity(self.len(), self.data.len());
+        for (i, record) in self.iter().enumerate().filter(|&(i, _)| i != index) {
+            match self.hashes.get(i) {
+                Some(&hash) => out.push_hashed(record, hash),
+                None => out.push(record),
+            }
+            if let Some(&origin) = self.origins.get(i) {
+                out.origins.push(origin);
+            }
+        }
+        out
+    }
+
     /// Attaches the key hashes of the records (one per record), computed by a keyed edge.
     pub fn set_hashes(&mut self, hashes: Vec<KeyHash>) {
         debug_assert_eq!(hashes.len(), self.len());
@@ -156,6 +206,7 @@ impl RecordBatch {
         self.flags.clear();
         self.timestamps.clear();
         self.hashes.clear();
+        self.origins.clear();
     }
 
     /// Checks that a batch built by a guest is well formed: equal column lengths and offsets
@@ -185,7 +236,8 @@ impl RecordBatch {
         Ok(())
     }
 
-    /// Splits into the WIT batch and the hash column.
+    /// Splits into the WIT batch and the hash column (origins are dropped: a guest's output
+    /// replaces its input's records).
     pub fn into_wit(self) -> (Batch, Vec<KeyHash>) {
         (
             Batch {
@@ -208,6 +260,7 @@ impl RecordBatch {
             flags: batch.flags,
             timestamps: batch.timestamps,
             hashes: Vec::new(),
+            origins: Vec::new(),
         }
     }
 }
@@ -249,5 +302,23 @@ mod tests {
         let (mut wit, _) = batch.into_wit();
         wit.value_ends[0] = 99;
         assert!(RecordBatch::from_wit(wit).validate().is_err());
+    }
+
+    #[test]
+    fn without_drops_one_record_and_keeps_hashes_and_origins_in_step() {
+        let mut source = RecordBatch::new();
+        for (i, word) in ["a", "b", "c"].iter().enumerate() {
+            source.push_from_source(RecordRef::keyed(word.as_bytes(), b"v"), 10 + i as u64);
+        }
+        let mut routed = RecordBatch::new();
+        for (i, record) in source.iter().enumerate() {
+            routed.push_routed(&source, i, record, KeyHash(i as u64));
+        }
+        let rest = routed.without(1);
+        assert_eq!(rest.len(), 2);
+        assert_eq!(rest.get(1).key, Some(&b"c"[..]));
+        assert_eq!(rest.hashes(), &[KeyHash(0), KeyHash(2)]);
+        assert_eq!((rest.origin(0), rest.origin(1)), (Some(10), Some(12)));
+        assert_eq!(RecordBatch::from_wit(rest.into_wit().0).origin(0), None);
     }
 }
