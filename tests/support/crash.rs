@@ -84,12 +84,26 @@ pub fn kill_until_finished(
     dir: &Path,
     expected: &[String],
     rng: &mut Rng,
+    delays_ms: (u64, u64),
+) -> usize {
+    kill_until_finished_with_env(job, dir, expected, rng, delays_ms, &[])
+}
+
+/// [`kill_until_finished`], each run with the environment variables `env` added (a cloud
+/// store's settings).
+pub fn kill_until_finished_with_env(
+    job: &str,
+    dir: &Path,
+    expected: &[String],
+    rng: &mut Rng,
     (min_ms, spread_ms): (u64, u64),
+    env: &[(String, String)],
 ) -> usize {
     let mut kills = 0;
     for _ in 0..60 {
         let mut child = Command::new(env!("CARGO_BIN_EXE_weir"))
             .args(["run", job, "--restore", "latest", "-q"])
+            .envs(env.iter().map(|(k, v)| (k, v)))
             .env("WEIR_CACHE_DIR", cache_dir())
             .env("RUST_LOG", "error")
             .stdout(Stdio::null())
@@ -128,17 +142,31 @@ pub fn crash_then_finish(
     job: &str,
     dir: &Path,
     expected: &[String],
-    (seed, rng): (u64, &mut Rng),
+    seed_and_rng: (u64, &mut Rng),
     delays_ms: (u64, u64),
     min_kills: usize,
 ) {
-    let kills = kill_until_finished(job, dir, expected, rng, delays_ms);
+    crash_then_finish_with_env(job, dir, expected, seed_and_rng, delays_ms, min_kills, &[]);
+}
+
+/// [`crash_then_finish`], every run with the environment variables `env` added (a cloud
+/// store's settings).
+pub fn crash_then_finish_with_env(
+    job: &str,
+    dir: &Path,
+    expected: &[String],
+    (seed, rng): (u64, &mut Rng),
+    delays_ms: (u64, u64),
+    min_kills: usize,
+    env: &[(String, String)],
+) {
+    let kills = kill_until_finished_with_env(job, dir, expected, rng, delays_ms, env);
     eprintln!("{kills} runs killed");
     assert!(
         kills >= min_kills,
         "too few runs were killed ({kills}) to test anything"
     );
-    let out = super::weir(&["run", job, "--restore", "latest", "-q"]);
+    let out = super::weir_with_env(&["run", job, "--restore", "latest", "-q"], env);
     assert!(out.status.success(), "final run failed: {}", stderr(&out));
     let got = committed(dir);
     assert_eq!(

@@ -7,6 +7,7 @@
 #![allow(dead_code)]
 
 pub mod crash;
+pub mod emulators;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -76,6 +77,19 @@ pub fn cache_dir() -> PathBuf {
 /// Runs `weir` with `args`; the component cache is the tests' shared one.
 pub fn weir(args: &[&str]) -> Output {
     weir_logging(args, "warn")
+}
+
+/// Runs `weir` with `args` and the environment variables `env` added (a cloud store's
+/// settings); the component cache is the tests' shared one.
+pub fn weir_with_env(args: &[&str], env: &[(String, String)]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_weir"))
+        .args(args)
+        .envs(env.iter().map(|(k, v)| (k, v)))
+        .env("WEIR_CACHE_DIR", cache_dir())
+        .env("RUST_LOG", "warn")
+        .env("NO_COLOR", "1")
+        .output()
+        .expect("weir runs")
 }
 
 /// Runs `weir` with `args` and the log filter `filter` (`RUST_LOG`).

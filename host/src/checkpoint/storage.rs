@@ -34,16 +34,22 @@ pub enum StorageError {
     Metadata { path: Path, message: String },
 }
 
-/// Opens the store named by `url` (`file:///dir`, `memory://`, `s3://bucket/prefix`, ...)
-/// and returns it with the path prefix the URL names. Backend settings (credentials,
-/// endpoints, `allow_http`) come from the environment variables each backend documents
-/// (`AWS_*` for S3, ...).
+/// Opens the store named by `url` (`file:///dir`, `memory://`, `s3://bucket/prefix`,
+/// `gs://bucket/prefix`, `az://container/prefix`) and returns it with the path prefix the URL
+/// names. Backend settings (credentials, endpoints, `allow_http`) come from the environment
+/// variables object_store documents for each backend, `AWS_*`, `GOOGLE_*` and `AZURE_*`,
+/// lower-cased into its configuration keys: e.g. `AZURE_STORAGE_ACCOUNT_NAME`,
+/// `AZURE_STORAGE_ACCOUNT_KEY`, `AZURE_STORAGE_ENDPOINT` or `AZURE_STORAGE_USE_EMULATOR`
+/// (Azurite, whose address object_store itself reads from `AZURITE_BLOB_STORAGE_URL`);
+/// `GOOGLE_SERVICE_ACCOUNT` (a key file, which may name `gcs_base_url` and `disable_oauth`),
+/// `GOOGLE_SERVICE_ACCOUNT_KEY` or `GOOGLE_BASE_URL`.
 pub fn open_store(url: &str) -> Result<(Arc<dyn ObjectStore>, Path), StorageError> {
     open_store_with(url, [])
 }
 
-/// [`open_store`] with backend settings (`aws_endpoint`, ...) given here, which take
-/// precedence over the environment's.
+/// [`open_store`] with backend settings (`aws_endpoint`, `azure_storage_endpoint`,
+/// `google_service_account_key`, ...) given here, which take precedence over the
+/// environment's.
 pub fn open_store_with(
     url: &str,
     settings: impl IntoIterator<Item = (String, String)>,
@@ -109,12 +115,9 @@ pub async fn read_increment(
         path: path.clone(),
         source,
     };
-    let options = GetOptions {
-        range: Some(GetRange::Suffix(FOOTER_LEN as u64)),
-        ..GetOptions::default()
-    };
-    let result = store.get_opts(path, options).await.map_err(store_err)?;
-    let tail = result.bytes().await.map_err(store_err)?;
+    let tail = read_tail(store, path, FOOTER_LEN as u64)
+        .await
+        .map_err(store_err)?;
     let footer = format::read_footer(&tail).map_err(format_err)?;
     let index_range = footer.index_offset..footer.index_offset + u64::from(footer.index_len);
     let index_bytes = store
@@ -155,6 +158,25 @@ pub async fn read_increment(
         checkpoint: index.checkpoint,
         groups,
     })
+}
+
+/// Reads the last `len` bytes of the object at `path`: one suffix read where the store serves
+/// them. Azure Blob Storage has no suffix reads, and object_store refuses them with
+/// `NotSupported` before sending anything; such a store gets a `head` for the size and a
+/// bounded read instead.
+async fn read_tail(store: &dyn ObjectStore, path: &Path, len: u64) -> object_store::Result<Bytes> {
+    let suffix = GetOptions {
+        range: Some(GetRange::Suffix(len)),
+        ..GetOptions::default()
+    };
+    match store.get_opts(path, suffix).await {
+        Ok(result) => result.bytes().await,
+        Err(object_store::Error::NotSupported { .. }) => {
+            let size = store.head(path).await?.size;
+            store.get_range(path, size.saturating_sub(len)..size).await
+        }
+        Err(e) => Err(e),
+    }
 }
 
 /// Reads the increments of a chain (`paths`, oldest first) for the key groups in `range`,
@@ -291,6 +313,109 @@ mod tests {
         // Its sections, plus header, index and footer: about a quarter, never the whole.
         assert!(bytes_read < size / 2, "read {bytes_read} of {size} bytes");
         assert!(bytes_read >= own - 64, "read {bytes_read}, own part {own}");
+    }
+
+    /// An in-memory store that refuses suffix reads as object_store's Azure client does:
+    /// `NotSupported`, before anything is sent.
+    #[derive(Debug)]
+    struct NoSuffixReads(object_store::memory::InMemory);
+
+    impl std::fmt::Display for NoSuffixReads {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            write!(f, "NoSuffixReads")
+        }
+    }
+
+    #[async_trait::async_trait]
+    impl ObjectStore for NoSuffixReads {
+        async fn put_opts(
+            &self,
+            location: &Path,
+            payload: PutPayload,
+            opts: object_store::PutOptions,
+        ) -> object_store::Result<object_store::PutResult> {
+            self.0.put_opts(location, payload, opts).await
+        }
+
+        async fn put_multipart_opts(
+            &self,
+            location: &Path,
+            opts: object_store::PutMultipartOptions,
+        ) -> object_store::Result<Box<dyn object_store::MultipartUpload>> {
+            self.0.put_multipart_opts(location, opts).await
+        }
+
+        async fn get_opts(
+            &self,
+            location: &Path,
+            options: GetOptions,
+        ) -> object_store::Result<object_store::GetResult> {
+            if let Some(GetRange::Suffix(_)) = options.range {
+                return Err(object_store::Error::NotSupported {
+                    source: "this store has no suffix reads".into(),
+                });
+            }
+            self.0.get_opts(location, options).await
+        }
+
+        fn delete_stream(
+            &self,
+            locations: futures::stream::BoxStream<'static, object_store::Result<Path>>,
+        ) -> futures::stream::BoxStream<'static, object_store::Result<Path>> {
+            self.0.delete_stream(locations)
+        }
+
+        fn list(
+            &self,
+            prefix: Option<&Path>,
+        ) -> futures::stream::BoxStream<'static, object_store::Result<object_store::ObjectMeta>>
+        {
+            self.0.list(prefix)
+        }
+
+        async fn list_with_delimiter(
+            &self,
+            prefix: Option<&Path>,
+        ) -> object_store::Result<object_store::ListResult> {
+            self.0.list_with_delimiter(prefix).await
+        }
+
+        async fn copy_opts(
+            &self,
+            from: &Path,
+            to: &Path,
+            options: object_store::CopyOptions,
+        ) -> object_store::Result<()> {
+            self.0.copy_opts(from, to, options).await
+        }
+    }
+
+    #[tokio::test]
+    async fn a_store_without_suffix_reads_still_reads_increments() {
+        let store = NoSuffixReads(object_store::memory::InMemory::new());
+        let path = Path::from("increment");
+        let inc = increment();
+        put_increment(&store, &path, &inc).await.expect("put");
+        let all = KeyGroupRange { start: 0, end: 32 };
+        let read = read_increment(&store, &path, all).await.expect("read");
+        assert_eq!(read, inc);
+        let part = KeyGroupRange { start: 8, end: 16 };
+        let read = read_increment(&store, &path, part)
+            .await
+            .expect("read part");
+        assert!(!read.groups.is_empty() && read.groups.iter().all(|g| part.contains(g.group)));
+        // A missing artifact is still `NotFound`, from the `head`.
+        let missing = read_increment(&store, &Path::from("missing"), all).await;
+        assert!(
+            matches!(
+                missing,
+                Err(StorageError::Store {
+                    source: object_store::Error::NotFound { .. },
+                    ..
+                })
+            ),
+            "{missing:?}"
+        );
     }
 
     #[tokio::test]
