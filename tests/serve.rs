@@ -53,7 +53,15 @@ impl Host {
 
     /// Runs a client command against this host with `token`.
     fn weir(&self, args: &[&str], token: Option<&str>) -> Output {
+        self.weir_in(None, args, token)
+    }
+
+    /// [`Host::weir`] with `dir` as the current folder.
+    fn weir_in(&self, dir: Option<&Path>, args: &[&str], token: Option<&str>) -> Output {
         let mut command = Command::new(env!("CARGO_BIN_EXE_weir"));
+        if let Some(dir) = dir {
+            command.current_dir(dir);
+        }
         command
             .args(args)
             .args(["--host", &self.url])
@@ -684,4 +692,24 @@ fn a_job_cannot_reach_another_jobs_files_and_an_ended_job_restarts_from_its_chec
     let stopped = host.weir(&["cancel", &id], Some(TOKEN));
     assert!(stopped.status.success(), "{}", stderr(&stopped));
     assert_eq!(host.wait(&id)["status"], "cancelled");
+}
+
+#[test]
+fn a_job_file_named_without_its_folder_is_submitted_from_the_current_one() {
+    let data = tempfile::tempdir().expect("tempdir");
+    let host = Host::start(data.path());
+    let dir = tempfile::tempdir().expect("tempdir");
+    wordcount_job(dir.path(), "");
+    // `weir submit job.toml`, as the README writes it: no folder in the path.
+    let id = submitted_id(&host.weir_in(
+        Some(dir.path()),
+        &["submit", "job.toml", "--json"],
+        Some(TOKEN),
+    ));
+    let info = host.wait(&id);
+    assert_eq!(info["status"], "finished", "{info}");
+    // The relative source and sink were read and written in the job file's folder.
+    let out = std::fs::read_to_string(dir.path().join("out.txt")).expect("output");
+    assert_eq!(out.lines().count(), 3000);
+    assert!(out.lines().any(|l| l == "a\t1500"), "{out}");
 }

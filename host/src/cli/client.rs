@@ -16,6 +16,7 @@ use reqwest::StatusCode;
 use super::Failure;
 use crate::guest::LogLine;
 use crate::job::JobSpec;
+use crate::job::spec::{SinkSpec, SourceSpec};
 use crate::serve::protocol::{ErrorBody, JobInfo, SubmitRequest};
 
 #[derive(Debug, clap::Args)]
@@ -158,16 +159,26 @@ fn submission(job: &Path) -> Result<SubmitRequest, Failure> {
         .with_context(|| format!("cannot read {}", job.display()))
         .map_err(Failure::input)?;
     let mut table: toml::Table = toml::from_str(&text).map_err(Failure::input)?;
-    let base =
-        std::path::absolute(job.parent().unwrap_or(Path::new("."))).map_err(Failure::input)?;
-    for section in ["source", "sink"] {
-        if let Some(path) = table
-            .get_mut(section)
-            .and_then(|s| s.as_table_mut())
-            .and_then(|s| s.get_mut("path"))
-            && let Some(relative) = path.as_str().filter(|p| Path::new(p).is_relative())
+    // The spec resolved them against the job file's folder; the host needs them whole.
+    let source = match &spec.source {
+        SourceSpec::TextLines { path } | SourceSpec::JsonLines { path, .. } => Some(path),
+        SourceSpec::Generator { .. } => None,
+    };
+    let sink = match &spec.sink {
+        SinkSpec::File { path } => Some(path),
+        SinkSpec::Stdout | SinkSpec::Discard => None,
+    };
+    for (section, path) in [("source", source), ("sink", sink)] {
+        if let Some(path) = path
+            && let Some(section) = table.get_mut(section).and_then(|s| s.as_table_mut())
         {
-            *path = toml::Value::String(base.join(relative).display().to_string());
+            let absolute = std::path::absolute(path)
+                .with_context(|| format!("cannot make {} absolute", path.display()))
+                .map_err(Failure::input)?;
+            section.insert(
+                "path".into(),
+                toml::Value::String(absolute.display().to_string()),
+            );
         }
     }
     let mut components = BTreeMap::new();
