@@ -1,5 +1,6 @@
 //! The commands that talk to a running `weir serve`: `submit`, `jobs`, `job` (with `--logs`,
-//! its guests' log lines), `cancel`, `checkpoint`, `restart`.
+//! its guests' log lines), `cancel`, `checkpoint`, `restart`. `weir checkpoints --host` reads a served job's checkpoints
+//! through [`call`] too.
 //!
 //! The host is `--host URL`, else `WEIR_HOST`, else `http://127.0.0.1:7070`; the token is
 //! `WEIR_TOKEN`, else the file `$XDG_CONFIG_HOME/weir/token` (`~/.config/weir/token`).
@@ -27,6 +28,16 @@ pub struct HostArgs {
     /// Print JSON instead of a table.
     #[arg(long)]
     json: bool,
+}
+
+impl HostArgs {
+    /// The host at `url`, for a command that prints its answers itself.
+    pub(super) fn at(url: String) -> Self {
+        Self {
+            host: url,
+            json: false,
+        }
+    }
 }
 
 #[derive(Debug, clap::Subcommand)]
@@ -217,7 +228,7 @@ fn token() -> Result<String, Failure> {
     }
 }
 
-async fn call<T: serde::de::DeserializeOwned>(
+pub(super) async fn call<T: serde::de::DeserializeOwned>(
     host: &HostArgs,
     method: reqwest::Method,
     path: &str,
