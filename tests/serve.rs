@@ -855,3 +855,68 @@ fn a_served_jobs_checkpoints_read_through_the_host_as_from_its_folder() {
             .success()
     );
 }
+
+#[test]
+fn weir_checkpoint_waits_for_the_checkpoint_and_says_which_it_was() {
+    let data = tempfile::tempdir().expect("tempdir");
+    let host = Host::start(data.path());
+    let dir = tempfile::tempdir().expect("tempdir");
+    // Checkpoints kept, but none before an hour: only those asked for.
+    let job = endless_job(dir.path(), "[checkpoints]\ninterval_ms = 3600000");
+    let id = submitted_id(&host.weir(
+        &["submit", job.to_str().expect("utf-8"), "--json"],
+        Some(TOKEN),
+    ));
+    let said = stdout(&host.weir(&["checkpoint", &id], Some(TOKEN)));
+    let prefix = format!("checkpoint 1 of {id} completed: ");
+    let size = said
+        .trim()
+        .strip_prefix(&prefix)
+        .unwrap_or_else(|| panic!("{said:?} does not start with {prefix:?}"));
+    assert_eq!(host.job(&id)["last_checkpoint"], 1);
+    // Its size as `weir checkpoints list` counts it.
+    let rows: serde_json::Value = serde_json::from_str(&stdout(
+        &host.weir(&["checkpoints", "list", &id, "--json"], Some(TOKEN)),
+    ))
+    .expect("JSON");
+    assert_eq!(
+        size,
+        format!("{} bytes in 1 artifact", rows[0]["bytes"]),
+        "{rows}"
+    );
+
+    // A job that keeps no checkpoints takes one (its barrier passes), and stores nothing.
+    let plain_dir = tempfile::tempdir().expect("tempdir");
+    let plain = endless_job(plain_dir.path(), "");
+    let plain_id = submitted_id(&host.weir(
+        &["submit", plain.to_str().expect("utf-8"), "--json"],
+        Some(TOKEN),
+    ));
+    let said = stdout(&host.weir(&["checkpoint", &plain_id], Some(TOKEN)));
+    assert!(
+        said.starts_with(&format!(
+            "checkpoint 1 of {plain_id} completed; the job keeps no checkpoints"
+        )),
+        "{said}"
+    );
+    let out = host.weir(&["checkpoints", "list", &plain_id], Some(TOKEN));
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("keeps no checkpoints"),
+        "{}",
+        stderr(&out)
+    );
+
+    // An ended job takes none: the caller's mistake.
+    for job in [&id, &plain_id] {
+        assert!(host.weir(&["cancel", job], Some(TOKEN)).status.success());
+        assert_eq!(host.wait(job)["status"], "cancelled");
+    }
+    let out = host.weir(&["checkpoint", &id], Some(TOKEN));
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains(&format!("job {id} is cancelled")),
+        "{}",
+        stderr(&out)
+    );
+}

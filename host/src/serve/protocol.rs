@@ -29,6 +29,10 @@ pub struct JobInfo {
     pub checkpoints_completed: u64,
     /// The id of the last completed checkpoint, if any.
     pub last_checkpoint: Option<u64>,
+    /// Whether its job file has a `[checkpoints]` section: only then are its checkpoints
+    /// stored, and reachable through `GET /v1/jobs/{id}/checkpoints`.
+    #[serde(default)]
+    pub keeps_checkpoints: bool,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]

@@ -455,6 +455,7 @@ fn info(job: &HostedJob) -> JobInfo {
             .collect(),
         checkpoints_completed: summary.checkpoints_completed,
         last_checkpoint: (last > 0).then_some(last),
+        keeps_checkpoints: job.checkpoint_store.is_some(),
     }
 }
 
