@@ -726,6 +726,58 @@ fn a_job_file_named_without_its_folder_is_submitted_from_the_current_one() {
 }
 
 #[test]
+fn submit_warns_about_a_component_older_than_its_projects_sources() {
+    let data = tempfile::tempdir().expect("tempdir");
+    let host = Host::start(data.path());
+    let dir = tempfile::tempdir().expect("tempdir");
+    // A project folder (operator.py marks a Python one) whose component was built a minute
+    // before its source last changed.
+    let project = dir.path().join("counter");
+    std::fs::create_dir(&project).expect("project folder");
+    let built = project.join("operator.wasm");
+    std::fs::copy(component("weir-example-counter"), &built).expect("component");
+    std::fs::File::options()
+        .write(true)
+        .open(&built)
+        .expect("open")
+        .set_modified(std::time::SystemTime::now() - Duration::from_secs(60))
+        .expect("set mtime");
+    std::fs::write(project.join("operator.py"), "# changed after the build\n").expect("source");
+    let job = write_job(
+        dir.path(),
+        r#"
+        [job]
+        name = "stale"
+        [source]
+        kind = "generator"
+        records = 1000
+        keys = 10
+        [[operators]]
+        name = "count"
+        component = "counter/operator.wasm"
+        key_by = "key"
+        [sink]
+        kind = "discard"
+        "#,
+    );
+    let out = host.weir(
+        &["submit", job.to_str().expect("utf-8"), "--json"],
+        Some(TOKEN),
+    );
+    let warning = format!(
+        "warning: operator `count`: {} is newer than its component {}; rebuild it with \
+         `weir build {}`",
+        project.join("operator.py").display(),
+        built.display(),
+        project.display()
+    );
+    assert!(stderr(&out).contains(&warning), "{}", stderr(&out));
+    // A warning: the job still runs.
+    let id = submitted_id(&out);
+    assert_eq!(host.wait(&id)["status"], "finished");
+}
+
+#[test]
 fn a_served_jobs_checkpoints_read_through_the_host_as_from_its_folder() {
     let data = tempfile::tempdir().expect("tempdir");
     let host = Host::start(data.path());

@@ -260,6 +260,9 @@ async fn checkpoint_now(host: &HostArgs, id: &str, wait: Option<Duration>) -> Re
 /// components.
 fn submission(job: &Path) -> Result<SubmitRequest, Failure> {
     let spec = JobSpec::load(job).map_err(Failure::input)?;
+    for stale in crate::build::stale_components(&spec) {
+        eprintln!("warning: {stale}");
+    }
     let text = std::fs::read_to_string(job)
         .with_context(|| format!("cannot read {}", job.display()))
         .map_err(Failure::input)?;

@@ -333,7 +333,7 @@ impl Checker<'_> {
         location: &str,
         p: &Path,
         what: &str,
-        hint: &str,
+        hint: fn(&Path) -> String,
     ) -> Result<PathBuf, SpecError> {
         let resolved = self.resolve(p);
         if resolved.is_file() {
@@ -342,9 +342,10 @@ impl Checker<'_> {
             Err(self.invalid(
                 location,
                 format!(
-                    "{what} {} does not exist (looked for {}){hint}",
+                    "{what} {} does not exist (looked for {}){}",
                     p.display(),
-                    resolved.display()
+                    resolved.display(),
+                    hint(&resolved)
                 ),
             ))
         }
@@ -498,7 +499,8 @@ impl Checker<'_> {
     fn check_source(&self, source: SourceSpec) -> Result<SourceSpec, SpecError> {
         Ok(match source {
             SourceSpec::TextLines { path } => SourceSpec::TextLines {
-                path: self.existing_file("[source] path", &path, "input file", "")?,
+                path: self
+                    .existing_file("[source] path", &path, "input file", |_| String::new())?,
             },
             SourceSpec::JsonLines { path, key_pointer } => {
                 if let Some(p) = &key_pointer
@@ -510,7 +512,8 @@ impl Checker<'_> {
                     ));
                 }
                 SourceSpec::JsonLines {
-                    path: self.existing_file("[source] path", &path, "input file", "")?,
+                    path: self
+                        .existing_file("[source] path", &path, "input file", |_| String::new())?,
                     key_pointer,
                 }
             }
@@ -542,7 +545,7 @@ impl Checker<'_> {
             &format!("{at} component"),
             &op.component,
             "component",
-            "; build the operator first (for the examples: scripts/build-guests)",
+            crate::build::missing_component_hint,
         )?;
         let key_by = match op.key_by {
             None => None,
