@@ -112,7 +112,7 @@ async fn list(store: &str, host: Option<String>, json: bool) -> Result<(), Failu
             .await?
         }
         None => {
-            let target = Target::open(store).await?;
+            let target = Target::open(store)?;
             let mut rows = Vec::new();
             for job in target.jobs().await? {
                 rows.extend(
@@ -148,7 +148,7 @@ async fn show(
             .await?
         }
         None => {
-            let target = Target::open(store).await?;
+            let target = Target::open(store)?;
             let job = target.one_job(job, which).await?;
             target
                 .checkpoints(&job)
@@ -179,7 +179,7 @@ struct Target {
 
 impl Target {
     /// Reads STORE: a job file if it is a file or looks like one, a folder, else a URL.
-    async fn open(arg: &str) -> Result<Self, Failure> {
+    fn open(arg: &str) -> Result<Self, Failure> {
         let as_path = std::path::Path::new(arg);
         let (url, job) = if as_path.is_file() || arg.ends_with(".toml") {
             let spec = JobSpec::load(as_path).map_err(Failure::input)?;
