@@ -263,3 +263,60 @@ fn new_refuses_an_existing_folder() {
         "weir new wrote into an existing folder"
     );
 }
+
+/// Sets `path`'s modification time `seconds` into the past.
+fn age(path: &Path, seconds: u64) {
+    std::fs::File::options()
+        .write(true)
+        .open(path)
+        .expect("open")
+        .set_modified(std::time::SystemTime::now() - std::time::Duration::from_secs(seconds))
+        .expect("set mtime");
+}
+
+#[test]
+fn run_warns_when_a_projects_sources_are_newer_than_its_component() {
+    let (_dir, project) = new_project("c", "stale-c");
+    build(&project);
+    let job = project.join("job.toml");
+    let component = project.join("operator.wasm");
+    let run = || weir(&["run", path_str(&job), "--quiet"]);
+    let out = run();
+    assert!(out.status.success(), "weir run failed:\n{}", stderr(&out));
+    assert!(!stderr(&out).contains("warning"), "{}", stderr(&out));
+
+    // The source edited after the build (the component a minute older: file times can be
+    // coarser than the edit).
+    let source = project.join("operator.c");
+    let mut text = std::fs::read_to_string(&source).expect("source");
+    text.push_str("\n/* edited */\n");
+    std::fs::write(&source, text).expect("edit");
+    age(&component, 60);
+    let out = run();
+    assert!(out.status.success(), "weir run failed:\n{}", stderr(&out));
+    let warning = format!(
+        "warning: operator `stale-c`: {} is newer than its component {}; rebuild it with \
+         `weir build {}`",
+        source.display(),
+        component.display(),
+        project.display()
+    );
+    assert!(stderr(&out).contains(&warning), "{}", stderr(&out));
+    // A warning only: the job ran with the component it has.
+    assert_eq!(String::from_utf8_lossy(&out.stdout), SKELETON_OUTPUT);
+
+    // Rebuilt, nothing to say.
+    build(&project);
+    let out = run();
+    assert!(out.status.success(), "weir run failed:\n{}", stderr(&out));
+    assert!(!stderr(&out).contains("warning"), "{}", stderr(&out));
+
+    // Without its component, the job file's error names the build that makes it.
+    std::fs::remove_file(&component).expect("remove");
+    let out = run();
+    support::assert_clean_failure(
+        &out,
+        &[&format!("build it with `weir build {}`", project.display())],
+    );
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+}

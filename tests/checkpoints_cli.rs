@@ -334,3 +334,133 @@ fn empty_and_missing_stores() {
     assert_eq!(out.status.code(), Some(2), "{}", support::stderr(&out));
     assert_clean_failure(&out, &["checkpoint 1 does not exist", "no checkpoints"]);
 }
+
+/// Runs `weir` in `dir` with `args`.
+fn weir_in(dir: &Path, args: &[&str]) -> Output {
+    std::process::Command::new(env!("CARGO_BIN_EXE_weir"))
+        .current_dir(dir)
+        .args(args)
+        .env("RUST_LOG", "warn")
+        .env("NO_COLOR", "1")
+        .output()
+        .expect("weir runs")
+}
+
+#[test]
+fn a_folder_is_read_as_a_store_or_as_one_jobs_folder_and_latest_is_the_newest() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = dir.path().join("store");
+    std::fs::create_dir(&store).expect("mkdir");
+    let url = url_of(&store);
+    write_checkpoints(&url, "wordcount", &[1, 2]);
+    write_checkpoints(&url, "other", &[1]);
+    let by_url = stdout(&weir(&["checkpoints", "list", &url]));
+
+    // A store folder, absolute or relative to the current folder, is its `file://` URL.
+    let absolute = store.to_str().expect("utf-8");
+    assert_eq!(stdout(&weir(&["checkpoints", "list", absolute])), by_url);
+    assert_eq!(
+        stdout(&weir_in(dir.path(), &["checkpoints", "list", "store"])),
+        by_url
+    );
+    assert_eq!(
+        stdout(&weir_in(&store, &["checkpoints", "list", "."])),
+        by_url
+    );
+
+    // One job's folder, or its `checkpoints/` folder: that job only.
+    let wordcount_rows: Vec<&str> = by_url
+        .lines()
+        .filter(|l| l.starts_with("wordcount") || l.starts_with("JOB"))
+        .collect();
+    for folder in ["store/wordcount", "store/wordcount/checkpoints"] {
+        let table = stdout(&weir_in(dir.path(), &["checkpoints", "list", folder]));
+        assert_eq!(
+            table.lines().collect::<Vec<_>>(),
+            wordcount_rows,
+            "{folder}"
+        );
+        // Without --job, though the store holds two jobs.
+        let shown = stdout(&weir_in(
+            dir.path(),
+            &["checkpoints", "show", "1", "--store", folder],
+        ));
+        assert!(shown.contains("job         wordcount"), "{shown}");
+    }
+
+    // `latest`: the newest completed checkpoint, the same as naming it.
+    let latest = stdout(&weir_in(
+        dir.path(),
+        &[
+            "checkpoints",
+            "show",
+            "latest",
+            "--store",
+            "store/wordcount",
+        ],
+    ));
+    assert!(latest.contains("checkpoint  2\n"), "{latest}");
+    assert_eq!(
+        latest,
+        stdout(&weir(&[
+            "checkpoints",
+            "show",
+            "2",
+            "--store",
+            &url,
+            "--job",
+            "wordcount"
+        ]))
+    );
+    let json = stdout(&weir(&[
+        "checkpoints",
+        "show",
+        "latest",
+        "--store",
+        &url,
+        "--job",
+        "other",
+        "--json",
+    ]));
+    let parsed: CheckpointMetadata = serde_json::from_str(&json).expect("metadata");
+    assert_eq!((parsed.job.as_str(), parsed.id), ("other", CheckpointId(1)));
+
+    // Neither a job file, a folder nor a URL: says what it accepts, and of --host.
+    let out = weir_in(dir.path(), &["checkpoints", "list", "job-3"]);
+    assert_eq!(out.status.code(), Some(2), "{}", support::stderr(&out));
+    assert_clean_failure(
+        &out,
+        &[
+            "job-3 is neither a job file, a folder nor a store URL",
+            "--host",
+        ],
+    );
+    let out = weir(&["checkpoints", "show", "newest", "--store", &url]);
+    assert_eq!(out.status.code(), Some(2), "{}", support::stderr(&out));
+    assert!(
+        support::stderr(&out).contains("use a checkpoint id or `latest`"),
+        "{}",
+        support::stderr(&out)
+    );
+}
+
+#[test]
+fn latest_of_a_job_without_checkpoints_says_there_are_none_yet() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    // A job folder whose checkpoints are not complete yet: only an artifact.
+    let job = dir.path().join("wordcount");
+    std::fs::create_dir_all(job.join("state/count/0")).expect("mkdir");
+    std::fs::write(job.join("state/count/0/chk-1-run1.inc"), b"x").expect("artifact");
+    let url = url_of(dir.path());
+    let out = weir(&[
+        "checkpoints",
+        "show",
+        "latest",
+        "--store",
+        &url,
+        "--job",
+        "wordcount",
+    ]);
+    assert_eq!(out.status.code(), Some(2), "{}", support::stderr(&out));
+    assert_clean_failure(&out, &["job `wordcount` has no completed checkpoint yet"]);
+}

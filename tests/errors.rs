@@ -136,7 +136,38 @@ fn a_job_file_with_a_missing_component_names_the_operator_and_path() {
         &[
             "operators[0] (`tokenize`) component",
             "missing/tokenizer.wasm does not exist",
+            "scripts/build-guests",
         ],
+    );
+    assert_eq!(out.status.code(), Some(2));
+}
+
+#[test]
+fn a_missing_component_in_an_operator_project_names_its_weir_build() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    std::fs::write(dir.path().join("in.txt"), "a\n").expect("write");
+    // A JavaScript project not built yet: the file that marks it, no component.
+    std::fs::create_dir(dir.path().join("tokenizer")).expect("mkdir");
+    std::fs::write(dir.path().join("tokenizer/operator.js"), "// source\n").expect("write");
+    let job = write_job(dir.path(), &job_text("", "\"tokenizer/operator.wasm\""));
+    let out = weir(&["run", job.to_str().expect("utf-8")]);
+    let project = dir.path().join("tokenizer");
+    assert_clean_failure(
+        &out,
+        &[
+            "operators[0] (`tokenize`) component",
+            "tokenizer/operator.wasm does not exist",
+            &format!(
+                "{} holds a JavaScript operator project: build it with `weir build {}`",
+                project.display(),
+                project.display()
+            ),
+        ],
+    );
+    assert!(
+        !support::stderr(&out).contains("scripts/build-guests"),
+        "{}",
+        support::stderr(&out)
     );
     assert_eq!(out.status.code(), Some(2));
 }

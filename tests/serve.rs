@@ -53,7 +53,15 @@ impl Host {
 
     /// Runs a client command against this host with `token`.
     fn weir(&self, args: &[&str], token: Option<&str>) -> Output {
+        self.weir_in(None, args, token)
+    }
+
+    /// [`Host::weir`] with `dir` as the current folder.
+    fn weir_in(&self, dir: Option<&Path>, args: &[&str], token: Option<&str>) -> Output {
         let mut command = Command::new(env!("CARGO_BIN_EXE_weir"));
+        if let Some(dir) = dir {
+            command.current_dir(dir);
+        }
         command
             .args(args)
             .args(["--host", &self.url])
@@ -684,4 +692,283 @@ fn a_job_cannot_reach_another_jobs_files_and_an_ended_job_restarts_from_its_chec
     let stopped = host.weir(&["cancel", &id], Some(TOKEN));
     assert!(stopped.status.success(), "{}", stderr(&stopped));
     assert_eq!(host.wait(&id)["status"], "cancelled");
+}
+
+/// Standard output of a command that must succeed.
+fn stdout(out: &Output) -> String {
+    assert!(
+        out.status.success(),
+        "weir failed ({:?}):\n{}",
+        out.status.code(),
+        stderr(out)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+#[test]
+fn a_job_file_named_without_its_folder_is_submitted_from_the_current_one() {
+    let data = tempfile::tempdir().expect("tempdir");
+    let host = Host::start(data.path());
+    let dir = tempfile::tempdir().expect("tempdir");
+    wordcount_job(dir.path(), "");
+    // `weir submit job.toml`, as the README writes it: no folder in the path.
+    let id = submitted_id(&host.weir_in(
+        Some(dir.path()),
+        &["submit", "job.toml", "--json"],
+        Some(TOKEN),
+    ));
+    let info = host.wait(&id);
+    assert_eq!(info["status"], "finished", "{info}");
+    // The relative source and sink were read and written in the job file's folder.
+    let out = std::fs::read_to_string(dir.path().join("out.txt")).expect("output");
+    assert_eq!(out.lines().count(), 3000);
+    assert!(out.lines().any(|l| l == "a\t1500"), "{out}");
+}
+
+#[test]
+fn submit_warns_about_a_component_older_than_its_projects_sources() {
+    let data = tempfile::tempdir().expect("tempdir");
+    let host = Host::start(data.path());
+    let dir = tempfile::tempdir().expect("tempdir");
+    // A project folder (operator.py marks a Python one) whose component was built a minute
+    // before its source last changed.
+    let project = dir.path().join("counter");
+    std::fs::create_dir(&project).expect("project folder");
+    let built = project.join("operator.wasm");
+    std::fs::copy(component("weir-example-counter"), &built).expect("component");
+    std::fs::File::options()
+        .write(true)
+        .open(&built)
+        .expect("open")
+        .set_modified(std::time::SystemTime::now() - Duration::from_secs(60))
+        .expect("set mtime");
+    std::fs::write(project.join("operator.py"), "# changed after the build\n").expect("source");
+    let job = write_job(
+        dir.path(),
+        r#"
+        [job]
+        name = "stale"
+        [source]
+        kind = "generator"
+        records = 1000
+        keys = 10
+        [[operators]]
+        name = "count"
+        component = "counter/operator.wasm"
+        key_by = "key"
+        [sink]
+        kind = "discard"
+        "#,
+    );
+    let out = host.weir(
+        &["submit", job.to_str().expect("utf-8"), "--json"],
+        Some(TOKEN),
+    );
+    let warning = format!(
+        "warning: operator `count`: {} is newer than its component {}; rebuild it with \
+         `weir build {}`",
+        project.join("operator.py").display(),
+        built.display(),
+        project.display()
+    );
+    assert!(stderr(&out).contains(&warning), "{}", stderr(&out));
+    // A warning: the job still runs.
+    let id = submitted_id(&out);
+    assert_eq!(host.wait(&id)["status"], "finished");
+}
+
+#[test]
+fn a_served_jobs_checkpoints_read_through_the_host_as_from_its_folder() {
+    let data = tempfile::tempdir().expect("tempdir");
+    let host = Host::start(data.path());
+    let dir = tempfile::tempdir().expect("tempdir");
+    let job = wordcount_job(dir.path(), "[checkpoints]\ninterval_ms = 5\nretain = 3");
+    let id = submitted_id(&host.weir(
+        &["submit", job.to_str().expect("utf-8"), "--json"],
+        Some(TOKEN),
+    ));
+    let info = host.wait(&id);
+    assert_eq!(info["status"], "finished", "{info}");
+    let last = info["last_checkpoint"].as_u64().expect("a checkpoint");
+    let folder = data.path().join("jobs").join(&id).join("checkpoints");
+    let folder = folder.to_str().expect("utf-8");
+
+    // The same output whichever way the checkpoints are reached, JSON included.
+    let local = |args: &[&str]| stdout(&support::weir(args));
+    let served = |args: &[&str]| stdout(&host.weir(args, Some(TOKEN)));
+    let table = served(&["checkpoints", "list", &id]);
+    assert_eq!(table, local(&["checkpoints", "list", folder]));
+    assert!(table.lines().count() >= 2, "{table}");
+    let rows: serde_json::Value =
+        serde_json::from_str(&served(&["checkpoints", "list", &id, "--json"])).expect("JSON");
+    assert_eq!(
+        rows,
+        serde_json::from_str::<serde_json::Value>(&local(&[
+            "checkpoints",
+            "list",
+            folder,
+            "--json"
+        ]))
+        .expect("JSON")
+    );
+    let rows = rows.as_array().expect("an array");
+    assert_eq!(rows.last().expect("a row")["id"], last);
+    assert!(rows.iter().all(|r| r["job"] == "wc"), "{rows:?}");
+
+    let shown = served(&["checkpoints", "show", "latest", "--store", &id]);
+    assert_eq!(
+        shown,
+        local(&["checkpoints", "show", "latest", "--store", folder])
+    );
+    assert!(shown.contains(&format!("checkpoint  {last}\n")), "{shown}");
+    assert!(!shown.contains("missing"), "{shown}");
+    let json = served(&[
+        "checkpoints",
+        "show",
+        &last.to_string(),
+        "--store",
+        &id,
+        "--json",
+    ]);
+    assert_eq!(
+        json,
+        local(&["checkpoints", "show", "latest", "--store", folder, "--json"])
+    );
+    let metadata: serde_json::Value = serde_json::from_str(&json).expect("JSON");
+    assert_eq!(metadata["id"], last);
+    assert_eq!(metadata["finished"], true);
+
+    // The API behind it: the token is needed as everywhere, a detail says what is stored.
+    let bearer = format!("Bearer {TOKEN}");
+    let (status, _) = host.get(&format!("/v1/jobs/{id}/checkpoints"), None);
+    assert_eq!(status, 401);
+    let (status, _) = host.get(
+        &format!("/v1/jobs/{id}/checkpoints/latest"),
+        Some("Bearer wrong-token-of-some-length"),
+    );
+    assert_eq!(status, 401);
+    let (status, body) = host.get(&format!("/v1/jobs/{id}/checkpoints/latest"), Some(&bearer));
+    assert_eq!(status, 200, "{body}");
+    let detail: serde_json::Value = serde_json::from_str(&body).expect("JSON");
+    assert_eq!(detail["id"], last);
+    let stored = detail["stored"].as_object().expect("stored artifacts");
+    assert!(!stored.is_empty(), "{detail}");
+    for artifact in detail["operators"][1]["subtasks"][0]["chain"]
+        .as_array()
+        .expect("a chain")
+    {
+        let path = artifact["path"].as_str().expect("a path");
+        assert_eq!(stored[path], artifact["bytes"], "{path}");
+    }
+    let (status, body) = host.get(&format!("/v1/jobs/{id}/checkpoints/newest"), Some(&bearer));
+    assert_eq!(status, 400, "{body}");
+
+    // Clear errors, each the caller's mistake (exit 2), or the token's (exit 3).
+    for (args, expected) in [
+        (vec!["checkpoints", "list", "job-999"], "no job job-999"),
+        (
+            vec!["checkpoints", "show", "999999", "--store", &id],
+            "checkpoint 999999 of job `wc` does not exist",
+        ),
+    ] {
+        let out = host.weir(&args, Some(TOKEN));
+        assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+        assert!(stderr(&out).contains(expected), "{}", stderr(&out));
+    }
+    let refused = host.weir(
+        &["checkpoints", "list", &id],
+        Some("wrong-token-of-some-length"),
+    );
+    assert_eq!(refused.status.code(), Some(3), "{}", stderr(&refused));
+
+    // A job that has none yet (none before an hour).
+    let endless = endless_job(dir.path(), "[checkpoints]\ninterval_ms = 3600000");
+    let endless_id = submitted_id(&host.weir(
+        &["submit", endless.to_str().expect("utf-8"), "--json"],
+        Some(TOKEN),
+    ));
+    let none = host.weir(
+        &["checkpoints", "show", "latest", "--store", &endless_id],
+        Some(TOKEN),
+    );
+    assert_eq!(none.status.code(), Some(2), "{}", stderr(&none));
+    assert!(
+        stderr(&none).contains("job `endless` has no completed checkpoint yet"),
+        "{}",
+        stderr(&none)
+    );
+    assert_eq!(
+        stdout(&host.weir(&["checkpoints", "list", &endless_id], Some(TOKEN))).trim(),
+        "no completed checkpoints"
+    );
+    assert!(
+        host.weir(&["cancel", &endless_id], Some(TOKEN))
+            .status
+            .success()
+    );
+}
+
+#[test]
+fn weir_checkpoint_waits_for_the_checkpoint_and_says_which_it_was() {
+    let data = tempfile::tempdir().expect("tempdir");
+    let host = Host::start(data.path());
+    let dir = tempfile::tempdir().expect("tempdir");
+    // Checkpoints kept, but none before an hour: only those asked for.
+    let job = endless_job(dir.path(), "[checkpoints]\ninterval_ms = 3600000");
+    let id = submitted_id(&host.weir(
+        &["submit", job.to_str().expect("utf-8"), "--json"],
+        Some(TOKEN),
+    ));
+    let said = stdout(&host.weir(&["checkpoint", &id], Some(TOKEN)));
+    let prefix = format!("checkpoint 1 of {id} completed: ");
+    let size = said
+        .trim()
+        .strip_prefix(&prefix)
+        .unwrap_or_else(|| panic!("{said:?} does not start with {prefix:?}"));
+    assert_eq!(host.job(&id)["last_checkpoint"], 1);
+    // Its size as `weir checkpoints list` counts it.
+    let rows: serde_json::Value = serde_json::from_str(&stdout(
+        &host.weir(&["checkpoints", "list", &id, "--json"], Some(TOKEN)),
+    ))
+    .expect("JSON");
+    assert_eq!(
+        size,
+        format!("{} bytes in 1 artifact", rows[0]["bytes"]),
+        "{rows}"
+    );
+
+    // A job that keeps no checkpoints takes one (its barrier passes), and stores nothing.
+    let plain_dir = tempfile::tempdir().expect("tempdir");
+    let plain = endless_job(plain_dir.path(), "");
+    let plain_id = submitted_id(&host.weir(
+        &["submit", plain.to_str().expect("utf-8"), "--json"],
+        Some(TOKEN),
+    ));
+    let said = stdout(&host.weir(&["checkpoint", &plain_id], Some(TOKEN)));
+    assert!(
+        said.starts_with(&format!(
+            "checkpoint 1 of {plain_id} completed; the job keeps no checkpoints"
+        )),
+        "{said}"
+    );
+    let out = host.weir(&["checkpoints", "list", &plain_id], Some(TOKEN));
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("keeps no checkpoints"),
+        "{}",
+        stderr(&out)
+    );
+
+    // An ended job takes none: the caller's mistake.
+    for job in [&id, &plain_id] {
+        assert!(host.weir(&["cancel", job], Some(TOKEN)).status.success());
+        assert_eq!(host.wait(job)["status"], "cancelled");
+    }
+    let out = host.weir(&["checkpoint", &id], Some(TOKEN));
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains(&format!("job {id} is cancelled")),
+        "{}",
+        stderr(&out)
+    );
 }

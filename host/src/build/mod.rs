@@ -24,6 +24,8 @@
 //!   `rust_sdk.rs`: the Rust SDK compiled into the binary, staged for Rust projects.
 //! - `skeleton.rs`: `weir new`, a small working operator per language (files in
 //!   `skeletons/`).
+//! - `staleness.rs`: a job's components older than their project's sources (a warning),
+//!   and the hint for a missing one.
 
 mod c;
 mod javascript;
@@ -33,6 +35,7 @@ mod rust;
 mod rust_sdk;
 mod skeleton;
 mod staging;
+mod staleness;
 pub mod toolchain;
 
 use std::path::{Path, PathBuf};
@@ -41,6 +44,7 @@ use std::time::Instant;
 pub use project::{Language, Project};
 pub use rust_sdk::STAGED_SDK;
 pub use skeleton::{NewError, create_skeleton};
+pub use staleness::{StaleComponent, missing_component_hint, stale_components};
 pub use toolchain::Tool;
 
 use crate::engine::{Engine, LoadError};

@@ -144,6 +144,16 @@ impl Project {
         Ok(())
     }
 
+    /// The most recently modified of the project's sources, with its time; `None` for a
+    /// project without sources.
+    pub fn newest_source(&self) -> std::io::Result<Option<(PathBuf, SystemTime)>> {
+        Ok(self
+            .sources()?
+            .into_iter()
+            .filter_map(|s| modified(&s).map(|m| (s, m)))
+            .max_by_key(|(_, m)| *m))
+    }
+
     /// Whether `out` is newer than every source of the project and than the running `weir`
     /// binary (whose SDKs it embeds). Rust projects are never up to date here: Cargo knows
     /// their dependencies, and finds out for itself in a fraction of a second.

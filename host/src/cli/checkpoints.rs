@@ -1,25 +1,34 @@
-//! `weir checkpoints list STORE [--json]` and
-//! `weir checkpoints show ID --store STORE [--job NAME] [--json]`
+//! `weir checkpoints list STORE [--host URL] [--json]` and
+//! `weir checkpoints show ID|latest --store STORE [--job NAME] [--host URL] [--json]`
 //!
 //! Read-only inspection of the checkpoints jobs left in an object store, so that an operator
 //! can see what a restore would start from (and what it costs) without running anything.
-//! STORE is an object-store URL (`file:///var/weir`, `s3://bucket/prefix`) or a job file,
-//! whose `[checkpoints] store` and job name are used. Everything here reads; nothing writes
-//! or deletes, so it is safe to point at the store of a running job.
+//! STORE is one of:
+//!
+//! - a job file, whose `[checkpoints] store` and job name are used;
+//! - a folder (relative or absolute): the store `file://` of its absolute path, every job
+//!   under it; or, when it is one job's folder in a store (it holds that job's
+//!   `checkpoints/chk-….json`) or that `checkpoints/` folder itself, that job only;
+//! - an object-store URL (`file:///var/weir`, `s3://bucket/prefix`): every job under it;
+//! - with `--host URL`, the id of a job that `weir serve` runs there, read through the host's
+//!   API (`GET /v1/jobs/{id}/checkpoints`), which answers with what a store would give.
+//!
+//! Everything here reads; nothing writes or deletes, so it is safe to point at the store of a
+//! running job.
 
-use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
 
 use anyhow::anyhow;
-use futures::TryStreamExt;
 use object_store::ObjectStore;
 use object_store::path::Path;
 
 use super::Failure;
+use super::client::{HostArgs, call};
+use crate::checkpoint::CheckpointStore;
 use crate::checkpoint::storage::open_store;
-use crate::checkpoint::{CheckpointMetadata, CheckpointStore};
-use crate::ids::CheckpointId;
 use crate::job::JobSpec;
+use crate::serve::job_checkpoints::{InspectError, JobCheckpoints, Which, distinct_artifacts, utc};
+use crate::serve::protocol::{CheckpointDetail, CheckpointSummary};
 
 #[derive(Debug, clap::Args)]
 pub struct CheckpointsArgs {
@@ -29,29 +38,45 @@ pub struct CheckpointsArgs {
 
 #[derive(Debug, clap::Subcommand)]
 enum CheckpointsCommand {
-    /// List the completed checkpoints of every job in a store, or of a job file's job.
+    /// List the completed checkpoints of every job in a store, or of one job.
     List {
-        /// An object-store URL (file:///dir, s3://bucket/prefix) or a job file (JOB.toml).
+        /// A job file (JOB.toml), a folder, an object-store URL (file:///dir,
+        /// s3://bucket/prefix), or with --host a served job's id.
         #[arg(value_name = "STORE")]
         store: String,
+        #[command(flatten)]
+        served: Served,
         /// Print a JSON array instead of a table.
         #[arg(long)]
         json: bool,
     },
     /// Show one checkpoint: source position and every subtask's chain of artifacts.
     Show {
-        /// The checkpoint id.
-        id: u64,
-        /// An object-store URL (file:///dir, s3://bucket/prefix) or a job file (JOB.toml).
+        /// The checkpoint id, or `latest`.
+        #[arg(value_name = "ID|latest")]
+        which: Which,
+        /// A job file (JOB.toml), a folder, an object-store URL (file:///dir,
+        /// s3://bucket/prefix), or with --host a served job's id.
         #[arg(long, value_name = "STORE")]
         store: String,
         /// The job, when the store holds the checkpoints of several.
-        #[arg(long, value_name = "NAME")]
+        #[arg(long, value_name = "NAME", conflicts_with = "host")]
         job: Option<String>,
+        #[command(flatten)]
+        served: Served,
         /// Print the checkpoint's metadata as JSON.
         #[arg(long)]
         json: bool,
     },
+}
+
+#[derive(Debug, clap::Args)]
+struct Served {
+    /// Read the checkpoints of a job run by `weir serve` at this URL: STORE is the job's id.
+    /// The token is WEIR_TOKEN's, or ~/.config/weir/token's. (WEIR_HOST does not count
+    /// here: without --host, STORE is read as a job file, folder or URL.)
+    #[arg(long, value_name = "URL")]
+    host: Option<String>,
 }
 
 pub fn checkpoints(args: CheckpointsArgs) -> Result<(), Failure> {
@@ -59,17 +84,92 @@ pub fn checkpoints(args: CheckpointsArgs) -> Result<(), Failure> {
     // I/O and timers for remote stores.
     let runtime = super::runtime(false)?;
     match args.command {
-        CheckpointsCommand::List { store, json } => runtime.block_on(list(&store, json)),
+        CheckpointsCommand::List {
+            store,
+            served,
+            json,
+        } => runtime.block_on(list(&store, served.host, json)),
         CheckpointsCommand::Show {
-            id,
+            which,
             store,
             job,
+            served,
             json,
-        } => runtime.block_on(show(CheckpointId(id), &store, job.as_deref(), json)),
+        } => runtime.block_on(show(which, &store, job.as_deref(), served.host, json)),
     }
 }
 
-/// The store to read and, when STORE was a job file, the one job to read in it.
+async fn list(store: &str, host: Option<String>, json: bool) -> Result<(), Failure> {
+    let rows: Vec<CheckpointSummary> = match host {
+        Some(host) => {
+            let path = format!("/v1/jobs/{store}/checkpoints");
+            call(
+                &HostArgs::at(host),
+                reqwest::Method::GET,
+                &path,
+                None::<&()>,
+            )
+            .await?
+        }
+        None => {
+            let target = Target::open(store)?;
+            let mut rows = Vec::new();
+            for job in target.jobs().await? {
+                rows.extend(
+                    target
+                        .checkpoints(&job)
+                        .summaries()
+                        .await
+                        .map_err(|e| target.unreadable(e))?,
+                );
+            }
+            rows
+        }
+    };
+    print_list(&rows, json)
+}
+
+async fn show(
+    which: Which,
+    store: &str,
+    job: Option<&str>,
+    host: Option<String>,
+    json: bool,
+) -> Result<(), Failure> {
+    let detail: CheckpointDetail = match host {
+        Some(host) => {
+            let path = format!("/v1/jobs/{store}/checkpoints/{which}");
+            call(
+                &HostArgs::at(host),
+                reqwest::Method::GET,
+                &path,
+                None::<&()>,
+            )
+            .await?
+        }
+        None => {
+            let target = Target::open(store)?;
+            let job = target.one_job(job, which).await?;
+            target
+                .checkpoints(&job)
+                .detail(which)
+                .await
+                .map_err(|e| match e {
+                    InspectError::Storage(e) => target.unreadable(e),
+                    e => Failure::input(anyhow!("{}: {e}", target.url)),
+                })?
+        }
+    };
+    if json {
+        println!("{}", to_json(&detail.metadata)?);
+    } else {
+        print!("{}", describe(&detail));
+    }
+    Ok(())
+}
+
+/// The store to read and, when STORE was a job file or one job's folder, the one job to
+/// read in it.
 struct Target {
     url: String,
     store: Arc<dyn ObjectStore>,
@@ -78,7 +178,7 @@ struct Target {
 }
 
 impl Target {
-    /// Reads STORE: a job file if it is a file or looks like one, else a URL.
+    /// Reads STORE: a job file if it is a file or looks like one, a folder, else a URL.
     fn open(arg: &str) -> Result<Self, Failure> {
         let as_path = std::path::Path::new(arg);
         let (url, job) = if as_path.is_file() || arg.ends_with(".toml") {
@@ -90,8 +190,15 @@ impl Target {
                 ))
             })?;
             (checkpoints.store, Some(spec.name))
-        } else {
+        } else if as_path.is_dir() {
+            folder(as_path).map_err(Failure::input)?
+        } else if url::Url::parse(arg).is_ok() {
             (arg.to_owned(), None)
+        } else {
+            return Err(Failure::input(anyhow!(
+                "{arg} is neither a job file, a folder nor a store URL (for a job that \
+                 `weir serve` runs, give its id with --host URL)"
+            )));
         };
         // `open_store` creates a missing local folder (a job needs it); an inspection must
         // not, and a mistyped path should say so rather than list nothing.
@@ -118,8 +225,11 @@ impl Target {
         })
     }
 
-    fn checkpoint_store(&self, job: &str) -> CheckpointStore {
-        CheckpointStore::new(self.store.clone(), &self.prefix, job)
+    fn checkpoints(&self, job: &str) -> JobCheckpoints {
+        JobCheckpoints::new(
+            job,
+            CheckpointStore::new(self.store.clone(), &self.prefix, job),
+        )
     }
 
     fn unreadable(&self, e: impl Into<anyhow::Error>) -> Failure {
@@ -129,7 +239,7 @@ impl Target {
         )
     }
 
-    /// The jobs to look at: the job file's, or every folder under the prefix that has a
+    /// The jobs to look at: the one named, or every folder under the prefix that has a
     /// `checkpoints/` folder (the layout [`CheckpointStore`] writes), sorted by name.
     async fn jobs(&self) -> Result<Vec<String>, Failure> {
         if let Some(job) = &self.job {
@@ -162,67 +272,64 @@ impl Target {
         Ok(jobs)
     }
 
-    /// The completed checkpoints of `job`, ascending.
-    async fn completed(&self, job: &str) -> Result<Vec<CheckpointId>, Failure> {
-        self.checkpoint_store(job)
-            .completed()
-            .await
-            .map_err(|e| self.unreadable(e))
-    }
-
-    async fn metadata(&self, job: &str, id: CheckpointId) -> Result<CheckpointMetadata, Failure> {
-        self.checkpoint_store(job)
-            .read_metadata(id)
-            .await
-            .map_err(|e| self.unreadable(e))
-    }
-}
-
-/// One row of `list`, also its JSON form.
-#[derive(serde::Serialize)]
-struct Row {
-    job: String,
-    id: u64,
-    completed_at_ms: u64,
-    completed_at: String,
-    finished: bool,
-    subtasks: usize,
-    artifacts: usize,
-    bytes: u64,
-}
-
-/// The artifacts a checkpoint references, each once: after a rescale several subtasks'
-/// chains share an artifact, and counting it twice would overstate what the store holds.
-fn distinct_artifacts(metadata: &CheckpointMetadata) -> (usize, u64) {
-    let mut seen = HashSet::new();
-    let mut bytes = 0;
-    for artifact in metadata.artifacts() {
-        if seen.insert(&artifact.path) {
-            bytes += artifact.bytes;
+    /// The job whose checkpoint `which` to show: `--job`, the target's, or the store's only
+    /// one.
+    async fn one_job(&self, job: Option<&str>, which: Which) -> Result<String, Failure> {
+        if let Some(job) = job {
+            return Ok(job.to_owned());
+        }
+        let jobs = self.jobs().await?;
+        match jobs.as_slice() {
+            [only] => Ok(only.clone()),
+            [] => Err(Failure::input(anyhow!(
+                "checkpoint {which} does not exist: {} holds no checkpoints",
+                self.url
+            ))),
+            _ => Err(Failure::input(anyhow!(
+                "{} holds the checkpoints of several jobs ({}); choose one with --job",
+                self.url,
+                jobs.join(", ")
+            ))),
         }
     }
-    (seen.len(), bytes)
 }
 
-async fn list(store: &str, json: bool) -> Result<(), Failure> {
-    let target = Target::open(store)?;
-    let mut rows = Vec::new();
-    for job in target.jobs().await? {
-        for id in target.completed(&job).await? {
-            let m = target.metadata(&job, id).await?;
-            let (artifacts, bytes) = distinct_artifacts(&m);
-            rows.push(Row {
-                job: job.clone(),
-                id: id.0,
-                completed_at_ms: m.completed_at_ms,
-                completed_at: utc(m.completed_at_ms),
-                finished: m.finished,
-                subtasks: m.operators.iter().map(|o| o.subtasks.len()).sum(),
-                artifacts,
-                bytes,
-            });
-        }
-    }
+/// The store URL and job a folder names (see the module's documentation).
+fn folder(path: &std::path::Path) -> anyhow::Result<(String, Option<String>)> {
+    let dir = std::path::absolute(path)?;
+    let job_folder = if holds_metadata(&dir.join("checkpoints")) {
+        Some(dir.as_path())
+    } else if dir.file_name().is_some_and(|n| n == "checkpoints") && holds_metadata(&dir) {
+        dir.parent()
+    } else {
+        None
+    };
+    let (store, job) = match job_folder.and_then(|j| Some((j.parent()?, j.file_name()?))) {
+        Some((store, job)) => (store, Some(job.to_string_lossy().into_owned())),
+        None => (dir.as_path(), None),
+    };
+    let url = url::Url::from_directory_path(store)
+        .map_err(|()| anyhow!("cannot name {} as a URL", store.display()))?;
+    Ok((url.to_string(), job))
+}
+
+/// Whether `dir` directly holds checkpoint metadata, `chk-<id>.json` (the layout of
+/// `host/src/checkpoint/checkpoint_store.rs`). Directly: a store folder holds it only
+/// further down, under each job's folder.
+fn holds_metadata(dir: &std::path::Path) -> bool {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return false;
+    };
+    entries.flatten().any(|e| {
+        let name = e.file_name();
+        let name = name.to_string_lossy();
+        name.starts_with("chk-")
+            && name.ends_with(".json")
+            && e.file_type().is_ok_and(|t| t.is_file())
+    })
+}
+
+fn print_list(rows: &[CheckpointSummary], json: bool) -> Result<(), Failure> {
     if json {
         println!("{}", to_json(&rows)?);
         return Ok(());
@@ -258,71 +365,11 @@ async fn list(store: &str, json: bool) -> Result<(), Failure> {
     Ok(())
 }
 
-async fn show(id: CheckpointId, store: &str, job: Option<&str>, json: bool) -> Result<(), Failure> {
-    let target = Target::open(store)?;
-    let job = match job {
-        Some(job) => job.to_owned(),
-        None => {
-            let jobs = target.jobs().await?;
-            match jobs.as_slice() {
-                [only] => only.clone(),
-                [] => {
-                    return Err(Failure::input(anyhow!(
-                        "checkpoint {id} does not exist: {} holds no checkpoints",
-                        target.url
-                    )));
-                }
-                _ => {
-                    return Err(Failure::input(anyhow!(
-                        "{} holds the checkpoints of several jobs ({}); choose one with --job",
-                        target.url,
-                        jobs.join(", ")
-                    )));
-                }
-            }
-        }
-    };
-    let ids = target.completed(&job).await?;
-    if !ids.contains(&id) {
-        let existing = if ids.is_empty() {
-            "it has no completed checkpoints".to_owned()
-        } else {
-            let ids: Vec<String> = ids.iter().map(ToString::to_string).collect();
-            format!("completed checkpoints: {}", ids.join(", "))
-        };
-        return Err(Failure::input(anyhow!(
-            "checkpoint {id} of job `{job}` does not exist in {}; {existing}",
-            target.url
-        )));
-    }
-    let m = target.metadata(&job, id).await?;
-    if json {
-        println!("{}", to_json(&m)?);
-        return Ok(());
-    }
-    let stored = stored_sizes(&target, &job).await?;
-    print!("{}", describe(&m, &target.checkpoint_store(&job), &stored));
-    Ok(())
-}
-
-/// The size of every object under the job's `state/` folder, by full path, so that `show`
-/// can say which referenced artifacts are actually present (a restore needs all of them).
-async fn stored_sizes(target: &Target, job: &str) -> Result<BTreeMap<Path, u64>, Failure> {
-    let cs = target.checkpoint_store(job);
-    let state = cs.resolve("state");
-    let objects: Vec<_> = cs
-        .object_store()
-        .list(Some(&state))
-        .try_collect()
-        .await
-        .map_err(|e| target.unreadable(e))?;
-    Ok(objects.into_iter().map(|o| (o.location, o.size)).collect())
-}
-
 /// The human-readable form of `show`.
-fn describe(m: &CheckpointMetadata, cs: &CheckpointStore, stored: &BTreeMap<Path, u64>) -> String {
+fn describe(detail: &CheckpointDetail) -> String {
     use std::fmt::Write;
 
+    let (m, stored) = (&detail.metadata, &detail.stored);
     let (artifacts, bytes) = distinct_artifacts(m);
     let mut out = String::new();
     let header = [
@@ -381,7 +428,7 @@ fn describe(m: &CheckpointMetadata, cs: &CheckpointStore, stored: &BTreeMap<Path
                     if a.full { "full" } else { "incremental" }.to_owned(),
                     a.owner.to_string(),
                     stored
-                        .get(&cs.resolve(&a.path))
+                        .get(&a.path)
                         .map_or_else(|| "missing".to_owned(), ToString::to_string),
                 ]
             }));
@@ -433,33 +480,4 @@ fn render(rows: &[Vec<String>], right: &[bool]) -> String {
         out.push('\n');
     }
     out
-}
-
-/// `2023-11-14 22:13:20 UTC` from milliseconds since the Unix epoch, by hand: a calendar
-/// crate for one timestamp format is not worth the dependency.
-fn utc(ms: u64) -> String {
-    let secs = ms / 1000;
-    let (y, mo, d) = civil_from_days((secs / 86_400) as i64);
-    let s = secs % 86_400;
-    format!(
-        "{y:04}-{mo:02}-{d:02} {:02}:{:02}:{:02} UTC",
-        s / 3600,
-        s / 60 % 60,
-        s % 60
-    )
-}
-
-/// Year, month, day of the day `z` days after 1970-01-01 in the proleptic Gregorian calendar
-/// (Howard Hinnant's `civil_from_days`).
-fn civil_from_days(z: i64) -> (i64, u32, u32) {
-    let z = z + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
-    let y = yoe + era * 400 + i64::from(m <= 2);
-    (y, m, d)
 }

@@ -1,5 +1,7 @@
 //! The commands that talk to a running `weir serve`: `submit`, `jobs`, `job` (with `--logs`,
-//! its guests' log lines), `cancel`, `checkpoint`, `restart`.
+//! its guests' log lines), `cancel`, `checkpoint` (which waits for the checkpoint and says
+//! which it was), `restart`. `weir checkpoints --host` reads a served job's checkpoints
+//! through [`call`] too.
 //!
 //! The host is `--host URL`, else `WEIR_HOST`, else `http://127.0.0.1:7070`; the token is
 //! `WEIR_TOKEN`, else the file `$XDG_CONFIG_HOME/weir/token` (`~/.config/weir/token`).
@@ -8,6 +10,7 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
 
 use anyhow::{Context, anyhow};
 use base64::Engine as _;
@@ -16,7 +19,9 @@ use reqwest::StatusCode;
 use super::Failure;
 use crate::guest::LogLine;
 use crate::job::JobSpec;
-use crate::serve::protocol::{ErrorBody, JobInfo, SubmitRequest};
+use crate::job::spec::{SinkSpec, SourceSpec};
+use crate::serve::job_checkpoints::distinct_artifacts;
+use crate::serve::protocol::{CheckpointDetail, ErrorBody, JobInfo, JobStatus, SubmitRequest};
 
 #[derive(Debug, clap::Args)]
 pub struct HostArgs {
@@ -26,6 +31,16 @@ pub struct HostArgs {
     /// Print JSON instead of a table.
     #[arg(long)]
     json: bool,
+}
+
+impl HostArgs {
+    /// The host at `url`, for a command that prints its answers itself.
+    pub(super) fn at(url: String) -> Self {
+        Self {
+            host: url,
+            json: false,
+        }
+    }
 }
 
 #[derive(Debug, clap::Subcommand)]
@@ -62,9 +77,15 @@ pub enum ClientCommand {
         #[command(flatten)]
         host: HostArgs,
     },
-    /// Ask a job for a checkpoint now.
+    /// Ask a job for a checkpoint now, and wait until one completes.
     Checkpoint {
         id: String,
+        /// How long to wait for the checkpoint to complete.
+        #[arg(long, value_name = "SECONDS", default_value_t = 60)]
+        timeout: u64,
+        /// Only ask; do not wait for the checkpoint.
+        #[arg(long, conflicts_with = "timeout")]
+        no_wait: bool,
         #[command(flatten)]
         host: HostArgs,
     },
@@ -127,7 +148,15 @@ pub fn client(command: ClientCommand) -> Result<(), Failure> {
                 };
                 act(&host, &id, action).await
             }
-            ClientCommand::Checkpoint { id, host } => act(&host, &id, "checkpoint").await,
+            ClientCommand::Checkpoint {
+                id,
+                timeout,
+                no_wait,
+                host,
+            } => {
+                let wait = (!no_wait).then_some(Duration::from_secs(timeout));
+                checkpoint_now(&host, &id, wait).await
+            }
             ClientCommand::Restart {
                 id,
                 checkpoint,
@@ -150,24 +179,114 @@ async fn act(host: &HostArgs, id: &str, action: &str) -> Result<(), Failure> {
     print_jobs(host, &[info])
 }
 
+/// `weir checkpoint ID`: asks for a checkpoint; unless `wait` is `None`, waits until one
+/// completes (the first after the request) and says which, with its size as `weir
+/// checkpoints list` counts it.
+async fn checkpoint_now(host: &HostArgs, id: &str, wait: Option<Duration>) -> Result<(), Failure> {
+    let path = format!("/v1/jobs/{id}/checkpoint");
+    let asked: JobInfo = call(host, reqwest::Method::POST, &path, None::<&()>).await?;
+    if asked.status != JobStatus::Running {
+        return Err(Failure::input(anyhow!(
+            "job {id} is {}: only a running job takes checkpoints (run it again with `weir restart {id}`)",
+            asked.status
+        )));
+    }
+    let Some(timeout) = wait else {
+        if host.json {
+            return print_jobs(host, &[asked]);
+        }
+        println!("checkpoint requested for {id}");
+        return Ok(());
+    };
+    let before = asked.last_checkpoint.unwrap_or(0);
+    let deadline = Instant::now() + timeout;
+    let (info, completed) = loop {
+        let info: JobInfo = call(
+            host,
+            reqwest::Method::GET,
+            &format!("/v1/jobs/{id}"),
+            None::<&()>,
+        )
+        .await?;
+        match info.last_checkpoint {
+            Some(completed) if completed > before => break (info, completed),
+            _ if info.status != JobStatus::Running => {
+                return Err(Failure::failed(anyhow!(
+                    "job {id} ended ({}) before the checkpoint completed{}",
+                    info.status,
+                    info.error.map(|e| format!(": {e}")).unwrap_or_default()
+                )));
+            }
+            _ if Instant::now() >= deadline => {
+                return Err(Failure::failed(anyhow!(
+                    "no checkpoint of job {id} completed within {} s of the request; it may \
+                     still complete (see `weir job {id}`), or wait longer with --timeout",
+                    timeout.as_secs()
+                )));
+            }
+            _ => tokio::time::sleep(Duration::from_millis(20)).await,
+        }
+    };
+    if host.json {
+        return print_jobs(host, &[info]);
+    }
+    if !info.keeps_checkpoints {
+        println!(
+            "checkpoint {completed} of {id} completed; the job keeps no checkpoints (its job \
+             file has no [checkpoints] section), so nothing was stored"
+        );
+        return Ok(());
+    }
+    let path = format!("/v1/jobs/{id}/checkpoints/{completed}");
+    let detail: Result<CheckpointDetail, _> =
+        call(host, reqwest::Method::GET, &path, None::<&()>).await;
+    let size = match detail {
+        Ok(detail) => {
+            let (artifacts, bytes) = distinct_artifacts(&detail.metadata);
+            let plural = if artifacts == 1 { "" } else { "s" };
+            format!(": {bytes} bytes in {artifacts} artifact{plural}")
+        }
+        // Retention may have removed it already, when checkpoints follow closely.
+        Err(failure) => {
+            eprintln!("warning: cannot read its size: {:#}", failure.error);
+            String::new()
+        }
+    };
+    println!("checkpoint {completed} of {id} completed{size}");
+    Ok(())
+}
+
 /// The job file with source and sink paths made absolute (the host reads them), and its
 /// components.
 fn submission(job: &Path) -> Result<SubmitRequest, Failure> {
     let spec = JobSpec::load(job).map_err(Failure::input)?;
+    for stale in crate::build::stale_components(&spec) {
+        eprintln!("warning: {stale}");
+    }
     let text = std::fs::read_to_string(job)
         .with_context(|| format!("cannot read {}", job.display()))
         .map_err(Failure::input)?;
     let mut table: toml::Table = toml::from_str(&text).map_err(Failure::input)?;
-    let base =
-        std::path::absolute(job.parent().unwrap_or(Path::new("."))).map_err(Failure::input)?;
-    for section in ["source", "sink"] {
-        if let Some(path) = table
-            .get_mut(section)
-            .and_then(|s| s.as_table_mut())
-            .and_then(|s| s.get_mut("path"))
-            && let Some(relative) = path.as_str().filter(|p| Path::new(p).is_relative())
+    // The spec resolved them against the job file's folder; the host needs them whole.
+    let source = match &spec.source {
+        SourceSpec::TextLines { path } | SourceSpec::JsonLines { path, .. } => Some(path),
+        SourceSpec::Generator { .. } => None,
+    };
+    let sink = match &spec.sink {
+        SinkSpec::File { path } => Some(path),
+        SinkSpec::Stdout | SinkSpec::Discard => None,
+    };
+    for (section, path) in [("source", source), ("sink", sink)] {
+        if let Some(path) = path
+            && let Some(section) = table.get_mut(section).and_then(|s| s.as_table_mut())
         {
-            *path = toml::Value::String(base.join(relative).display().to_string());
+            let absolute = std::path::absolute(path)
+                .with_context(|| format!("cannot make {} absolute", path.display()))
+                .map_err(Failure::input)?;
+            section.insert(
+                "path".into(),
+                toml::Value::String(absolute.display().to_string()),
+            );
         }
     }
     let mut components = BTreeMap::new();
@@ -206,7 +325,7 @@ fn token() -> Result<String, Failure> {
     }
 }
 
-async fn call<T: serde::de::DeserializeOwned>(
+pub(super) async fn call<T: serde::de::DeserializeOwned>(
     host: &HostArgs,
     method: reqwest::Method,
     path: &str,

@@ -37,6 +37,9 @@ pub struct RunArgs {
 
 pub fn run(args: RunArgs) -> Result<(), Failure> {
     let mut spec = JobSpec::load(&args.job).map_err(Failure::input)?;
+    for stale in crate::build::stale_components(&spec) {
+        eprintln!("warning: {stale}");
+    }
     if let Some(url) = args.checkpoint_store {
         let checkpoints = spec.checkpoints.as_mut().ok_or_else(|| {
             Failure::input(anyhow::anyhow!(

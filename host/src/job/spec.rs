@@ -429,7 +429,7 @@ impl Checker<'_> {
         location: &str,
         p: &Path,
         what: &str,
-        hint: &str,
+        hint: fn(&Path) -> String,
     ) -> Result<PathBuf, SpecError> {
         let resolved = self.resolve(p);
         if resolved.is_file() {
@@ -438,9 +438,10 @@ impl Checker<'_> {
             Err(self.invalid(
                 location,
                 format!(
-                    "{what} {} does not exist (looked for {}){hint}",
+                    "{what} {} does not exist (looked for {}){}",
                     p.display(),
-                    resolved.display()
+                    resolved.display(),
+                    hint(&resolved)
                 ),
             ))
         }
@@ -657,7 +658,8 @@ impl Checker<'_> {
     fn check_source(&self, source: SourceSpec) -> Result<SourceSpec, SpecError> {
         Ok(match source {
             SourceSpec::TextLines { path } => SourceSpec::TextLines {
-                path: self.existing_file("[source] path", &path, "input file", "")?,
+                path: self
+                    .existing_file("[source] path", &path, "input file", |_| String::new())?,
             },
             SourceSpec::JsonLines {
                 path,
@@ -673,7 +675,8 @@ impl Checker<'_> {
                     ));
                 }
                 SourceSpec::JsonLines {
-                    path: self.existing_file("[source] path", &path, "input file", "")?,
+                    path: self
+                        .existing_file("[source] path", &path, "input file", |_| String::new())?,
                     key_pointer,
                     on_bad_record: self.check_policy("[source] on_bad_record", on_bad_record)?,
                 }
@@ -706,7 +709,7 @@ impl Checker<'_> {
             &format!("{at} component"),
             &op.component,
             "component",
-            "; build the operator first (for the examples: scripts/build-guests)",
+            crate::build::missing_component_hint,
         )?;
         let key_by = match op.key_by {
             None => None,

@@ -9,6 +9,8 @@
 //! | `POST /v1/jobs/{id}/checkpoint` | take a checkpoint now |
 //! | `POST /v1/jobs/{id}/restart[?checkpoint=N]` | run an ended job again from checkpoint `N` (default: its latest) |
 //! | `GET /v1/jobs/{id}/logs[?tail=N]` | the last `N` (default 200) lines its guests logged ([`LogLine`]s) |
+//! | `GET /v1/jobs/{id}/checkpoints` | its completed checkpoints ([`CheckpointSummary`]s, what `weir checkpoints list --json` prints) |
+//! | `GET /v1/jobs/{id}/checkpoints/{ID\|latest}` | one of them: metadata and stored artifacts ([`CheckpointDetail`]) |
 //! | `GET /metrics` | Prometheus text |
 //!
 //! Every call needs the host's bearer token: 401 without one or with a wrong one.
@@ -23,8 +25,9 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 
 use super::Registry;
-use super::protocol::{ErrorBody, JobInfo, SubmitRequest};
-use super::registry::RestartError;
+use super::job_checkpoints::{InspectError, Which};
+use super::protocol::{CheckpointDetail, CheckpointSummary, ErrorBody, JobInfo, SubmitRequest};
+use super::registry::{CheckpointsError, RestartError};
 use crate::guest::LogLine;
 use crate::ids::CheckpointId;
 
@@ -40,6 +43,11 @@ pub fn router(registry: Arc<Registry>, token: String) -> Router {
         .route("/v1/jobs/{id}/checkpoint", post(checkpoint))
         .route("/v1/jobs/{id}/restart", post(restart))
         .route("/v1/jobs/{id}/logs", get(logs))
+        .route("/v1/jobs/{id}/checkpoints", get(checkpoints))
+        .route(
+            "/v1/jobs/{id}/checkpoints/{checkpoint}",
+            get(checkpoint_detail),
+        )
         .route("/metrics", get(metrics))
         // Components travel in the submission: a Python or JavaScript one weighs tens of MB.
         .layer(DefaultBodyLimit::max(MAX_SUBMISSION))
@@ -177,6 +185,56 @@ async fn logs(
         Ok(Ok(Err(e))) => error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
         Ok(Err(id)) => error(StatusCode::NOT_FOUND, format!("no job {id}")),
         Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
+    }
+}
+
+/// 404 for a job that does not exist or keeps no checkpoints, 500 for a store that cannot
+/// be opened.
+fn checkpoints_error(e: CheckpointsError) -> Response {
+    let status = match e {
+        CheckpointsError::NoSuchJob(_) | CheckpointsError::KeepsNone { .. } => {
+            StatusCode::NOT_FOUND
+        }
+        CheckpointsError::Store { .. } => StatusCode::INTERNAL_SERVER_ERROR,
+    };
+    error(status, e.to_string())
+}
+
+async fn checkpoints(State(registry): State<Arc<Registry>>, Path(id): Path<String>) -> Response {
+    let checkpoints = match registry.checkpoints(&id) {
+        Ok(c) => c,
+        Err(e) => return checkpoints_error(e),
+    };
+    match checkpoints.summaries().await {
+        Ok(rows) => Json::<Vec<CheckpointSummary>>(rows).into_response(),
+        Err(e) => error(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("job {id}: cannot read its checkpoints: {e}"),
+        ),
+    }
+}
+
+async fn checkpoint_detail(
+    State(registry): State<Arc<Registry>>,
+    Path((id, checkpoint)): Path<(String, String)>,
+) -> Response {
+    let which: Which = match checkpoint.parse() {
+        Ok(which) => which,
+        Err(e) => return error(StatusCode::BAD_REQUEST, e),
+    };
+    let checkpoints = match registry.checkpoints(&id) {
+        Ok(c) => c,
+        Err(e) => return checkpoints_error(e),
+    };
+    match checkpoints.detail(which).await {
+        Ok(detail) => Json::<CheckpointDetail>(detail).into_response(),
+        Err(e @ (InspectError::NoCheckpoints { .. } | InspectError::NoSuchCheckpoint { .. })) => {
+            error(StatusCode::NOT_FOUND, format!("job {id}: {e}"))
+        }
+        Err(e) => error(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("job {id}: cannot read checkpoint {which}: {e}"),
+        ),
     }
 }
 

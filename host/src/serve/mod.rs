@@ -2,6 +2,8 @@
 //!
 //! - [`api`]: the HTTP API (axum) and its bearer-token check.
 //! - [`protocol`]: the request and response bodies, shared with the CLI client.
+//! - [`job_checkpoints`]: a job's completed checkpoints as summaries and details, what the
+//!   API answers and `weir checkpoints` prints for a store too.
 //! - [`registry`]: the jobs the host runs, each isolated in its own folder, checkpoint store
 //!   prefix, metrics and failures.
 //! - [`prometheus`]: `/metrics` in the Prometheus text format.
@@ -10,6 +12,7 @@
 //! `WEIR_TOKEN`); the comparison takes the same time whatever the token.
 
 pub mod api;
+pub mod job_checkpoints;
 pub mod prometheus;
 pub mod protocol;
 pub mod registry;

@@ -4,6 +4,8 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+use crate::checkpoint::CheckpointMetadata;
+
 /// `POST /v1/jobs`: a job file and its components.
 #[derive(Debug, Serialize, Deserialize)]
 pub struct SubmitRequest {
@@ -27,6 +29,10 @@ pub struct JobInfo {
     pub checkpoints_completed: u64,
     /// The id of the last completed checkpoint, if any.
     pub last_checkpoint: Option<u64>,
+    /// Whether its job file has a `[checkpoints]` section: only then are its checkpoints
+    /// stored, and reachable through `GET /v1/jobs/{id}/checkpoints`.
+    #[serde(default)]
+    pub keeps_checkpoints: bool,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -55,6 +61,33 @@ pub struct OperatorInfo {
     pub parallelism: u32,
     pub records_in: u64,
     pub records_out: u64,
+}
+
+/// One completed checkpoint: a row of `weir checkpoints list` (its `--json` form), and an
+/// element of `GET /v1/jobs/{id}/checkpoints`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CheckpointSummary {
+    pub job: String,
+    pub id: u64,
+    pub completed_at_ms: u64,
+    /// `completed_at_ms` as `2023-11-14 22:13:20 UTC`.
+    pub completed_at: String,
+    pub finished: bool,
+    pub subtasks: usize,
+    /// The distinct artifacts the checkpoint references, and their bytes.
+    pub artifacts: usize,
+    pub bytes: u64,
+}
+
+/// `GET /v1/jobs/{id}/checkpoints/{ID|latest}`: the checkpoint's metadata (its fields, as
+/// `weir checkpoints show --json` prints them) and `stored`, the size of each artifact it
+/// references that the store holds, by the path the metadata gives; a missing artifact is
+/// absent.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct CheckpointDetail {
+    #[serde(flatten)]
+    pub metadata: CheckpointMetadata,
+    pub stored: BTreeMap<String, u64>,
 }
 
 /// An error, with the HTTP status it came with.

@@ -11,6 +11,7 @@ use std::sync::{Arc, Mutex};
 
 use base64::Engine as _;
 
+use super::job_checkpoints::JobCheckpoints;
 use super::protocol::{JobInfo, JobStatus, OperatorInfo, SubmitRequest};
 use crate::checkpoint::{CheckpointStore, JobStart, RestoreFrom, StartFrom};
 use crate::engine::Engine;
@@ -37,6 +38,20 @@ pub enum RestartError {
     Unusable(String),
 }
 
+/// Why a job's checkpoints cannot be read.
+#[derive(Debug, thiserror::Error)]
+pub enum CheckpointsError {
+    #[error("no job {0}")]
+    NoSuchJob(String),
+    #[error("job {id} (`{name}`) keeps no checkpoints: its job file has no [checkpoints] section")]
+    KeepsNone { id: String, name: String },
+    #[error("job {id}: cannot open its checkpoint store: {source}")]
+    Store {
+        id: String,
+        source: crate::checkpoint::storage::StorageError,
+    },
+}
+
 /// One job of the host.
 struct HostedJob {
     id: String,
@@ -44,6 +59,9 @@ struct HostedJob {
     metrics: Arc<JobMetrics>,
     stop: StopSignal,
     checkpoint_now: CheckpointRequest,
+    /// The URL of the store its checkpoints go to (in its folder); `None` when its job
+    /// file has no `[checkpoints]` section.
+    checkpoint_store: Option<String>,
     outcome: Mutex<(JobStatus, Option<String>)>,
     /// The guests' log lines, in the job's folder.
     log: Arc<GuestLogFile>,
@@ -289,6 +307,28 @@ impl Registry {
         Some(info(&job))
     }
 
+    /// The completed checkpoints of a job, to inspect.
+    pub fn checkpoints(&self, id: &str) -> Result<JobCheckpoints, CheckpointsError> {
+        let job = self
+            .jobs()
+            .get(id)
+            .cloned()
+            .ok_or_else(|| CheckpointsError::NoSuchJob(id.to_owned()))?;
+        let url = job
+            .checkpoint_store
+            .as_deref()
+            .ok_or_else(|| CheckpointsError::KeepsNone {
+                id: id.to_owned(),
+                name: job.name.clone(),
+            })?;
+        let store =
+            CheckpointStore::open(url, &job.name).map_err(|source| CheckpointsError::Store {
+                id: id.to_owned(),
+                source,
+            })?;
+        Ok(JobCheckpoints::new(job.name.clone(), store))
+    }
+
     /// Every job's counters, for `/metrics`.
     pub fn metrics(&self) -> Vec<(String, String, Arc<JobMetrics>)> {
         self.jobs()
@@ -339,6 +379,7 @@ fn hosted(
         )),
         stop: StopSignal::default(),
         checkpoint_now: CheckpointRequest::default(),
+        checkpoint_store: spec.checkpoints.as_ref().map(|c| c.store.clone()),
         outcome: Mutex::new(outcome),
         log: Arc::new(GuestLogFile::new(dir.join("guest.log"))),
     })
@@ -414,6 +455,7 @@ fn info(job: &HostedJob) -> JobInfo {
             .collect(),
         checkpoints_completed: summary.checkpoints_completed,
         last_checkpoint: (last > 0).then_some(last),
+        keeps_checkpoints: job.checkpoint_store.is_some(),
     }
 }
 

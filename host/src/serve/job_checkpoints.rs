@@ -1,0 +1,233 @@
+//! [`JobCheckpoints`]: one job's completed checkpoints as people and scripts look at them,
+//! whichever way they are reached: the host's API (`GET /v1/jobs/{id}/checkpoints`) and
+//! `weir checkpoints list|show` over a store both answer with these summaries and details,
+//! so the output is the same. Everything here reads; nothing writes or deletes.
+
+use std::collections::{BTreeMap, HashSet};
+use std::fmt;
+use std::str::FromStr;
+
+use futures::TryStreamExt;
+
+use super::protocol::{CheckpointDetail, CheckpointSummary};
+use crate::checkpoint::storage::StorageError;
+use crate::checkpoint::{CheckpointMetadata, CheckpointStore};
+use crate::ids::CheckpointId;
+
+/// Which checkpoint to show: `latest` or an id.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Which {
+    Latest,
+    Id(CheckpointId),
+}
+
+impl FromStr for Which {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        if s == "latest" {
+            return Ok(Self::Latest);
+        }
+        s.parse()
+            .map(|id| Self::Id(CheckpointId(id)))
+            .map_err(|_| format!("{s:?} is not a checkpoint: use a checkpoint id or `latest`"))
+    }
+}
+
+impl fmt::Display for Which {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Latest => f.write_str("latest"),
+            Self::Id(id) => write!(f, "{}", id.0),
+        }
+    }
+}
+
+/// A checkpoint that cannot be shown.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum InspectError {
+    #[error("job `{job}` has no completed checkpoint yet")]
+    NoCheckpoints { job: String },
+    #[error(
+        "checkpoint {id} of job `{job}` does not exist; completed checkpoints: {}",
+        list(completed)
+    )]
+    NoSuchCheckpoint {
+        job: String,
+        id: CheckpointId,
+        completed: Vec<CheckpointId>,
+    },
+    #[error(transparent)]
+    Storage(#[from] StorageError),
+}
+
+fn list(ids: &[CheckpointId]) -> String {
+    let ids: Vec<String> = ids.iter().map(ToString::to_string).collect();
+    ids.join(", ")
+}
+
+/// The checkpoints of one job in one store.
+#[derive(Clone, Debug)]
+pub struct JobCheckpoints {
+    job: String,
+    store: CheckpointStore,
+}
+
+impl JobCheckpoints {
+    /// The checkpoints of `job` in `store` (opened for that job).
+    pub fn new(job: impl Into<String>, store: CheckpointStore) -> Self {
+        Self {
+            job: job.into(),
+            store,
+        }
+    }
+
+    pub fn job(&self) -> &str {
+        &self.job
+    }
+
+    /// Every completed checkpoint, ascending by id.
+    pub async fn summaries(&self) -> Result<Vec<CheckpointSummary>, StorageError> {
+        let mut rows = Vec::new();
+        for id in self.store.completed().await? {
+            let m = self.store.read_metadata(id).await?;
+            rows.push(summary(&m));
+        }
+        Ok(rows)
+    }
+
+    /// One completed checkpoint, with the artifacts the store holds.
+    pub async fn detail(&self, which: Which) -> Result<CheckpointDetail, InspectError> {
+        let completed = self.store.completed().await?;
+        let id = match which {
+            Which::Latest => *completed
+                .last()
+                .ok_or_else(|| InspectError::NoCheckpoints {
+                    job: self.job.clone(),
+                })?,
+            Which::Id(id) if completed.contains(&id) => id,
+            Which::Id(id) => {
+                return Err(if completed.is_empty() {
+                    InspectError::NoCheckpoints {
+                        job: self.job.clone(),
+                    }
+                } else {
+                    InspectError::NoSuchCheckpoint {
+                        job: self.job.clone(),
+                        id,
+                        completed,
+                    }
+                });
+            }
+        };
+        let metadata = self.store.read_metadata(id).await?;
+        let stored = self.stored(&metadata).await?;
+        Ok(CheckpointDetail { metadata, stored })
+    }
+
+    /// The size of every artifact `metadata` references that the store holds, by the path
+    /// the metadata gives: a restore needs all of them.
+    async fn stored(
+        &self,
+        metadata: &CheckpointMetadata,
+    ) -> Result<BTreeMap<String, u64>, StorageError> {
+        let referenced: HashSet<&str> = metadata.artifacts().map(|a| a.path.as_str()).collect();
+        let state = self.store.resolve("state");
+        let objects: Vec<_> = self
+            .store
+            .object_store()
+            .list(Some(&state))
+            .try_collect()
+            .await
+            .map_err(|source| StorageError::Store {
+                path: state.clone(),
+                source,
+            })?;
+        Ok(objects
+            .into_iter()
+            .map(|o| (self.store.relative(&o.location), o.size))
+            .filter(|(path, _)| referenced.contains(path.as_str()))
+            .collect())
+    }
+}
+
+/// The summary of a completed checkpoint.
+pub fn summary(m: &CheckpointMetadata) -> CheckpointSummary {
+    let (artifacts, bytes) = distinct_artifacts(m);
+    CheckpointSummary {
+        job: m.job.clone(),
+        id: m.id.0,
+        completed_at_ms: m.completed_at_ms,
+        completed_at: utc(m.completed_at_ms),
+        finished: m.finished,
+        subtasks: m.operators.iter().map(|o| o.subtasks.len()).sum(),
+        artifacts,
+        bytes,
+    }
+}
+
+/// The artifacts a checkpoint references, each once, and their bytes: after a rescale
+/// several subtasks' chains share an artifact, and counting it twice would overstate what
+/// the store holds.
+pub fn distinct_artifacts(metadata: &CheckpointMetadata) -> (usize, u64) {
+    let mut seen = HashSet::new();
+    let mut bytes = 0;
+    for artifact in metadata.artifacts() {
+        if seen.insert(&artifact.path) {
+            bytes += artifact.bytes;
+        }
+    }
+    (seen.len(), bytes)
+}
+
+/// `2023-11-14 22:13:20 UTC` from milliseconds since the Unix epoch, by hand: a calendar
+/// crate for one timestamp format is not worth the dependency.
+pub fn utc(ms: u64) -> String {
+    let secs = ms / 1000;
+    let (y, mo, d) = civil_from_days((secs / 86_400) as i64);
+    let s = secs % 86_400;
+    format!(
+        "{y:04}-{mo:02}-{d:02} {:02}:{:02}:{:02} UTC",
+        s / 3600,
+        s / 60 % 60,
+        s % 60
+    )
+}
+
+/// Year, month, day of the day `z` days after 1970-01-01 in the proleptic Gregorian calendar
+/// (Howard Hinnant's `civil_from_days`).
+fn civil_from_days(z: i64) -> (i64, u32, u32) {
+    let z = z + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    (y, m, d)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn which_is_latest_or_an_id() {
+        assert_eq!("latest".parse(), Ok(Which::Latest));
+        assert_eq!("42".parse(), Ok(Which::Id(CheckpointId(42))));
+        let err = "newest".parse::<Which>().expect_err("not a checkpoint");
+        assert!(err.contains("`latest`"), "{err}");
+        assert_eq!(Which::Latest.to_string(), "latest");
+        assert_eq!(Which::Id(CheckpointId(7)).to_string(), "7");
+    }
+
+    #[test]
+    fn utc_dates_cross_leap_years() {
+        assert_eq!(utc(1_700_000_000_000), "2023-11-14 22:13:20 UTC");
+        assert_eq!(utc(951_782_400_000), "2000-02-29 00:00:00 UTC");
+        assert_eq!(utc(0), "1970-01-01 00:00:00 UTC");
+    }
+}
