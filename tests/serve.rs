@@ -726,6 +726,68 @@ fn a_job_file_named_without_its_folder_is_submitted_from_the_current_one() {
 }
 
 #[test]
+fn a_submitted_jobs_dead_letters_land_beside_its_job_file_never_in_the_data_directory() {
+    let data = tempfile::tempdir().expect("tempdir");
+    let host = Host::start(data.path());
+    let dir = tempfile::tempdir().expect("tempdir");
+    std::fs::write(
+        dir.path().join("events.jsonl"),
+        "{\"u\":\"a\"}\nnot json\n{\"u\":\"b\"}\n",
+    )
+    .expect("events");
+    let job = |dead_letter: &str| {
+        write_job(
+            dir.path(),
+            &format!(
+                r#"
+                [job]
+                name = "letters"
+                [source]
+                kind = "json-lines"
+                path = "events.jsonl"
+                on_bad_record = {{ dead_letter = {dead_letter} }}
+                [[operators]]
+                name = "pass"
+                component = {component}
+                [sink]
+                kind = "file"
+                path = "out.txt"
+                "#,
+                component = toml_path(&component("weir-test-faulty")),
+            ),
+        )
+    };
+    job("\"bad.jsonl\"");
+    let id = submitted_id(&host.weir_in(
+        Some(dir.path()),
+        &["submit", "job.toml", "--json"],
+        Some(TOKEN),
+    ));
+    assert_eq!(host.wait(&id)["status"], "finished");
+    let letters = std::fs::read_to_string(dir.path().join("bad.jsonl")).expect("dead letters");
+    let letter: serde_json::Value = serde_json::from_str(letters.trim()).expect("one letter");
+    assert_eq!(letter["value"], "not json", "{letter}");
+    assert!(
+        letter["origin"]
+            .as_str()
+            .is_some_and(|o| o.ends_with("events.jsonl line 2")),
+        "{letter}"
+    );
+
+    let inside = toml_path(&data.path().join("stolen.jsonl"));
+    let out = host.weir(
+        &["submit", job(&inside).to_str().expect("utf-8")],
+        Some(TOKEN),
+    );
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("the dead-letter path"),
+        "{}",
+        stderr(&out)
+    );
+}
+
+#[test]
 fn submit_warns_about_a_component_older_than_its_projects_sources() {
     let data = tempfile::tempdir().expect("tempdir");
     let host = Host::start(data.path());

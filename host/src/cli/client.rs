@@ -19,7 +19,7 @@ use reqwest::StatusCode;
 use super::Failure;
 use crate::guest::LogLine;
 use crate::job::JobSpec;
-use crate::job::spec::{SinkSpec, SourceSpec};
+use crate::job::spec::{RecordPolicy, SinkSpec, SourceSpec, source_policy};
 use crate::serve::job_checkpoints::distinct_artifacts;
 use crate::serve::protocol::{CheckpointDetail, ErrorBody, JobInfo, JobStatus, SubmitRequest};
 
@@ -256,8 +256,8 @@ async fn checkpoint_now(host: &HostArgs, id: &str, wait: Option<Duration>) -> Re
     Ok(())
 }
 
-/// The job file with source and sink paths made absolute (the host reads them), and its
-/// components.
+/// The job file with source, sink and dead-letter paths made absolute (the host reads and
+/// writes them), and its components.
 fn submission(job: &Path) -> Result<SubmitRequest, Failure> {
     let spec = JobSpec::load(job).map_err(Failure::input)?;
     for stale in crate::build::stale_components(&spec) {
@@ -287,6 +287,42 @@ fn submission(job: &Path) -> Result<SubmitRequest, Failure> {
                 "path".into(),
                 toml::Value::String(absolute.display().to_string()),
             );
+        }
+    }
+    let absolute = |policy: &RecordPolicy| -> Result<Option<toml::Value>, Failure> {
+        let Some(path) = policy.dead_letter() else {
+            return Ok(None);
+        };
+        let absolute = std::path::absolute(path)
+            .with_context(|| format!("cannot make {} absolute", path.display()))
+            .map_err(Failure::input)?;
+        let mut table = toml::Table::new();
+        table.insert(
+            "dead_letter".into(),
+            toml::Value::String(absolute.display().to_string()),
+        );
+        Ok(Some(toml::Value::Table(table)))
+    };
+    if let (Some(policy), Some(section)) = (
+        source_policy(&spec.source),
+        table.get_mut("source").and_then(|s| s.as_table_mut()),
+    ) && let Some(value) = absolute(policy)?
+    {
+        section.insert("on_bad_record".into(), value);
+    }
+    if let Some(operators) = table.get_mut("operators").and_then(|o| o.as_array_mut()) {
+        for (op, spec) in operators.iter_mut().zip(&spec.operators) {
+            let Some(op) = op.as_table_mut() else {
+                continue;
+            };
+            for (field, policy) in [
+                ("on_error", &spec.on_error),
+                ("on_bad_record", &spec.on_bad_record),
+            ] {
+                if let Some(value) = absolute(policy)? {
+                    op.insert(field.into(), value);
+                }
+            }
         }
     }
     let mut components = BTreeMap::new();

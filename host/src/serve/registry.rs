@@ -288,6 +288,9 @@ impl Registry {
         if let SinkSpec::File { path } = &spec.sink {
             paths.push(("sink", path.clone()));
         }
+        for file in spec.dead_letter_files() {
+            paths.push(("dead-letter", file));
+        }
         for (what, path) in paths {
             if resolved(&path).starts_with(&data) {
                 return Err(SubmitError(format!(
