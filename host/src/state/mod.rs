@@ -21,6 +21,7 @@
 //! - [`table`]: [`table::KeyedTable`], one (state, key group) hash table with its dirty list.
 //! - [`value`], [`map`], [`list`]: what an entry holds for each kind of state.
 //! - [`bytes`]: [`StateBytes`], how keys and values are held.
+//! - [`undo`]: [`undo::UndoLog`], the changes of one call, to take them back.
 //! - [`snapshot`]: [`Increment`], what a snapshot pins, and [`KeyedStateBackend::snapshot`] /
 //!   [`KeyedStateBackend::restore`] in the backend.
 
@@ -33,6 +34,7 @@ mod restore;
 pub mod snapshot;
 pub mod table;
 mod take;
+pub mod undo;
 pub mod value;
 
 #[cfg(test)]
