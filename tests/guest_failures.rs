@@ -1,11 +1,12 @@
 //! A guest that returns an error, traps, runs too long or allocates too much fails the job
-//! with a message naming the operator and subtask, and leaves no partial output.
+//! with a message naming the operator and subtask, and leaves no partial output. Errors
+//! raised in Python and JavaScript carry their traceback or stack.
 
 mod support;
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
-use support::{assert_clean_failure, tokenize_then, weir};
+use support::{assert_clean_failure, built_operator, repo, tokenize_then, toml_path, weir};
 
 /// Writes a job in `dir`: `in.txt` -> tokenizer -> `faulty` named `operator` (two subtasks,
 /// keyed by word, with `operator_lines` added to its section) -> `out.txt`.
@@ -22,6 +23,17 @@ fn faulty_job(dir: &Path, job: &str, operator: &str, operator_lines: &str) -> st
 
 /// Runs `faulty` as `victim` over words, with `mode` triggered by the word "boom".
 fn run_faulty(dir: &Path, mode: &str, limits: &str) -> std::process::Output {
+    run_victim(dir, None, mode, limits)
+}
+
+/// Runs the component `component` (`faulty` when None) as `victim` over 5 000 words and then
+/// "boom", in `mode` with `word = "boom"` and the operator lines `limits`.
+fn run_victim(
+    dir: &Path,
+    component: Option<&Path>,
+    mode: &str,
+    limits: &str,
+) -> std::process::Output {
     let mut input = String::new();
     for i in 0..5000 {
         input.push_str(&format!("w{}\n", i % 50));
@@ -30,7 +42,28 @@ fn run_faulty(dir: &Path, mode: &str, limits: &str) -> std::process::Output {
     std::fs::write(dir.join("in.txt"), input).expect("write");
     let config = format!("config = {{ mode = \"{mode}\", word = \"boom\" }}\n{limits}");
     let job = faulty_job(dir, "faulty", "victim", &config);
+    if let Some(component) = component {
+        let faulty = toml_path(&support::component("weir-test-faulty"));
+        let text = std::fs::read_to_string(&job).expect("job");
+        assert!(text.contains(&faulty));
+        std::fs::write(&job, text.replace(&faulty, &toml_path(component))).expect("job");
+    }
     weir(&["run", job.to_str().expect("utf-8")])
+}
+
+/// The test guest `tests/guests/NAME`, built with `weir build`.
+fn test_guest(name: &str) -> PathBuf {
+    built_operator(&repo().join("tests/guests").join(name))
+}
+
+/// The number of the first line of `tests/guests/NAME/FILE` that contains `text`.
+fn line_of(name: &str, file: &str, text: &str) -> usize {
+    let path = repo().join("tests/guests").join(name).join(file);
+    let source = std::fs::read_to_string(&path).expect("source");
+    1 + source
+        .lines()
+        .position(|line| line.contains(text))
+        .unwrap_or_else(|| panic!("{text:?} is not in {}", path.display()))
 }
 
 /// A failed run commits nothing: the output file, if there is one, is empty (what was
@@ -94,6 +127,59 @@ fn a_guest_that_allocates_without_bound_hits_the_memory_limit() {
             "exceeded its memory limit",
             "64 MiB",
         ],
+    );
+    no_output(dir.path());
+}
+
+#[test]
+fn a_python_exception_shows_its_traceback_without_the_sdk() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let component = test_guest("failures-python");
+    let out = run_victim(dir.path(), Some(&component), "raise-in-helper", "");
+    let raise = line_of(
+        "failures-python",
+        "operator.py",
+        "raise ValueError(f\"the word",
+    );
+    let call = line_of("failures-python", "operator.py", "check_word(self.word)");
+    assert_clean_failure(
+        &out,
+        &[
+            "operator `victim` subtask",
+            "returned an error: ValueError: the word 'boom' is not welcome here",
+            "Traceback (most recent call last):",
+            &format!("File \"operator.py\", line {call}, in Failures.process"),
+            &format!("File \"operator.py\", line {raise}, in check_word"),
+        ],
+    );
+    assert!(
+        !support::stderr(&out).contains("weir_sdk"),
+        "{}",
+        support::stderr(&out)
+    );
+    no_output(dir.path());
+}
+
+#[test]
+fn a_javascript_error_shows_its_stack() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let component = test_guest("failures-js");
+    let out = run_victim(dir.path(), Some(&component), "throw-in-helper", "");
+    let throw = line_of("failures-js", "operator.js", "throw new Error(`the word");
+    let call = line_of("failures-js", "operator.js", "checkWord(this.word)");
+    assert_clean_failure(
+        &out,
+        &[
+            "operator `victim` subtask",
+            "returned an error: Error: the word \"boom\" is not welcome here",
+            &format!("at checkWord (operator.js:{throw}:"),
+            &format!("at process (operator.js:{call}:"),
+        ],
+    );
+    assert!(
+        !support::stderr(&out).contains("weir.js"),
+        "{}",
+        support::stderr(&out)
     );
     no_output(dir.path());
 }

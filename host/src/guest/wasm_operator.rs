@@ -4,7 +4,7 @@ use wasmtime::{Store, StoreLimitsBuilder, Trap};
 
 use super::{GuestState, LogContext};
 use crate::bindings::Operator;
-use crate::bindings::weir::operator::types::{Batch, Context};
+use crate::bindings::weir::operator::types::{Batch, Context, Failure};
 use crate::engine::{EPOCH_TICK, Engine, OperatorComponent};
 use crate::operator::{
     FailureKind, OperatorError, OperatorFactory, OperatorInstance, SubtaskContext,
@@ -140,7 +140,7 @@ impl WasmOperator {
 
     fn finish_call(
         &mut self,
-        result: wasmtime::Result<Result<Batch, String>>,
+        result: wasmtime::Result<Result<Batch, Failure>>,
     ) -> Result<RecordBatch, OperatorError> {
         let state = self.store.data();
         if state.over_state_limit {
@@ -160,7 +160,10 @@ impl WasmOperator {
                     .map_err(|m| self.ctx.error(FailureKind::BadOutput, m))?;
                 Ok(out)
             }
-            Ok(Err(message)) => Err(self.ctx.error(FailureKind::Returned, message)),
+            Ok(Err(Failure { message, record })) => Err(self
+                .ctx
+                .error(FailureKind::Returned, message)
+                .with_record(record)),
             Err(trap) => Err(self.trap_error(trap)),
         }
     }

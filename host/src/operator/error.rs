@@ -61,5 +61,20 @@ pub struct OperatorError {
     pub operator: OperatorName,
     pub subtask: SubtaskIndex,
     pub kind: FailureKind,
+    /// What went wrong: for an error the guest returned, its message with the guest's
+    /// traceback or stack where its language has one.
     pub message: String,
+    /// The index in the batch given to `process` of the record being processed when the
+    /// operator failed, as the guest reported it; `None` when the failure concerns no one
+    /// record (`open`, `close`, a trap, a limit, the SDK's own handling of the batch).
+    pub record: Option<u32>,
+}
+
+impl OperatorError {
+    /// The same error, about the record at index `record` of the batch given to `process`.
+    #[must_use]
+    pub fn with_record(mut self, record: Option<u32>) -> Self {
+        self.record = record;
+        self
+    }
 }

@@ -64,6 +64,7 @@ impl SubtaskContext {
             subtask: self.subtask,
             kind,
             message: message.into(),
+            record: None,
         }
     }
 }

@@ -1,0 +1,34 @@
+// A JavaScript operator that fails on demand, for tests/guest_failures.rs.
+//
+// Its behaviour is chosen by the config `{ mode = "...", word = "..." }`. It passes every
+// record through, except a record whose value is `word`, on which, by mode:
+//
+// - `throw-in-helper`: the helper function `checkWord` throws an Error;
+// - `passthrough` (the default): nothing special.
+
+import { Operator, exportOperator } from "./weir.js";
+
+const MODES = ["passthrough", "throw-in-helper"];
+
+function checkWord(word) {
+  throw new Error(`the word ${JSON.stringify(word)} is not welcome here`);
+}
+
+class Failures extends Operator {
+  open(ctx) {
+    this.mode = ctx.config.mode ?? "passthrough";
+    this.word = ctx.config.word;
+    if (!MODES.includes(this.mode)) {
+      throw new Error(`unknown mode ${JSON.stringify(this.mode)}; expected one of ${MODES.join(", ")}`);
+    }
+  }
+
+  process(record, out) {
+    if (record.valueStr() === this.word) {
+      if (this.mode === "throw-in-helper") checkWord(this.word);
+    }
+    out.emit(record.key, record.value);
+  }
+}
+
+export const processor = exportOperator(Failures);
