@@ -28,7 +28,8 @@
 //   - weir_read_values: the values of *all* key slots of a batch in one `read-values` call;
 //   - weir_ops_*: buffer the batch's writes, send them in one `apply` call;
 //   - weir_out_*: build the output batch in growable flat buffers;
-//   - weir_fail: return an error message to the host (fails the job).
+//   - weir_fail: return an error message to the host (fails the job);
+//   - weir_map_size: the number of entries of a map state, in one host call.
 //
 // Ownership (wit-bindgen's C conventions): the input batch, key slots and context belong to
 // the export, which frees them; the returned batch and error are freed by the bindings after
@@ -259,6 +260,17 @@ static inline bool weir_read_values(weir_operator_state_state_id_t state, uint32
   if (values->present.len != slot_count || values->items.ends.len != slot_count) {
     weir_operator_state_values_free(values);
     return weir_fail(err, "malformed reply from the host to read-values");
+  }
+  return true;
+}
+
+// The number of entries of map state `state` for key slot `slot` (send the batch's pending
+// writes with weir_ops_apply first if they should count): one host call, constant time.
+static inline bool weir_map_size(weir_operator_state_state_id_t state, uint32_t slot,
+                                 uint32_t *size, operator_string_t *err) {
+  operator_string_t host_error;
+  if (!weir_operator_state_map_size(state, slot, size, &host_error)) {
+    return weir_fail_with(err, "reading a map's size", &host_error);
   }
   return true;
 }

@@ -971,6 +971,14 @@ export class MapState {
     return this.get(key, ABSENT) !== ABSENT;
   }
 
+  /** The number of entries: one host call (the host counts them as they are written),
+   * whatever the size of the map. */
+  get size() {
+    const slot = rt.slotFor(this.name);
+    rt.flush();
+    return host(`map state \`${this.name}\`: reading its size`, () => stateApi.mapSize(this._id, slot));
+  }
+
   put(key, value) {
     rt.log(MAP_PUT, this._id, rt.slotFor(this.name), key, value);
   }

@@ -561,6 +561,21 @@ class MapState:
         except Err as e:
             raise WeirError(f"map state `{self.name}`: reading: {e.value}") from None
 
+    def __len__(self):
+        """The number of entries: one host call (the host counts them as they are written),
+        whatever the size of the map."""
+        slot = _current_slot(self.name)
+        _rt.flush()
+        try:
+            return _state.map_size(self._id, slot)
+        except Err as e:
+            raise WeirError(f"map state `{self.name}`: reading its size: {e.value}") from None
+
+    def __bool__(self):
+        # A state object is a handle, true wherever it is used (`if self.seen:` in `open`
+        # needs no record); `len(state)` says whether the record's map is empty.
+        return True
+
     def put(self, key, value):
         _rt.log(_MAP_PUT, self._id, _current_slot(self.name), _encode(key), _encode(value))
 

@@ -149,6 +149,16 @@ impl wit::Host for GuestState {
         }
     }
 
+    fn map_size(&mut self, state: wit::StateId, slot: u32) -> Result<u32, String> {
+        let key = self.slots.key(slot)?;
+        match self.backend.map(StateId(state), key) {
+            // A map's entries are counted as they are written; more than u32::MAX of them
+            // would not fit in memory.
+            Ok(map) => Ok(map.map_or(0, |m| u32::try_from(m.live).unwrap_or(u32::MAX))),
+            Err(e) => Err(self.describe(state, e)),
+        }
+    }
+
     fn map_entries(
         &mut self,
         state: wit::StateId,
@@ -286,6 +296,24 @@ mod tests {
             guest.backend.map_get(StateId(1), b, b"k").expect("map"),
             Some(&b"xy"[..])
         );
+    }
+
+    #[test]
+    fn map_size_counts_live_entries_of_the_slots_key() {
+        let mut guest = in_batch();
+        assert_eq!(guest.map_size(1, 0), Ok(0), "no map yet");
+        // map(a) gets "k" and "l", then loses "k"; map(b) gets "k".
+        let ops = log(&[
+            [2, 1, 0, 1, 2],
+            [2, 1, 0, 3, 4],
+            [3, 1, 0, 5, 5],
+            [2, 1, 1, 6, 7],
+        ]);
+        guest.apply(ops, b"kxlykkz".to_vec()).expect("apply");
+        assert_eq!(guest.map_size(1, 0), Ok(1));
+        assert_eq!(guest.map_size(1, 1), Ok(1));
+        assert!(guest.map_size(0, 0).is_err(), "a value state has no size");
+        assert!(guest.map_size(1, 7).is_err(), "no such slot");
     }
 
     #[test]
