@@ -47,6 +47,10 @@
 // State values, map keys, map values and list items are stored as JSON text (UTF-8): a count
 // of 5 is stored as the bytes `5`.
 //
+// `Emitter.emit` takes keys and values as strings (written as UTF-8), `Uint8Array`s (or other
+// typed array views) or `ArrayBuffer`s, and throws a `TypeError` at the call for anything
+// else; `emitJson` writes any JSON value.
+//
 // An exception thrown by `open`, `process` or `close` fails the job with its message and its
 // `stack` (without this SDK's frames), where QuickJS gives one. From `process`, the host also
 // learns which record of the batch was being processed. The writes of the failed batch are
@@ -273,6 +277,32 @@ class ByteBuffer {
   }
 }
 
+/** The bytes of a key or value that is neither a string nor a typed array of bytes: another
+ * typed array view (its bytes) or an ArrayBuffer. Anything else is a TypeError naming `call`
+ * and its argument `arg`. Only the slow branch of the emitter calls this, so the common
+ * cases (strings, `Uint8Array`s) pay no type checks. */
+function bytesOf(value, call, arg) {
+  if (value instanceof ArrayBuffer) return new Uint8Array(value);
+  if (ArrayBuffer.isView(value)) return new Uint8Array(value.buffer, value.byteOffset, value.byteLength);
+  throw new TypeError(wrongType(call, arg, value));
+}
+
+function wrongType(call, arg, value) {
+  const type =
+    value === null
+      ? "null"
+      : Array.isArray(value)
+        ? "Array"
+        : typeof value === "object"
+          ? (value.constructor && value.constructor.name) || "object"
+          : typeof value;
+  const accepted = "a string (UTF-8), a Uint8Array (or another typed array view) or an ArrayBuffer";
+  if (arg === "key") {
+    return `${call}: a key is ${accepted}, or null for a record without key, not ${type}; convert it first, e.g. String(key)`;
+  }
+  return `${call}: a ${arg} is ${accepted}, not ${type}; use emitJson(key, value) to emit other values as JSON`;
+}
+
 /** Appends a Uint8Array (or an array of bytes) to `buf`. */
 function writeBytes(buf, bytes) {
   const n = bytes.length;
@@ -430,8 +460,9 @@ export class Record {
 }
 
 /** Where an operator writes its output records: appended to one flat batch, returned to the
- * host when the call ends, in emit order. Keys and values are strings (written as UTF-8) or
- * Uint8Arrays.
+ * host when the call ends, in emit order. Keys and values are strings (written as UTF-8),
+ * Uint8Arrays (or other typed array views) or ArrayBuffers; anything else is a TypeError at
+ * the call (`emitJson` writes other values as JSON).
  *
  * These methods run for every record, and in QuickJS a function call costs several property
  * reads, which cost several reads of a local or closure variable: so the state lives in the
@@ -490,9 +521,11 @@ export class Emitter {
       len = shared.len;
     }
 
-    /** Appends a string (as UTF-8) or bytes. */
+    /** Appends a value: a string (as UTF-8) or bytes. */
     function write(value) {
       if (typeof value !== "string") {
+        // A typed array of bytes is the common case; anything else is converted or refused.
+        if (value?.BYTES_PER_ELEMENT !== 1) value = bytesOf(value, "emit", "value");
         const count = value.length;
         if (len + count > cap) reserve(count);
         bytes.set(value, len);
@@ -532,6 +565,7 @@ export class Emitter {
         if (typeof key === "string") {
           write(key);
         } else {
+          if (key.BYTES_PER_ELEMENT !== 1) key = bytesOf(key, "emit", "key");
           const count = key.length;
           if (len + count > cap) reserve(count);
           bytes.set(key, len);
@@ -561,6 +595,7 @@ export class Emitter {
         if (typeof key === "string") {
           write(key);
         } else {
+          if (key.BYTES_PER_ELEMENT !== 1) key = bytesOf(key, "begin", "key");
           const count = key.length;
           if (len + count > cap) reserve(count);
           bytes.set(key, len);
@@ -573,6 +608,7 @@ export class Emitter {
     /** Appends a string (as UTF-8) or bytes to the value of the record begun with `begin`. */
     this.write = (value) => {
       if (typeof value !== "string") {
+        if (value?.BYTES_PER_ELEMENT !== 1) value = bytesOf(value, "write", "value");
         const count = value.length;
         if (len + count > cap) reserve(count);
         bytes.set(value, len);

@@ -1,6 +1,7 @@
 //! A guest that returns an error, traps, runs too long or allocates too much fails the job
 //! with a message naming the operator and subtask, and leaves no partial output. Errors
-//! raised in Python and JavaScript carry their traceback or stack.
+//! raised in Python and JavaScript carry their traceback or stack; values of the wrong type
+//! given to `emit` are refused at the call.
 
 mod support;
 
@@ -182,6 +183,68 @@ fn a_javascript_error_shows_its_stack() {
         support::stderr(&out)
     );
     no_output(dir.path());
+}
+
+#[test]
+fn python_emit_refuses_values_of_other_types_at_the_call() {
+    let component = test_guest("failures-python");
+    let cases = [
+        (
+            "emit-dict",
+            "TypeError: emit: a value is bytes, bytearray, memoryview or str (UTF-8), not \
+             dict; use emit_json(key, value) to emit other values as JSON",
+            "out.emit(record.key, {",
+        ),
+        (
+            "emit-int-key",
+            "TypeError: emit: a key is bytes, bytearray, memoryview or str (UTF-8), or None \
+             for a record without key, not int",
+            "out.emit(7, value)",
+        ),
+    ];
+    for (mode, error, call) in cases {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let out = run_victim(dir.path(), Some(&component), mode, "");
+        let line = line_of("failures-python", "operator.py", call);
+        assert_clean_failure(
+            &out,
+            &[
+                "operator `victim` subtask",
+                "returned an error",
+                error,
+                &format!("File \"operator.py\", line {line}, in Failures.process"),
+            ],
+        );
+        no_output(dir.path());
+    }
+}
+
+#[test]
+fn javascript_emit_refuses_values_of_other_types_at_the_call() {
+    let component = test_guest("failures-js");
+    for (mode, kind, call) in [
+        ("emit-object", "Object", "{ word: this.word }"),
+        ("emit-number", "number", "out.emit(record.key, 42)"),
+    ] {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let out = run_victim(dir.path(), Some(&component), mode, "");
+        let line = line_of("failures-js", "operator.js", call);
+        assert_clean_failure(
+            &out,
+            &[
+                "operator `victim` subtask",
+                "returned an error",
+                &format!(
+                    "TypeError: emit: a value is a string (UTF-8), a Uint8Array (or another \
+                     typed array view) or an ArrayBuffer, not {kind}; use emitJson(key, value) \
+                     to emit other values as JSON"
+                ),
+                &format!("at process (operator.js:{line}:"),
+            ],
+        );
+        assert!(!support::stderr(&out).contains("malformed batch"));
+        no_output(dir.path());
+    }
 }
 
 #[test]

@@ -47,6 +47,9 @@ the output columns once per batch.
 State values, map keys, map values and list items are stored as JSON text (compact, UTF-8):
 a count of 5 is stored as the bytes `5`. They must be JSON-serializable.
 
+`Emitter.emit` takes keys and values as `bytes`, `bytearray`, `memoryview` or `str` (UTF-8)
+and raises a `TypeError` at the call for anything else; `emit_json` writes any JSON value.
+
 An exception raised by `open`, `process` or `close` fails the job with its message and its
 traceback, as Python prints it but without this SDK's frames and without source lines (the
 component holds compiled modules only): each frame's file, line and function. From `process`,
@@ -159,7 +162,7 @@ class Record:
     def __init__(self, key=None, value=b"", timestamp=None):
         self.key = key
         self.timestamp = timestamp
-        self._data = value if type(value) is bytes else _as_bytes(value)
+        self._data = value if type(value) is bytes else _as_bytes(value, "Record")
         self._start = 0
         self._end = len(self._data)
 
@@ -184,18 +187,36 @@ class Record:
         return f"Record(key={self.key!r}, value={self.value!r}, timestamp={self.timestamp!r})"
 
 
-def _as_bytes(value):
+def _as_bytes(value, call="emit", arg="value"):
     """`str` as UTF-8; `bytes` as it is; any other bytes-like object (`bytearray`,
-    `memoryview`) copied into `bytes`."""
+    `memoryview`) copied into `bytes`. Anything else is a TypeError naming `call` and its
+    argument `arg`: the slow branch of `emit`, so the type checks cost nothing to bytes and
+    str."""
     if type(value) is str:
         return value.encode()
-    return bytes(memoryview(value))
+    try:
+        view = memoryview(value)
+    except TypeError:
+        raise TypeError(_wrong_type(call, arg, value)) from None
+    return bytes(view)
+
+
+def _wrong_type(call, arg, value):
+    accepted = "bytes, bytearray, memoryview or str (UTF-8)"
+    if arg == "key":
+        return (
+            f"{call}: a key is {accepted}, or None for a record without key, "
+            f"not {type(value).__name__}; convert it first, e.g. str(key)"
+        )
+    hint = "; use emit_json(key, value) to emit other values as JSON" if call == "emit" else ""
+    return f"{call}: a {arg} is {accepted}, not {type(value).__name__}{hint}"
 
 
 class Emitter:
     """Where an operator writes its output records, in emit order; they become one flat
     batch, returned to the host when the call ends. Keys and values are `bytes` or `str`
-    (encoded as UTF-8); `bytearray` and `memoryview` are copied."""
+    (encoded as UTF-8); `bytearray` and `memoryview` are copied; anything else is a
+    `TypeError` at the call (`emit_json` writes other values as JSON)."""
 
     # `_parts`: key 0, value 0, key 1, value 1, ... as bytes (a record without key has an
     # empty one); `_special`: (index, flags, timestamp) of the records that have no key or
@@ -207,7 +228,8 @@ class Emitter:
         self._special = []
 
     def emit(self, key, value, timestamp=None):
-        """Emits a record; `key` None makes a record without key."""
+        """Emits a record; `key` None makes a record without key. `key` and `value` are
+        `bytes`, `bytearray`, `memoryview` or `str`; see `emit_json` for other values."""
         if type(value) is not bytes:
             value = value.encode() if type(value) is str else _as_bytes(value)
         if type(key) is bytes and timestamp is None:
@@ -224,7 +246,7 @@ class Emitter:
             key = b""
         else:
             if type(key) is not bytes:
-                key = _as_bytes(key)
+                key = _as_bytes(key, "emit", "key")
             flags = HAS_KEY
         if timestamp is None:
             timestamp = 0

@@ -4,11 +4,13 @@
 // record through, except a record whose value is `word`, on which, by mode:
 //
 // - `throw-in-helper`: the helper function `checkWord` throws an Error;
+// - `emit-object`: it emits an object as the value;
+// - `emit-number`: it emits a number as the value;
 // - `passthrough` (the default): nothing special.
 
 import { Operator, exportOperator } from "./weir.js";
 
-const MODES = ["passthrough", "throw-in-helper"];
+const MODES = ["passthrough", "throw-in-helper", "emit-object", "emit-number"];
 
 function checkWord(word) {
   throw new Error(`the word ${JSON.stringify(word)} is not welcome here`);
@@ -26,6 +28,8 @@ class Failures extends Operator {
   process(record, out) {
     if (record.valueStr() === this.word) {
       if (this.mode === "throw-in-helper") checkWord(this.word);
+      if (this.mode === "emit-object") out.emit(record.key, { word: this.word });
+      if (this.mode === "emit-number") out.emit(record.key, 42);
     }
     out.emit(record.key, record.value);
   }

@@ -4,12 +4,14 @@ Its behaviour is chosen by the config `{ mode = "...", word = "..." }`. It passe
 through, except a record whose value is `word`, on which, by mode:
 
 - `raise-in-helper`: the helper function `check_word` raises a ValueError;
+- `emit-dict`: it emits a dict as the value;
+- `emit-int-key`: it emits an int as the key;
 - `passthrough` (the default): nothing special.
 """
 
 import weir_sdk
 
-MODES = ("passthrough", "raise-in-helper")
+MODES = ("passthrough", "raise-in-helper", "emit-dict", "emit-int-key")
 
 
 def check_word(word):
@@ -28,6 +30,10 @@ class Failures(weir_sdk.Operator):
         if self.word is not None and value == self.word.encode():
             if self.mode == "raise-in-helper":
                 check_word(self.word)
+            elif self.mode == "emit-dict":
+                out.emit(record.key, {"word": self.word})
+            elif self.mode == "emit-int-key":
+                out.emit(7, value)
         out.emit(record.key, value)
 
 
