@@ -1,7 +1,7 @@
 //! A guest that returns an error, traps, runs too long or allocates too much fails the job
 //! with a message naming the operator and subtask, and leaves no partial output. Errors
 //! raised in Python and JavaScript carry their traceback or stack; values of the wrong type
-//! given to `emit` are refused at the call.
+//! given to `emit` are refused at the call; a malformed batch is the operator's fault.
 
 mod support;
 
@@ -245,6 +245,23 @@ fn javascript_emit_refuses_values_of_other_types_at_the_call() {
         assert!(!support::stderr(&out).contains("malformed batch"));
         no_output(dir.path());
     }
+}
+
+#[test]
+fn a_malformed_batch_from_a_guest_is_reported_as_the_operators_fault() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let component = test_guest("failures-js");
+    let out = run_victim(dir.path(), Some(&component), "bad-batch", "");
+    assert_clean_failure(
+        &out,
+        &[
+            "operator `victim` subtask",
+            "returned a malformed batch: the batch its `process` returned is malformed \
+             (record 0: its value ends at byte 0, before its key ends at byte 3); the operator \
+             made that batch, with its SDK or bindings, not the host",
+        ],
+    );
+    no_output(dir.path());
 }
 
 #[test]

@@ -138,8 +138,10 @@ impl WasmOperator {
         self.ctx.error(kind, message)
     }
 
+    /// The output of a `process` or `close` call (named by `call`), or its failure.
     fn finish_call(
         &mut self,
+        call: &str,
         result: wasmtime::Result<Result<Batch, Failure>>,
     ) -> Result<RecordBatch, OperatorError> {
         let state = self.store.data();
@@ -156,8 +158,15 @@ impl WasmOperator {
         match result {
             Ok(Ok(out)) => {
                 let out = RecordBatch::from_wit(out);
-                out.validate()
-                    .map_err(|m| self.ctx.error(FailureKind::BadOutput, m))?;
+                out.validate().map_err(|reason| {
+                    self.ctx.error(
+                        FailureKind::BadOutput,
+                        format!(
+                            "the batch its `{call}` returned is malformed ({reason}); the \
+                             operator made that batch, with its SDK or bindings, not the host"
+                        ),
+                    )
+                })?;
                 Ok(out)
             }
             Ok(Err(Failure { message, record })) => Err(self
@@ -177,14 +186,14 @@ impl OperatorInstance for WasmOperator {
         self.store.set_epoch_deadline(self.deadline_ticks);
         let processor = self.bindings.weir_operator_processor();
         let result = processor.call_process(&mut self.store, &batch, &self.record_slots);
-        self.finish_call(result)
+        self.finish_call("process", result)
     }
 
     fn close(&mut self) -> Result<RecordBatch, OperatorError> {
         self.store.set_epoch_deadline(self.deadline_ticks);
         let processor = self.bindings.weir_operator_processor();
         let result = processor.call_close(&mut self.store);
-        self.finish_call(result)
+        self.finish_call("close", result)
     }
 
     fn state(&self) -> &KeyedStateBackend {

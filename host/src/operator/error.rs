@@ -20,7 +20,8 @@ pub enum FailureKind {
     CpuLimit,
     /// The guest tried to grow its memory past the limit.
     MemoryLimit,
-    /// The guest returned a malformed batch.
+    /// The guest returned a malformed batch: a fault of the operator (or of the SDK or
+    /// bindings it was built with), never of the host.
     BadOutput,
     /// Its state could not be restored from a checkpoint.
     Restore,

@@ -7,10 +7,13 @@
 // - `emit-object`: it emits an object as the value;
 // - `emit-number`: it emits a number as the value;
 // - `passthrough` (the default): nothing special.
+//
+// And in mode `bad-batch`, `process` bypasses the SDK and returns a malformed batch: record 0
+// says its key ends at byte 3 and its value at byte 0, in a batch of no bytes.
 
 import { Operator, exportOperator } from "./weir.js";
 
-const MODES = ["passthrough", "throw-in-helper", "emit-object", "emit-number"];
+const MODES = ["passthrough", "throw-in-helper", "emit-object", "emit-number", "bad-batch"];
 
 function checkWord(word) {
   throw new Error(`the word ${JSON.stringify(word)} is not welcome here`);
@@ -35,4 +38,27 @@ class Failures extends Operator {
   }
 }
 
-export const processor = exportOperator(Failures);
+const sdk = exportOperator(Failures);
+let badBatch = false;
+
+export const processor = {
+  open(ctx) {
+    badBatch = JSON.parse(ctx.config).mode === "bad-batch";
+    return sdk.open(ctx);
+  },
+
+  process(batch, keySlots) {
+    if (!badBatch) return sdk.process(batch, keySlots);
+    return {
+      data: new Uint8Array(0),
+      keyEnds: Uint32Array.of(3),
+      valueEnds: Uint32Array.of(0),
+      flags: Uint8Array.of(1),
+      timestamps: new BigInt64Array(1),
+    };
+  },
+
+  close() {
+    return sdk.close();
+  },
+};
