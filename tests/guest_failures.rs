@@ -1,7 +1,8 @@
 //! A guest that returns an error, traps, runs too long or allocates too much fails the job
 //! with a message naming the operator and subtask, and leaves no partial output. Errors
 //! raised in Python and JavaScript carry their traceback or stack; values of the wrong type
-//! given to `emit` are refused at the call; a malformed batch is the operator's fault.
+//! given to `emit` are refused at the call; a malformed batch is the operator's fault; a limit
+//! is named by its setting.
 
 mod support;
 
@@ -112,21 +113,52 @@ fn a_guest_that_spins_is_interrupted_by_the_cpu_limit() {
     let out = run_faulty(dir.path(), "loop-on", "limits = { cpu_ms_per_call = 300 }");
     assert_clean_failure(
         &out,
-        &["operator `victim` subtask", "exceeded its CPU time limit"],
+        &[
+            "operator `victim` subtask",
+            "exceeded its CPU time limit of 300 ms per call (limits.cpu_ms_per_call)",
+            "raise `cpu_ms_per_call`",
+        ],
     );
     no_output(dir.path());
 }
 
 #[test]
-fn a_guest_that_allocates_without_bound_hits_the_memory_limit() {
+fn a_guest_that_allocates_in_process_hits_the_memory_limit_named_by_its_setting() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let out = run_faulty(dir.path(), "alloc-on", "limits = { memory_mb = 64 }");
+    let out = run_faulty(dir.path(), "alloc-on", "limits = { memory_mb = 8 }");
     assert_clean_failure(
         &out,
         &[
             "operator `victim` subtask",
-            "exceeded its memory limit",
-            "64 MiB",
+            "exceeded its memory limit of 8 MiB (limits.memory_mb)",
+            "raise `memory_mb`",
+        ],
+    );
+    assert!(
+        !support::stderr(&out).contains("forcing trap"),
+        "{}",
+        support::stderr(&out)
+    );
+    no_output(dir.path());
+}
+
+#[test]
+fn a_python_operator_larger_than_its_memory_limit_fails_to_start_naming_the_limit() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let component = test_guest("failures-python");
+    let out = run_victim(
+        dir.path(),
+        Some(&component),
+        "passthrough",
+        "limits = { memory_mb = 8 }",
+    );
+    // The interpreter needs more than 8 MiB before it runs a line: instantiation fails.
+    assert_clean_failure(
+        &out,
+        &[
+            "operator `victim` subtask",
+            "exceeded its memory limit of 8 MiB (limits.memory_mb): the instance asked for a memory of",
+            "raise `memory_mb`",
         ],
     );
     no_output(dir.path());
@@ -335,9 +367,8 @@ fn an_operator_whose_state_grows_past_its_limit_is_stopped_naming_the_limit() {
         &out,
         &[
             "operator `count` subtask",
-            "exceeded its state limit",
-            "past its limit of 1 MiB",
-            "state_mb",
+            "exceeded its state limit of 1 MiB (limits.state_mb): its keyed state grew to",
+            "raise `state_mb`",
         ],
     );
     no_output(dir.path());

@@ -124,16 +124,7 @@ impl wit::Host for GuestState {
                 return Err(format!("state operation {i}: {}", self.describe(state, e)));
             }
         }
-        if let Some(limit) = self.state_limit
-            && self.backend.live_bytes() > limit
-        {
-            self.over_state_limit = true;
-            return Err(format!(
-                "the operator's state holds {} bytes, over its limit of {limit}",
-                self.backend.live_bytes()
-            ));
-        }
-        Ok(())
+        self.limiter.check_state(self.backend.live_bytes())
     }
 
     fn map_get(
@@ -221,6 +212,7 @@ mod tests {
     use crate::bindings::weir::operator::state::Host as _;
     use crate::guest::LogContext;
     use crate::ids::{OperatorName, SubtaskIndex};
+    use crate::operator::GuestLimits;
     use crate::partition::KeyGroups;
     use crate::record::{RecordBatch, RecordRef};
     use crate::state::KeyedStateBackend;
@@ -236,7 +228,7 @@ mod tests {
             subtask: SubtaskIndex(0),
             file: None,
         };
-        let mut guest = GuestState::new(backend, Default::default(), log);
+        let mut guest = GuestState::new(backend, GuestLimits::default(), log);
         assert_eq!(guest.declare("v".into(), wit::StateKind::Value), Ok(0));
         assert_eq!(guest.declare("m".into(), wit::StateKind::Map), Ok(1));
         let mut batch = RecordBatch::new();
