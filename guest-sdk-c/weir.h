@@ -16,14 +16,20 @@
 // which defines the three exports of operator.h around them (the lifecycle the other SDKs
 // own too: calls out of order refused, inputs freed, the batch checked, the writes logged in
 // `ops` sent in one `apply` call after `process` returns, the records written to `out`
-// returned; a function that fails drops its batch's records and writes). The helpers do the
-// batch plumbing, the same per-batch pattern as the Rust SDK:
+// returned; a function that fails drops its batch's records and writes). A failure of
+// `process` tells the host its message and the index of the record being processed: the last
+// one read with weir_batch_record (an operator that can still fail after its loop over
+// records calls weir_no_record() after the loop). After a failure the host may roll the
+// batch's state back and call `process` again without that record: keep nothing of a failed
+// batch in the operator's own variables. The helpers do the batch plumbing, the same
+// per-batch pattern as the Rust SDK:
 //
 //   - weir_batch_record: read records out of the flat input batch;
 //   - weir_read_values: the values of *all* key slots of a batch in one `read-values` call;
 //   - weir_ops_*: buffer the batch's writes, send them in one `apply` call;
 //   - weir_out_*: build the output batch in growable flat buffers;
-//   - weir_fail: return an error message to the host (fails the job).
+//   - weir_fail: return an error message to the host (fails the job);
+//   - weir_map_size: the number of entries of a map state, in one host call.
 //
 // Ownership (wit-bindgen's C conventions): the input batch, key slots and context belong to
 // the export, which frees them; the returned batch and error are freed by the bindings after
@@ -148,6 +154,16 @@ static inline bool weir_parse_u64(const uint8_t *text, size_t len, uint64_t *out
 // ---------------------------------------------------------------------------------------------
 // Input batch
 
+// The record being processed when `process` fails: its index in the batch, set by
+// weir_batch_record, or WEIR_NO_RECORD. One variable for every .c file of the operator:
+// WEIR_EXPORT_OPERATOR defines it.
+#define WEIR_NO_RECORD UINT32_MAX
+extern uint32_t weir_current_record_;
+
+// Says that what follows concerns no one record (the end of a batch, after the loop over its
+// records): a failure then names none.
+static inline void weir_no_record(void) { weir_current_record_ = WEIR_NO_RECORD; }
+
 typedef struct {
   const uint8_t *key;  // NULL-free: points into the batch even for records without key
   size_t key_len;
@@ -186,9 +202,10 @@ static inline bool weir_batch_check(const weir_batch_t *batch, const operator_li
   return true;
 }
 
-// Record `i` of a batch that passed weir_batch_check.
+// Record `i` of a batch that passed weir_batch_check; a failure from here on names it.
 static inline weir_record_t weir_batch_record(const weir_batch_t *batch,
                                               const operator_list_u32_t *slots, size_t i) {
+  weir_current_record_ = (uint32_t)i;
   uint32_t start = i ? batch->value_ends.ptr[i - 1] : 0;
   uint32_t key_end = batch->key_ends.ptr[i];
   uint8_t flags = batch->flags.ptr[i];
@@ -243,6 +260,17 @@ static inline bool weir_read_values(weir_operator_state_state_id_t state, uint32
   if (values->present.len != slot_count || values->items.ends.len != slot_count) {
     weir_operator_state_values_free(values);
     return weir_fail(err, "malformed reply from the host to read-values");
+  }
+  return true;
+}
+
+// The number of entries of map state `state` for key slot `slot` (send the batch's pending
+// writes with weir_ops_apply first if they should count): one host call, constant time.
+static inline bool weir_map_size(weir_operator_state_state_id_t state, uint32_t slot,
+                                 uint32_t *size, operator_string_t *err) {
+  operator_string_t host_error;
+  if (!weir_operator_state_map_size(state, slot, size, &host_error)) {
+    return weir_fail_with(err, "reading a map's size", &host_error);
   }
   return true;
 }
@@ -399,6 +427,16 @@ static inline void weir_out_discard(weir_out_t *out) {
 // ---------------------------------------------------------------------------------------------
 // The exports
 
+// Moves a failure's message into the WIT `failure` of `process` or `close`, naming `record`
+// (WEIR_NO_RECORD: none); returns false.
+static inline bool weir_failure(exports_weir_operator_processor_failure_t *failure,
+                                operator_string_t *message, uint32_t record) {
+  failure->message = *message;
+  failure->record.is_some = record != WEIR_NO_RECORD;
+  failure->record.val = record == WEIR_NO_RECORD ? 0 : record;
+  return false;
+}
+
 // A close function for operators that emit nothing at the end of input.
 static inline bool weir_no_close(weir_out_t *out, operator_string_t *err) {
   (void)out;
@@ -409,6 +447,7 @@ static inline bool weir_no_close(weir_out_t *out, operator_string_t *err) {
 // Defines the three exports of operator.h around an operator's open, process and close
 // functions (see the top of this file). Use it once, in one .c file.
 #define WEIR_EXPORT_OPERATOR(open_fn, process_fn, close_fn)                                      \
+  uint32_t weir_current_record_ = WEIR_NO_RECORD;                                                        \
   static bool weir_opened_;                                                                      \
   static weir_out_t weir_out_;                                                                   \
   static weir_ops_t weir_ops_;                                                                   \
@@ -423,32 +462,41 @@ static inline bool weir_no_close(weir_out_t *out, operator_string_t *err) {
   }                                                                                              \
                                                                                                  \
   bool exports_weir_operator_processor_process(weir_batch_t *batch, operator_list_u32_t *slots,  \
-                                               weir_batch_t *ret, operator_string_t *err) {      \
+                                               weir_batch_t *ret,                                \
+                                               exports_weir_operator_processor_failure_t *err) { \
+    operator_string_t message;                                                                   \
     uint32_t slot_count;                                                                         \
-    bool ok = weir_opened_ ? weir_batch_check(batch, slots, &slot_count, err) &&                 \
+    weir_current_record_ = WEIR_NO_RECORD;                                                               \
+    bool ok = weir_opened_ ? weir_batch_check(batch, slots, &slot_count, &message) &&            \
                                  process_fn(batch, slots, slot_count, &weir_out_, &weir_ops_,    \
-                                            err) &&                                              \
-                                 weir_ops_apply(&weir_ops_, err)                                 \
-                           : weir_fail(err, "the operator is not open: process called before "   \
-                                            "open or after close");                              \
+                                            &message)                                            \
+                           : weir_fail(&message, "the operator is not open: process called "     \
+                                                 "before open or after close");                  \
+    if (ok) {                                                                                    \
+      weir_current_record_ = WEIR_NO_RECORD;                                                             \
+      ok = weir_ops_apply(&weir_ops_, &message);                                                 \
+    }                                                                                            \
     weir_input_free(batch, slots);                                                               \
     if (!ok) {                                                                                   \
       weir_out_discard(&weir_out_);                                                              \
       weir_ops_clear(&weir_ops_);                                                                \
-      return false;                                                                              \
+      return weir_failure(err, &message, weir_current_record_);                                          \
     }                                                                                            \
     weir_out_finish(&weir_out_, ret);                                                            \
     return true;                                                                                 \
   }                                                                                              \
                                                                                                  \
-  bool exports_weir_operator_processor_close(weir_batch_t *ret, operator_string_t *err) {        \
+  bool exports_weir_operator_processor_close(weir_batch_t *ret,                                  \
+                                             exports_weir_operator_processor_failure_t *err) {   \
+    operator_string_t message;                                                                   \
     if (!weir_opened_) {                                                                         \
-      return weir_fail(err, "the operator is not open: close called before open or after close"); \
+      weir_fail(&message, "the operator is not open: close called before open or after close");  \
+      return weir_failure(err, &message, WEIR_NO_RECORD);                                        \
     }                                                                                            \
     weir_opened_ = false;                                                                        \
-    if (!close_fn(&weir_out_, err)) {                                                            \
+    if (!close_fn(&weir_out_, &message)) {                                                       \
       weir_out_discard(&weir_out_);                                                              \
-      return false;                                                                              \
+      return weir_failure(err, &message, WEIR_NO_RECORD);                                        \
     }                                                                                            \
     weir_out_finish(&weir_out_, ret);                                                            \
     return true;                                                                                 \

@@ -47,16 +47,24 @@
 // State values, map keys, map values and list items are stored as JSON text (UTF-8): a count
 // of 5 is stored as the bytes `5`.
 //
-// An exception thrown by `open`, `process` or `close` fails the job with its message; the
-// writes of the failed batch are dropped and so are the records it emitted.
+// `Emitter.emit` takes keys and values as strings (written as UTF-8), `Uint8Array`s (or other
+// typed array views) or `ArrayBuffer`s, and throws a `TypeError` at the call for anything
+// else; `emitJson` writes any JSON value.
+//
+// An exception thrown by `open`, `process` or `close` fails the job with its message and its
+// `stack` (without this SDK's frames), where QuickJS gives one. From `process`, the host also
+// learns which record of the batch was being processed. The writes of the failed batch are
+// dropped and so are the records it emitted; the host may roll the batch's state back and
+// process it again without the failing record, so an operator keeps nothing of a failed
+// batch in its own fields either.
 //
 // QuickJS has no TextEncoder/TextDecoder: `utf8Encode`/`utf8Decode` below do the work.
 // Timestamps (s64) are JS numbers (exact up to 2^53); the SDK converts them from the BigInts
 // the StarlingMonkey bindings give and hands the host a `BigInt64Array`. StarlingMonkey
 // (`jco componentize --bundle -d http fetch-event`, no --backend) works too but runs slower.
 
-import * as stateApi from "weir:operator/state@0.2.0";
-import * as logApi from "weir:operator/log@0.2.0";
+import * as stateApi from "weir:operator/state@0.3.0";
+import * as logApi from "weir:operator/log@0.3.0";
 
 /** The key slot of a record without key (and the slot outside of `process`). */
 export const NO_SLOT = 0xffffffff;
@@ -77,6 +85,29 @@ function message(e) {
     if (e.message !== undefined) return `${e.name || "Error"}: ${e.message}`;
   }
   return String(e);
+}
+
+/** What the host shows of anything thrown: its message, then its stack (QuickJS gives one to
+ * errors) without the frames of this file, with files named as in the project (QuickJS
+ * writes `/operator.js`). */
+function report(e) {
+  const text = message(e);
+  const stack = e !== null && typeof e === "object" && typeof e.stack === "string" ? e.stack : "";
+  const frames = stack
+    .split("\n")
+    .filter((line) => line.trim() !== "" && !SDK_FRAME.test(line))
+    .map((line) => line.replace("(/", "("))
+    .join("\n");
+  return frames === "" ? text : `${text}\n${frames}`;
+}
+
+/** A stack line of this file (staged as `weir.js` beside the operator). */
+const SDK_FRAME = /[(\s/]weir\.js:\d/;
+
+/** The WIT `failure` of `process` or `close`: what the bindings return when it is thrown.
+ * `record` is the index of the record being processed, or null. */
+function failure(e, record = null) {
+  return { message: report(e), record };
 }
 
 /** Calls a host function, turning its error into a WeirError with `what` as context. */
@@ -246,6 +277,32 @@ class ByteBuffer {
   }
 }
 
+/** The bytes of a key or value that is neither a string nor a typed array of bytes: another
+ * typed array view (its bytes) or an ArrayBuffer. Anything else is a TypeError naming `call`
+ * and its argument `arg`. Only the slow branch of the emitter calls this, so the common
+ * cases (strings, `Uint8Array`s) pay no type checks. */
+function bytesOf(value, call, arg) {
+  if (value instanceof ArrayBuffer) return new Uint8Array(value);
+  if (ArrayBuffer.isView(value)) return new Uint8Array(value.buffer, value.byteOffset, value.byteLength);
+  throw new TypeError(wrongType(call, arg, value));
+}
+
+function wrongType(call, arg, value) {
+  const type =
+    value === null
+      ? "null"
+      : Array.isArray(value)
+        ? "Array"
+        : typeof value === "object"
+          ? (value.constructor && value.constructor.name) || "object"
+          : typeof value;
+  const accepted = "a string (UTF-8), a Uint8Array (or another typed array view) or an ArrayBuffer";
+  if (arg === "key") {
+    return `${call}: a key is ${accepted}, or null for a record without key, not ${type}; convert it first, e.g. String(key)`;
+  }
+  return `${call}: a ${arg} is ${accepted}, not ${type}; use emitJson(key, value) to emit other values as JSON`;
+}
+
 /** Appends a Uint8Array (or an array of bytes) to `buf`. */
 function writeBytes(buf, bytes) {
   const n = bytes.length;
@@ -403,8 +460,9 @@ export class Record {
 }
 
 /** Where an operator writes its output records: appended to one flat batch, returned to the
- * host when the call ends, in emit order. Keys and values are strings (written as UTF-8) or
- * Uint8Arrays.
+ * host when the call ends, in emit order. Keys and values are strings (written as UTF-8),
+ * Uint8Arrays (or other typed array views) or ArrayBuffers; anything else is a TypeError at
+ * the call (`emitJson` writes other values as JSON).
  *
  * These methods run for every record, and in QuickJS a function call costs several property
  * reads, which cost several reads of a local or closure variable: so the state lives in the
@@ -463,9 +521,11 @@ export class Emitter {
       len = shared.len;
     }
 
-    /** Appends a string (as UTF-8) or bytes. */
+    /** Appends a value: a string (as UTF-8) or bytes. */
     function write(value) {
       if (typeof value !== "string") {
+        // A typed array of bytes is the common case; anything else is converted or refused.
+        if (value?.BYTES_PER_ELEMENT !== 1) value = bytesOf(value, "emit", "value");
         const count = value.length;
         if (len + count > cap) reserve(count);
         bytes.set(value, len);
@@ -505,6 +565,7 @@ export class Emitter {
         if (typeof key === "string") {
           write(key);
         } else {
+          if (key.BYTES_PER_ELEMENT !== 1) key = bytesOf(key, "emit", "key");
           const count = key.length;
           if (len + count > cap) reserve(count);
           bytes.set(key, len);
@@ -534,6 +595,7 @@ export class Emitter {
         if (typeof key === "string") {
           write(key);
         } else {
+          if (key.BYTES_PER_ELEMENT !== 1) key = bytesOf(key, "begin", "key");
           const count = key.length;
           if (len + count > cap) reserve(count);
           bytes.set(key, len);
@@ -546,6 +608,7 @@ export class Emitter {
     /** Appends a string (as UTF-8) or bytes to the value of the record begun with `begin`. */
     this.write = (value) => {
       if (typeof value !== "string") {
+        if (value?.BYTES_PER_ELEMENT !== 1) value = bytesOf(value, "write", "value");
         const count = value.length;
         if (len + count > cap) reserve(count);
         bytes.set(value, len);
@@ -944,6 +1007,14 @@ export class MapState {
     return this.get(key, ABSENT) !== ABSENT;
   }
 
+  /** The number of entries: one host call (the host counts them as they are written),
+   * whatever the size of the map. */
+  get size() {
+    const slot = rt.slotFor(this.name);
+    rt.flush();
+    return host(`map state \`${this.name}\`: reading its size`, () => stateApi.mapSize(this._id, slot));
+  }
+
   put(key, value) {
     rt.log(MAP_PUT, this._id, rt.slotFor(this.name), key, value);
   }
@@ -1085,8 +1156,9 @@ function slotCount(keySlots, records) {
 }
 
 /** The `processor` export driving instances of `OperatorClass`:
- * `export const processor = exportOperator(MyOperator);`. Errors are thrown as strings,
- * which the bindings return as the WIT `result`'s error. */
+ * `export const processor = exportOperator(MyOperator);`. Errors are thrown as what the WIT
+ * `result` holds (a string from `open`, a `failure` from `process` and `close`), which the
+ * bindings return as its error. */
 export function exportOperator(OperatorClass) {
   let operator = null;
   const out = new Emitter();
@@ -1099,14 +1171,19 @@ export function exportOperator(OperatorClass) {
         instance.open(new OpenContext(ctx));
         operator = instance;
       } catch (e) {
-        throw message(e);
+        throw report(e);
       } finally {
         rt.inOpen = false;
       }
     },
 
     process(batch, keySlots) {
-      if (operator === null) throw "the operator is not open: process called before open or after close";
+      if (operator === null) {
+        throw failure("the operator is not open: process called before open or after close");
+      }
+      // The index of the record being processed, for a failure to name it; -1 outside the
+      // loops over records. The loops count with it, so it costs nothing more.
+      let i = -1;
       try {
         const { data, keyEnds, valueEnds, flags, timestamps } = batch;
         const n = valueEnds.length;
@@ -1123,7 +1200,7 @@ export function exportOperator(OperatorClass) {
           // Every record keyed, none with a timestamp: the common case, with the least per
           // record.
           record._hasKey = true;
-          for (let i = 0; i < n; i++) {
+          for (i = 0; i < n; i++) {
             const keyEnd = keyEnds[i];
             record._start = start;
             record._keyEnd = keyEnd;
@@ -1132,7 +1209,7 @@ export function exportOperator(OperatorClass) {
             operator.process(record, out);
           }
         } else {
-          for (let i = 0; i < n; i++) {
+          for (i = 0; i < n; i++) {
             const keyEnd = keyEnds[i];
             const f = flags[i];
             record._hasKey = (f & HAS_KEY) !== 0;
@@ -1144,17 +1221,20 @@ export function exportOperator(OperatorClass) {
             operator.process(record, out);
           }
         }
+        i = -1;
         rt.finish();
         return out._take();
       } catch (e) {
         rt.abort();
         out._reset();
-        throw message(e);
+        throw failure(e, i >= 0 ? i : null);
       }
     },
 
     close() {
-      if (operator === null) throw "the operator is not open: close called before open or after close";
+      if (operator === null) {
+        throw failure("the operator is not open: close called before open or after close");
+      }
       const closing = operator;
       operator = null;
       try {
@@ -1162,7 +1242,7 @@ export function exportOperator(OperatorClass) {
         return out._take();
       } catch (e) {
         out._reset();
-        throw message(e);
+        throw failure(e);
       }
     },
   };

@@ -1,11 +1,14 @@
 //! A guest that returns an error, traps, runs too long or allocates too much fails the job
-//! with a message naming the operator and subtask, and leaves no partial output.
+//! with a message naming the operator and subtask, and leaves no partial output. Errors
+//! raised in Python and JavaScript carry their traceback or stack; values of the wrong type
+//! given to `emit` are refused at the call; a malformed batch is the operator's fault; a limit
+//! is named by its setting.
 
 mod support;
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
-use support::{assert_clean_failure, tokenize_then, weir};
+use support::{assert_clean_failure, built_operator, repo, tokenize_then, toml_path, weir};
 
 /// Writes a job in `dir`: `in.txt` -> tokenizer -> `faulty` named `operator` (two subtasks,
 /// keyed by word, with `operator_lines` added to its section) -> `out.txt`.
@@ -22,6 +25,17 @@ fn faulty_job(dir: &Path, job: &str, operator: &str, operator_lines: &str) -> st
 
 /// Runs `faulty` as `victim` over words, with `mode` triggered by the word "boom".
 fn run_faulty(dir: &Path, mode: &str, limits: &str) -> std::process::Output {
+    run_victim(dir, None, mode, limits)
+}
+
+/// Runs the component `component` (`faulty` when None) as `victim` over 5 000 words and then
+/// "boom", in `mode` with `word = "boom"` and the operator lines `limits`.
+fn run_victim(
+    dir: &Path,
+    component: Option<&Path>,
+    mode: &str,
+    limits: &str,
+) -> std::process::Output {
     let mut input = String::new();
     for i in 0..5000 {
         input.push_str(&format!("w{}\n", i % 50));
@@ -30,7 +44,28 @@ fn run_faulty(dir: &Path, mode: &str, limits: &str) -> std::process::Output {
     std::fs::write(dir.join("in.txt"), input).expect("write");
     let config = format!("config = {{ mode = \"{mode}\", word = \"boom\" }}\n{limits}");
     let job = faulty_job(dir, "faulty", "victim", &config);
+    if let Some(component) = component {
+        let faulty = toml_path(&support::component("weir-test-faulty"));
+        let text = std::fs::read_to_string(&job).expect("job");
+        assert!(text.contains(&faulty));
+        std::fs::write(&job, text.replace(&faulty, &toml_path(component))).expect("job");
+    }
     weir(&["run", job.to_str().expect("utf-8")])
+}
+
+/// The test guest `tests/guests/NAME`, built with `weir build`.
+fn test_guest(name: &str) -> PathBuf {
+    built_operator(&repo().join("tests/guests").join(name))
+}
+
+/// The number of the first line of `tests/guests/NAME/FILE` that contains `text`.
+fn line_of(name: &str, file: &str, text: &str) -> usize {
+    let path = repo().join("tests/guests").join(name).join(file);
+    let source = std::fs::read_to_string(&path).expect("source");
+    1 + source
+        .lines()
+        .position(|line| line.contains(text))
+        .unwrap_or_else(|| panic!("{text:?} is not in {}", path.display()))
 }
 
 /// A failed run commits nothing: the output file, if there is one, is empty (what was
@@ -78,21 +113,184 @@ fn a_guest_that_spins_is_interrupted_by_the_cpu_limit() {
     let out = run_faulty(dir.path(), "loop-on", "limits = { cpu_ms_per_call = 300 }");
     assert_clean_failure(
         &out,
-        &["operator `victim` subtask", "exceeded its CPU time limit"],
+        &[
+            "operator `victim` subtask",
+            "exceeded its CPU time limit of 300 ms per call (limits.cpu_ms_per_call)",
+            "raise `cpu_ms_per_call`",
+        ],
     );
     no_output(dir.path());
 }
 
 #[test]
-fn a_guest_that_allocates_without_bound_hits_the_memory_limit() {
+fn a_guest_that_allocates_in_process_hits_the_memory_limit_named_by_its_setting() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let out = run_faulty(dir.path(), "alloc-on", "limits = { memory_mb = 64 }");
+    let out = run_faulty(dir.path(), "alloc-on", "limits = { memory_mb = 8 }");
     assert_clean_failure(
         &out,
         &[
             "operator `victim` subtask",
-            "exceeded its memory limit",
-            "64 MiB",
+            "exceeded its memory limit of 8 MiB (limits.memory_mb)",
+            "raise `memory_mb`",
+        ],
+    );
+    assert!(
+        !support::stderr(&out).contains("forcing trap"),
+        "{}",
+        support::stderr(&out)
+    );
+    no_output(dir.path());
+}
+
+#[test]
+fn a_python_operator_larger_than_its_memory_limit_fails_to_start_naming_the_limit() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let component = test_guest("failures-python");
+    let out = run_victim(
+        dir.path(),
+        Some(&component),
+        "passthrough",
+        "limits = { memory_mb = 8 }",
+    );
+    // The interpreter needs more than 8 MiB before it runs a line: instantiation fails.
+    assert_clean_failure(
+        &out,
+        &[
+            "operator `victim` subtask",
+            "exceeded its memory limit of 8 MiB (limits.memory_mb): the instance asked for a memory of",
+            "raise `memory_mb`",
+        ],
+    );
+    no_output(dir.path());
+}
+
+#[test]
+fn a_python_exception_shows_its_traceback_without_the_sdk() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let component = test_guest("failures-python");
+    let out = run_victim(dir.path(), Some(&component), "raise-in-helper", "");
+    let raise = line_of(
+        "failures-python",
+        "operator.py",
+        "raise ValueError(f\"the word",
+    );
+    let call = line_of("failures-python", "operator.py", "check_word(self.word)");
+    assert_clean_failure(
+        &out,
+        &[
+            "operator `victim` subtask",
+            "returned an error: ValueError: the word 'boom' is not welcome here",
+            "Traceback (most recent call last):",
+            &format!("File \"operator.py\", line {call}, in Failures.process"),
+            &format!("File \"operator.py\", line {raise}, in check_word"),
+        ],
+    );
+    assert!(
+        !support::stderr(&out).contains("weir_sdk"),
+        "{}",
+        support::stderr(&out)
+    );
+    no_output(dir.path());
+}
+
+#[test]
+fn a_javascript_error_shows_its_stack() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let component = test_guest("failures-js");
+    let out = run_victim(dir.path(), Some(&component), "throw-in-helper", "");
+    let throw = line_of("failures-js", "operator.js", "throw new Error(`the word");
+    let call = line_of("failures-js", "operator.js", "checkWord(this.word)");
+    assert_clean_failure(
+        &out,
+        &[
+            "operator `victim` subtask",
+            "returned an error: Error: the word \"boom\" is not welcome here",
+            &format!("at checkWord (operator.js:{throw}:"),
+            &format!("at process (operator.js:{call}:"),
+        ],
+    );
+    assert!(
+        !support::stderr(&out).contains("weir.js"),
+        "{}",
+        support::stderr(&out)
+    );
+    no_output(dir.path());
+}
+
+#[test]
+fn python_emit_refuses_values_of_other_types_at_the_call() {
+    let component = test_guest("failures-python");
+    let cases = [
+        (
+            "emit-dict",
+            "TypeError: emit: a value is bytes, bytearray, memoryview or str (UTF-8), not \
+             dict; use emit_json(key, value) to emit other values as JSON",
+            "out.emit(record.key, {",
+        ),
+        (
+            "emit-int-key",
+            "TypeError: emit: a key is bytes, bytearray, memoryview or str (UTF-8), or None \
+             for a record without key, not int",
+            "out.emit(7, value)",
+        ),
+    ];
+    for (mode, error, call) in cases {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let out = run_victim(dir.path(), Some(&component), mode, "");
+        let line = line_of("failures-python", "operator.py", call);
+        assert_clean_failure(
+            &out,
+            &[
+                "operator `victim` subtask",
+                "returned an error",
+                error,
+                &format!("File \"operator.py\", line {line}, in Failures.process"),
+            ],
+        );
+        no_output(dir.path());
+    }
+}
+
+#[test]
+fn javascript_emit_refuses_values_of_other_types_at_the_call() {
+    let component = test_guest("failures-js");
+    for (mode, kind, call) in [
+        ("emit-object", "Object", "{ word: this.word }"),
+        ("emit-number", "number", "out.emit(record.key, 42)"),
+    ] {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let out = run_victim(dir.path(), Some(&component), mode, "");
+        let line = line_of("failures-js", "operator.js", call);
+        assert_clean_failure(
+            &out,
+            &[
+                "operator `victim` subtask",
+                "returned an error",
+                &format!(
+                    "TypeError: emit: a value is a string (UTF-8), a Uint8Array (or another \
+                     typed array view) or an ArrayBuffer, not {kind}; use emitJson(key, value) \
+                     to emit other values as JSON"
+                ),
+                &format!("at process (operator.js:{line}:"),
+            ],
+        );
+        assert!(!support::stderr(&out).contains("malformed batch"));
+        no_output(dir.path());
+    }
+}
+
+#[test]
+fn a_malformed_batch_from_a_guest_is_reported_as_the_operators_fault() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let component = test_guest("failures-js");
+    let out = run_victim(dir.path(), Some(&component), "bad-batch", "");
+    assert_clean_failure(
+        &out,
+        &[
+            "operator `victim` subtask",
+            "returned a malformed batch: the batch its `process` returned is malformed \
+             (record 0: its value ends at byte 0, before its key ends at byte 3); the operator \
+             made that batch, with its SDK or bindings, not the host",
         ],
     );
     no_output(dir.path());
@@ -223,9 +421,8 @@ fn an_operator_whose_state_grows_past_its_limit_is_stopped_naming_the_limit() {
         &out,
         &[
             "operator `count` subtask",
-            "exceeded its state limit",
-            "past its limit of 1 MiB",
-            "state_mb",
+            "exceeded its state limit of 1 MiB (limits.state_mb): its keyed state grew to",
+            "raise `state_mb`",
         ],
     );
     no_output(dir.path());

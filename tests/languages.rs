@@ -6,17 +6,27 @@
 //! give the same output (every word with its running count) and leave the same state: the
 //! last checkpoint, restored, holds for every word exactly its count. The SDKs encode state
 //! differently (Rust: CBOR; Python, JavaScript, C: JSON text), so counts are compared decoded.
+//!
+//! And a counter that fails (on a record without key) tells the host which record of the
+//! batch it failed on, with its traceback or stack where the language has one, and keeps
+//! nothing of the failed batch.
 
 mod support;
 
 use std::collections::BTreeMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use support::crash::{committed, running_counts};
 use support::{built_operator, repo, stderr, tokenize_then, weir};
 use weir_host::checkpoint::CheckpointStore;
 use weir_host::checkpoint::storage::read_increment;
+use weir_host::engine::{Engine, EngineOptions};
+use weir_host::guest::WasmOperator;
+use weir_host::ids::{OperatorName, SubtaskIndex};
+use weir_host::operator::{FailureKind, GuestLimits, OperatorInstance, SubtaskContext};
 use weir_host::partition::{KeyGroupRange, KeyGroups, hash_key};
+use weir_host::record::{RecordBatch, RecordRef};
 use weir_host::state::{KeyRef, KeyedStateBackend, StateKind};
 
 /// Text with repeated words, punctuation and non-ASCII words.
@@ -192,4 +202,86 @@ fn the_javascript_counter_behaves_like_the_word_counter() {
 #[test]
 fn the_c_counter_behaves_like_the_word_counter() {
     behaves_like_the_word_counter(&repo().join("examples/languages/c-counter"), Encoding::Json);
+}
+
+/// The four counters: the language and its component.
+fn counters() -> [(&'static str, PathBuf); 4] {
+    let examples = repo().join("examples/languages");
+    [
+        ("Rust", support::component("weir-example-counter")),
+        ("Python", built_operator(&examples.join("python-counter"))),
+        ("JavaScript", built_operator(&examples.join("js-counter"))),
+        ("C", built_operator(&examples.join("c-counter"))),
+    ]
+}
+
+/// The only subtask of the counter `component`, opened.
+fn open_counter(engine: &Engine, component: &Path) -> WasmOperator {
+    let groups = KeyGroups::default();
+    let ctx = SubtaskContext {
+        job: Arc::from("languages"),
+        operator: OperatorName("count".into()),
+        subtask: SubtaskIndex(0),
+        parallelism: 1,
+        key_groups: groups,
+        range: groups.range_of(SubtaskIndex(0), 1),
+        config_json: "{}".into(),
+        limits: GuestLimits::default(),
+        guest_log: None,
+    };
+    let component = engine.load(component).expect("load");
+    WasmOperator::open(engine, &component, &ctx).expect("open")
+}
+
+/// Records with these keys (None: without key), each with the value "v".
+fn batch(keys: &[Option<&str>]) -> RecordBatch {
+    let mut batch = RecordBatch::new();
+    for key in keys {
+        batch.push(match key {
+            Some(key) => RecordRef::keyed(key.as_bytes(), b"v"),
+            None => RecordRef::unkeyed(b"v"),
+        });
+    }
+    batch
+}
+
+#[test]
+fn a_failure_names_its_record_and_leaves_nothing_behind_in_every_language() {
+    let engine = Engine::new(EngineOptions {
+        cache: Some(weir_host::engine::ComponentCache::new(support::cache_dir())),
+    })
+    .expect("engine");
+    for (language, component) in counters() {
+        let mut counter = open_counter(&engine, &component);
+        let failing = batch(&[Some("a"), Some("b"), Some("a"), None, Some("c")]);
+        let error = counter.process(failing).expect_err("a record without key");
+        assert_eq!(error.kind, FailureKind::Returned, "{language}: {error}");
+        assert_eq!(
+            error.record,
+            Some(3),
+            "{language}: the record without key; {error}"
+        );
+        assert!(
+            error
+                .message
+                .contains("the word counter needs records keyed by word"),
+            "{language}: {error}"
+        );
+        let trace = match language {
+            "Python" => "Traceback (most recent call last):\n  File \"operator.py\", line ",
+            "JavaScript" => "\n    at process (operator.js:",
+            _ => "",
+        };
+        assert!(error.message.contains(trace), "{language}: {error}");
+        // What the failed call counted is gone: the host may process the batch again
+        // without the failing record.
+        let out = counter
+            .process(batch(&[Some("a"), Some("b"), Some("a")]))
+            .unwrap_or_else(|e| panic!("{language}: {e}"));
+        let values: Vec<_> = out
+            .iter()
+            .map(|r| String::from_utf8_lossy(r.value).into_owned())
+            .collect();
+        assert_eq!(values, ["a\t1", "b\t1", "a\t2"], "{language}");
+    }
 }

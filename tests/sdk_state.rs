@@ -4,7 +4,8 @@
 //!
 //! The tour writes values of two encodings (integers and text), removes them, counts in a
 //! map, removes map entries and clears the map, appends to and clears a list, and reads each
-//! of them back after writing in the same batch (read your writes) and in later batches.
+//! of them back after writing in the same batch (read your writes) and in later batches; it
+//! also reads the map's size (Python `len(map)`, JavaScript `map.size`).
 
 mod support;
 
@@ -58,9 +59,10 @@ fn expected(text: &str) -> Vec<String> {
         let keys: Vec<&str> = state.seen.keys().map(String::as_str).collect();
         let count = state.seen.get(target).copied().unwrap_or(0);
         lines.push(format!(
-            "{key}|{prev}|{count}|{}|{}",
+            "{key}|{prev}|{count}|{}|{}|{}",
             state.history,
-            keys.join(",")
+            keys.join(","),
+            state.seen.len()
         ));
     }
     lines.sort();

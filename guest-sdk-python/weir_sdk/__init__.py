@@ -22,7 +22,7 @@ exports as `weir:operator/processor`; the application module must bind it to the
 
 Put the operator in `operator.py` and build it with `weir build` (which stages this SDK, the
 one of the `weir` binary, beside it, and checks the component against the world
-`weir:operator/operator@0.2.0`); `weir new --lang python NAME` starts a project.
+`weir:operator/operator@0.3.0`); `weir new --lang python NAME` starts a project.
 
 Like the Rust SDK, this one is built around the cost of the component boundary:
 
@@ -47,14 +47,24 @@ the output columns once per batch.
 State values, map keys, map values and list items are stored as JSON text (compact, UTF-8):
 a count of 5 is stored as the bytes `5`. They must be JSON-serializable.
 
-An exception raised by `open`, `process` or `close` fails the job with its message; the
-writes of the failed batch are dropped and so are the records it emitted.
+`Emitter.emit` takes keys and values as `bytes`, `bytearray`, `memoryview` or `str` (UTF-8)
+and raises a `TypeError` at the call for anything else; `emit_json` writes any JSON value.
+
+An exception raised by `open`, `process` or `close` fails the job with its message and its
+traceback, as Python prints it but without this SDK's frames and without source lines (the
+component holds compiled modules only): each frame's file, line and function. From `process`,
+the host also learns which record of the batch was being processed. The writes of the failed
+batch are dropped and so are the records it emitted; the host may roll the batch's state back
+and process it again without the failing record, so an operator keeps nothing of a failed
+batch in its own attributes either.
 """
 
 import json
+import re
 from array import array
 from bisect import bisect_right
 from itertools import accumulate, compress, repeat
+from operator import length_hint
 
 from componentize_py_types import Err
 from wit_world.imports import log as _log
@@ -152,7 +162,7 @@ class Record:
     def __init__(self, key=None, value=b"", timestamp=None):
         self.key = key
         self.timestamp = timestamp
-        self._data = value if type(value) is bytes else _as_bytes(value)
+        self._data = value if type(value) is bytes else _as_bytes(value, "Record")
         self._start = 0
         self._end = len(self._data)
 
@@ -177,18 +187,36 @@ class Record:
         return f"Record(key={self.key!r}, value={self.value!r}, timestamp={self.timestamp!r})"
 
 
-def _as_bytes(value):
+def _as_bytes(value, call="emit", arg="value"):
     """`str` as UTF-8; `bytes` as it is; any other bytes-like object (`bytearray`,
-    `memoryview`) copied into `bytes`."""
+    `memoryview`) copied into `bytes`. Anything else is a TypeError naming `call` and its
+    argument `arg`: the slow branch of `emit`, so the type checks cost nothing to bytes and
+    str."""
     if type(value) is str:
         return value.encode()
-    return bytes(memoryview(value))
+    try:
+        view = memoryview(value)
+    except TypeError:
+        raise TypeError(_wrong_type(call, arg, value)) from None
+    return bytes(view)
+
+
+def _wrong_type(call, arg, value):
+    accepted = "bytes, bytearray, memoryview or str (UTF-8)"
+    if arg == "key":
+        return (
+            f"{call}: a key is {accepted}, or None for a record without key, "
+            f"not {type(value).__name__}; convert it first, e.g. str(key)"
+        )
+    hint = "; use emit_json(key, value) to emit other values as JSON" if call == "emit" else ""
+    return f"{call}: a {arg} is {accepted}, not {type(value).__name__}{hint}"
 
 
 class Emitter:
     """Where an operator writes its output records, in emit order; they become one flat
     batch, returned to the host when the call ends. Keys and values are `bytes` or `str`
-    (encoded as UTF-8); `bytearray` and `memoryview` are copied."""
+    (encoded as UTF-8); `bytearray` and `memoryview` are copied; anything else is a
+    `TypeError` at the call (`emit_json` writes other values as JSON)."""
 
     # `_parts`: key 0, value 0, key 1, value 1, ... as bytes (a record without key has an
     # empty one); `_special`: (index, flags, timestamp) of the records that have no key or
@@ -200,7 +228,8 @@ class Emitter:
         self._special = []
 
     def emit(self, key, value, timestamp=None):
-        """Emits a record; `key` None makes a record without key."""
+        """Emits a record; `key` None makes a record without key. `key` and `value` are
+        `bytes`, `bytearray`, `memoryview` or `str`; see `emit_json` for other values."""
         if type(value) is not bytes:
             value = value.encode() if type(value) is str else _as_bytes(value)
         if type(key) is bytes and timestamp is None:
@@ -217,7 +246,7 @@ class Emitter:
             key = b""
         else:
             if type(key) is not bytes:
-                key = _as_bytes(key)
+                key = _as_bytes(key, "emit", "key")
             flags = HAS_KEY
         if timestamp is None:
             timestamp = 0
@@ -554,6 +583,21 @@ class MapState:
         except Err as e:
             raise WeirError(f"map state `{self.name}`: reading: {e.value}") from None
 
+    def __len__(self):
+        """The number of entries: one host call (the host counts them as they are written),
+        whatever the size of the map."""
+        slot = _current_slot(self.name)
+        _rt.flush()
+        try:
+            return _state.map_size(self._id, slot)
+        except Err as e:
+            raise WeirError(f"map state `{self.name}`: reading its size: {e.value}") from None
+
+    def __bool__(self):
+        # A state object is a handle, true wherever it is used (`if self.seen:` in `open`
+        # needs no record); `len(state)` says whether the record's map is empty.
+        return True
+
     def put(self, key, value):
         _rt.log(_MAP_PUT, self._id, _current_slot(self.name), _encode(key), _encode(value))
 
@@ -665,11 +709,74 @@ class Operator:
 
 
 def _message(e):
+    """What the host shows of an exception: `Type: message` (an SDK or host error: its
+    message), then its traceback."""
     if isinstance(e, Err):
         return str(e.value)
-    if isinstance(e, WeirError):
-        return str(e)
-    return f"{type(e).__name__}: {e}"
+    first = str(e) if isinstance(e, WeirError) else _exception_line(e)
+    lines = []
+    _traceback_lines(e, lines, {id(e)}, last=False)
+    return "\n".join([first, *lines]) if lines else first
+
+
+#: The file of this module: its frames are left out of tracebacks.
+_SDK_FILE = __file__
+#: The folders componentize-py puts the staged modules and the project's under (`/0/`, `/1/`).
+_MOUNT = re.compile(r"^/\d+/")
+
+
+def _exception_line(e):
+    """`Type: message`, as the last line of a Python traceback (qualified outside builtins)."""
+    kind = type(e)
+    name = kind.__qualname__
+    if kind.__module__ not in ("builtins", "__main__", "weir_operator"):
+        name = f"{kind.__module__}.{name}"
+    text = str(e)
+    return f"{name}: {text}" if text else name
+
+
+def _source_name(path):
+    """A frame's file as the project names it: `weir build` componentizes `operator.py` as the
+    module `weir_operator`."""
+    path = _MOUNT.sub("", path)
+    if path == "weir_operator.py":
+        return "operator.py"
+    return path
+
+
+def _traceback_lines(e, lines, seen, last=True):
+    """Appends the traceback of `e` as Python prints it, with the exceptions it was raised from
+    or while handling first, and without this SDK's frames or source lines: reading source
+    files would call on a file system the component does not have. `last`: end with the
+    exception's own line."""
+    cause, context = e.__cause__, e.__context__
+    if cause is not None and id(cause) not in seen:
+        seen.add(id(cause))
+        _traceback_lines(cause, lines, seen)
+        lines += ["", "The above exception was the direct cause of the following exception:", ""]
+    elif context is not None and not e.__suppress_context__ and id(context) not in seen:
+        seen.add(id(context))
+        _traceback_lines(context, lines, seen)
+        lines += ["", "During handling of the above exception, another exception occurred:", ""]
+    frames = []
+    tb = e.__traceback__
+    while tb is not None:
+        code = tb.tb_frame.f_code
+        if code.co_filename != _SDK_FILE:
+            line = "?" if tb.tb_lineno is None else tb.tb_lineno
+            name = getattr(code, "co_qualname", code.co_name)
+            frames.append(f'  File "{_source_name(code.co_filename)}", line {line}, in {name}')
+        tb = tb.tb_next
+    if frames:
+        lines.append("Traceback (most recent call last):")
+        lines += frames
+    if last:
+        lines.append(_exception_line(e))
+
+
+def _failure(e, record=None):
+    """The WIT `failure` of an exception raised while processing record `record`."""
+    return Err(_types.Failure(_message(e), record))
 
 
 def _slot_count(key_slots, records):
@@ -685,33 +792,55 @@ def _slot_count(key_slots, records):
     return top + 1
 
 
+class _Batch:
+    """Where `_run` is in the batch, for a failure to name its record: the iterator over the
+    key slots, which the loop advances once per record (nothing is counted per record)."""
+
+    slots = None
+    records = 0
+
+    @classmethod
+    def record(cls):
+        """The index of the record being processed, or None outside the loop over records."""
+        slots = cls.slots
+        if slots is None:
+            return None
+        return cls.records - 1 - length_hint(slots)
+
+
 def _run(process, out, batch, key_slots):
     """Calls `process(record, out)` for every record of `batch`."""
     global _slot
     data, key_ends, value_ends = batch.data, batch.key_ends, batch.value_ends
     flags, timestamps = batch.flags, batch.timestamps
     n = len(value_ends)
+    _Batch.slots = None
     if not (len(key_ends) == len(flags) == len(timestamps) == n):
         raise WeirError("malformed batch: columns of different lengths")
     _rt.begin(_slot_count(key_slots, n))
     record = Record()
     record._data = data
     start = 0
+    # Last in each `zip`: when `process` raises, the iterator has given exactly the slots of
+    # the records up to the current one.
+    slots = _Batch.slots = iter(key_slots)
+    _Batch.records = n
     if flags.count(HAS_KEY) == n:
         # Every record keyed, none with a timestamp: the common case, with the least per record.
-        for key_end, value_end, _slot in zip(key_ends, value_ends, key_slots):
+        for key_end, value_end, _slot in zip(key_ends, value_ends, slots):
             record.key = data[start:key_end]
             record._start = key_end
             record._end = start = value_end
             process(record, out)
     else:
-        for key_end, value_end, f, timestamp, _slot in zip(key_ends, value_ends, flags, timestamps, key_slots):
+        for key_end, value_end, f, timestamp, _slot in zip(key_ends, value_ends, flags, timestamps, slots):
             record.key = data[start:key_end] if f & HAS_KEY else None
             record._start = key_end
             record._end = value_end
             record.timestamp = timestamp if f & HAS_TIMESTAMP else None
             process(record, out)
             start = value_end
+    _Batch.slots = None
 
 
 def export(operator_class):
@@ -740,21 +869,23 @@ def export(operator_class):
         def process(self, batch, key_slots):
             operator = Processor.operator
             if operator is None:
-                raise Err("the operator is not open: process called before open or after close")
+                raise _failure(WeirError("the operator is not open: process called before open or after close"))
             out = Processor.out
             try:
                 _run(operator.process, out, batch, key_slots)
                 _rt.finish()
                 return out._take()
             except Exception as e:
+                record = _Batch.record()
+                _Batch.slots = None
                 _rt.abort()
                 out._discard()
-                raise Err(_message(e)) from None
+                raise _failure(e, record) from None
 
         def close(self):
             operator = Processor.operator
             if operator is None:
-                raise Err("the operator is not open: close called before open or after close")
+                raise _failure(WeirError("the operator is not open: close called before open or after close"))
             Processor.operator = None
             out = Processor.out
             try:
@@ -762,7 +893,7 @@ def export(operator_class):
                 return out._take()
             except Exception as e:
                 out._discard()
-                raise Err(_message(e)) from None
+                raise _failure(e) from None
 
     Processor.__name__ = Processor.__qualname__ = "Processor"
     return Processor

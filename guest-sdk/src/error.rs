@@ -1,13 +1,16 @@
-//! The one error type of the SDK: a message that crosses the boundary as the WIT `err(string)`.
+//! The one error type of the SDK: a message that crosses the boundary as the WIT `failure`
+//! (from `process` and `close`) or `err(string)` (from `open`).
 
 use std::fmt;
 
 /// An error returned by an operator or by the SDK on its behalf.
 ///
-/// It is a message and nothing else, because that is all the host receives: an error from
+/// It is a message and nothing else, because that is what the host shows: an error from
 /// [`Operator::open`](crate::Operator::open), [`Operator::process`](crate::Operator::process)
-/// or [`Operator::close`](crate::Operator::close) becomes the WIT `err(string)` of that call
-/// and fails the job with this message.
+/// or [`Operator::close`](crate::Operator::close) fails the job with this message (from
+/// `process`, together with the index of the record being processed). The chain of causes
+/// is part of the message: [`Error::context`] puts the context in front, and
+/// [`Error::with_sources`] writes a library error with its sources.
 ///
 /// `?` converts strings, JSON and CBOR errors, and UTF-8 errors into it:
 ///
@@ -35,6 +38,19 @@ impl Error {
     /// An error with this message.
     pub fn new(message: impl Into<String>) -> Self {
         Self(message.into())
+    }
+
+    /// An error with the message of `error`, then the message of each of its sources, as in
+    /// `"{error}: {source}: {source's source}"`: a library error's chain in one message.
+    pub fn with_sources(error: &(dyn std::error::Error + 'static)) -> Self {
+        let mut message = error.to_string();
+        let mut source = error.source();
+        while let Some(cause) = source {
+            message.push_str(": ");
+            message.push_str(&cause.to_string());
+            source = cause.source();
+        }
+        Self(message)
     }
 
     /// The message.
@@ -131,6 +147,27 @@ mod tests {
             "record 3: boom"
         );
         assert_eq!(format!("{:?}", Error::new("boom")), r#"Error("boom")"#);
+    }
+
+    #[test]
+    fn with_sources_writes_the_whole_chain() {
+        #[derive(Debug)]
+        struct Outer(std::io::Error);
+        impl fmt::Display for Outer {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("reading the table")
+            }
+        }
+        impl std::error::Error for Outer {
+            fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+                Some(&self.0)
+            }
+        }
+        let error = Outer(std::io::Error::other("disk on fire"));
+        assert_eq!(
+            Error::with_sources(&error).message(),
+            "reading the table: disk on fire"
+        );
     }
 
     #[test]

@@ -4,7 +4,7 @@ use std::any::Any;
 use std::cell::RefCell;
 use std::marker::PhantomData;
 
-use crate::bindings::exports::weir::operator::processor::{Batch, Context, Guest};
+use crate::bindings::exports::weir::operator::processor::{Batch, Context, Failure, Guest};
 use crate::record::BatchRecords;
 use crate::state::batch::{self, NO_SLOT};
 use crate::{Emitter, Error, OpenContext, Operator, Result};
@@ -29,13 +29,43 @@ impl<T: Operator> Guest for Exports<T> {
         open::<T>(ctx).map_err(String::from)
     }
 
-    fn process(batch: Batch, key_slots: Vec<u32>) -> Result<Batch, String> {
-        with_instance::<T, _>(|operator, emitter| process(operator, emitter, &batch, &key_slots))
-            .map_err(String::from)
+    fn process(batch: Batch, key_slots: Vec<u32>) -> Result<Batch, Failure> {
+        with_instance::<T, _>(|operator, emitter| {
+            Ok(process(operator, emitter, &batch, &key_slots))
+        })
+        .map_err(Failed::outside_records)
+        .and_then(|result| result)
+        .map_err(Failure::from)
     }
 
-    fn close() -> Result<Batch, String> {
-        close::<T>().map_err(String::from)
+    fn close() -> Result<Batch, Failure> {
+        close::<T>().map_err(|error| Failed::outside_records(error).into())
+    }
+}
+
+/// A failed `process` or `close`: the error, and the index of the record being processed
+/// when it happened, if it happened in one.
+#[derive(Debug, PartialEq)]
+struct Failed {
+    error: Error,
+    record: Option<u32>,
+}
+
+impl Failed {
+    fn outside_records(error: Error) -> Self {
+        Self {
+            error,
+            record: None,
+        }
+    }
+}
+
+impl From<Failed> for Failure {
+    fn from(failed: Failed) -> Self {
+        Failure {
+            message: failed.error.into(),
+            record: failed.record,
+        }
     }
 }
 
@@ -78,28 +108,39 @@ fn with_instance<T: Operator, R>(f: impl FnOnce(&mut T, &mut Emitter) -> Result<
 }
 
 /// Runs one batch through the operator: every record with its key slot set, then one flush
-/// of the batch's state writes, then the emitted records.
+/// of the batch's state writes, then the emitted records. A failure in `process` names the
+/// record's index in the batch.
 fn process<T: Operator>(
     operator: &mut T,
     out: &mut Emitter,
     batch: &Batch,
     key_slots: &[u32],
-) -> Result<Batch> {
-    let records = BatchRecords::new(batch)?;
-    let slot_count = slot_count(key_slots, records.len())?;
-    let scope = batch::begin(slot_count)?;
-    for (record, &slot) in records.zip(key_slots) {
+) -> Result<Batch, Failed> {
+    let records = BatchRecords::new(batch).map_err(Failed::outside_records)?;
+    let slot_count = slot_count(key_slots, records.len()).map_err(Failed::outside_records)?;
+    let scope = batch::begin(slot_count).map_err(Failed::outside_records)?;
+    for (index, (record, &slot)) in (0u32..).zip(records.zip(key_slots)) {
         batch::set_current_slot(slot);
-        if let Err(error) = record.and_then(|record| operator.process(&record, out)) {
+        let record = match record {
+            Ok(record) => record,
+            Err(error) => {
+                out.discard();
+                return Err(Failed::outside_records(error));
+            }
+        };
+        if let Err(error) = operator.process(&record, out) {
             out.discard();
-            return Err(error);
+            return Err(Failed {
+                error,
+                record: Some(index),
+            });
         }
     }
     if let Err(error) = scope.finish() {
         out.discard();
-        return Err(error);
+        return Err(Failed::outside_records(error));
     }
-    out.take_batch()
+    out.take_batch().map_err(Failed::outside_records)
 }
 
 /// The number of distinct keys of a batch, checking that `key_slots` is what the WIT says:
@@ -211,6 +252,16 @@ mod tests {
         (out.take_batch().expect("a small batch"), slots)
     }
 
+    /// `process` through the export, with its failure's message as the error.
+    fn call_process(batch: Batch, slots: Vec<u32>) -> Result<Batch, String> {
+        Exported::process(batch, slots).map_err(|failure| failure.message)
+    }
+
+    /// `close` through the export, with its failure's message as the error.
+    fn call_close() -> Result<Batch, String> {
+        Exported::close().map_err(|failure| failure.message)
+    }
+
     fn values(batch: &Batch) -> Vec<String> {
         BatchRecords::new(batch)
             .expect("a valid batch")
@@ -229,20 +280,20 @@ mod tests {
         let host = FakeHost::install();
         Exported::open(context())?;
         let (input, slots) = batch(&[(Some("a"), "x"), (Some("b"), "y"), (Some("a"), "z")]);
-        let output = Exported::process(input, slots)?;
+        let output = call_process(input, slots)?;
         assert_eq!(values(&output), ["x=1", "y=1", "z=2"]);
         assert_eq!(output.flags, [HAS_KEY; 3]);
         assert_eq!(host.calls().read_values, 1);
         assert_eq!(host.calls().apply, 1);
 
         let (input, slots) = batch(&[(Some("a"), "w")]);
-        assert_eq!(values(&Exported::process(input, slots)?), ["w=3"]);
+        assert_eq!(values(&call_process(input, slots)?), ["w=3"]);
         assert_eq!((host.calls().read_values, host.calls().apply), (2, 2));
 
-        let closed = Exported::close()?;
+        let closed = call_close()?;
         assert_eq!(values(&closed), ["closed"]);
         assert_eq!(closed.flags, [0]);
-        let after = Exported::process(batch(&[]).0, Vec::new()).expect_err("closed");
+        let after = call_process(batch(&[]).0, Vec::new()).expect_err("closed");
         assert!(after.contains("not open"), "{after}");
         Ok(())
     }
@@ -252,14 +303,13 @@ mod tests {
         let host = FakeHost::install();
         Exported::open(context())?;
         let (input, slots) = batch(&[(Some("a"), "x"), (Some("b"), "fail")]);
-        assert_eq!(
-            Exported::process(input, slots).expect_err("fails on `fail`"),
-            "saw fail"
-        );
+        let failure = Exported::process(input, slots).expect_err("fails on `fail`");
+        assert_eq!(failure.message, "saw fail");
+        assert_eq!(failure.record, Some(1), "the index of the failing record");
         assert_eq!(host.calls().apply, 0);
         let (input, slots) = batch(&[(Some("a"), "x")]);
         assert_eq!(
-            values(&Exported::process(input, slots)?),
+            values(&call_process(input, slots)?),
             ["x=1"],
             "no output or state left over"
         );
@@ -280,12 +330,16 @@ mod tests {
     fn keyless_records_get_a_clear_error() -> Result<(), String> {
         FakeHost::install();
         Exported::open(context())?;
-        let (input, slots) = batch(&[(None, "x")]);
-        let error = Exported::process(input, slots).expect_err("keyless");
+        let (input, slots) = batch(&[(Some("a"), "x"), (None, "x")]);
+        let failure = Exported::process(input, slots).expect_err("keyless");
         assert!(
-            error.contains("state access needs a keyed record; key the stream with key_by"),
-            "{error}"
+            failure
+                .message
+                .contains("state access needs a keyed record; key the stream with key_by"),
+            "{}",
+            failure.message
         );
+        assert_eq!(failure.record, Some(1));
         Ok(())
     }
 
@@ -293,7 +347,7 @@ mod tests {
     fn lifecycle_mistakes_are_errors_not_traps() -> Result<(), String> {
         FakeHost::install();
         let (input, slots) = batch(&[(Some("a"), "x")]);
-        let error = Exported::process(input, slots).expect_err("not open");
+        let error = call_process(input, slots).expect_err("not open");
         assert!(error.contains("process called before open"), "{error}");
         Exported::open(context())?;
         assert!(Exported::open(context()).is_err_and(|e| e.contains("already open")));
@@ -305,8 +359,13 @@ mod tests {
         FakeHost::install();
         Exported::open(context())?;
         let (input, _) = batch(&[(Some("a"), "x")]);
-        assert!(Exported::process(input.clone(), vec![]).is_err_and(|e| e.contains("1 records")));
-        assert!(Exported::process(input, vec![7]).is_err_and(|e| e.contains("key slot 7")));
+        let failure = Exported::process(input.clone(), vec![]).expect_err("no slots");
+        assert!(failure.message.contains("1 records"), "{}", failure.message);
+        assert_eq!(
+            failure.record, None,
+            "the SDK's handling of the batch, no one record's"
+        );
+        assert!(call_process(input, vec![7]).is_err_and(|e| e.contains("key slot 7")));
         assert_eq!(slot_count(&[0, NO_SLOT, 1, 0], 4), Ok(2));
         assert_eq!(slot_count(&[NO_SLOT], 1), Ok(0));
         Ok(())
@@ -322,7 +381,7 @@ mod tests {
         input.value_ends = vec![2];
         input.flags = vec![HAS_KEY | HAS_TIMESTAMP];
         input.timestamps = vec![42];
-        let output = Exported::process(input, vec![0])?;
+        let output = call_process(input, vec![0])?;
         assert_eq!(values(&output), ["v=1"]);
         assert_eq!(
             (output.flags[0], output.timestamps[0]),

@@ -9,12 +9,30 @@ wasmtime::component::bindgen!({
 });
 
 /// The WIT package this host implements, as components name it.
-pub const PACKAGE: &str = "weir:operator@0.2.0";
+pub const PACKAGE: &str = "weir:operator@0.3.0";
+/// The world every operator component implements.
+pub const WORLD: &str = "weir:operator/operator@0.3.0";
 /// The interface every operator component must export.
-pub const PROCESSOR_EXPORT: &str = "weir:operator/processor@0.2.0";
+pub const PROCESSOR_EXPORT: &str = "weir:operator/processor@0.3.0";
 /// The interfaces Weir provides to operators, besides WASI.
 pub const WEIR_IMPORTS: [&str; 3] = [
-    "weir:operator/types@0.2.0",
-    "weir:operator/state@0.2.0",
-    "weir:operator/log@0.2.0",
+    "weir:operator/types@0.3.0",
+    "weir:operator/state@0.3.0",
+    "weir:operator/log@0.3.0",
 ];
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The names above are what components built from `wit/` call these interfaces.
+    #[test]
+    fn names_carry_the_version_of_the_wit_package() {
+        let wit = include_str!("../../wit/operator.wit");
+        let (_, version) = PACKAGE.split_once('@').expect("a versioned package");
+        assert!(wit.contains(&format!("package {PACKAGE};")), "{PACKAGE}");
+        for name in [WORLD, PROCESSOR_EXPORT].into_iter().chain(WEIR_IMPORTS) {
+            assert!(name.ends_with(&format!("@{version}")), "{name}");
+        }
+    }
+}

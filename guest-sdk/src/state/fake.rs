@@ -18,6 +18,7 @@ pub(crate) struct Calls {
     pub(crate) read_values: usize,
     pub(crate) apply: usize,
     pub(crate) map_get: usize,
+    pub(crate) map_size: usize,
     pub(crate) map_entries: usize,
     pub(crate) list_read: usize,
 }
@@ -120,6 +121,15 @@ impl StateHost for FakeHost {
             .get(&(state, slot))
             .and_then(|map| map.get(map_key))
             .cloned())
+    }
+
+    fn map_size(&mut self, state: StateId, slot: u32) -> Result<u32, String> {
+        let mut store = self.0.borrow_mut();
+        store.calls.map_size += 1;
+        Ok(store
+            .maps
+            .get(&(state, slot))
+            .map_or(0, |map| map.len() as u32))
     }
 
     fn map_entries(

@@ -19,6 +19,7 @@ pub(crate) trait StateHost {
         slot: u32,
         map_key: &[u8],
     ) -> Result<Option<Vec<u8>>, String>;
+    fn map_size(&mut self, state: StateId, slot: u32) -> Result<u32, String>;
     fn map_entries(
         &mut self,
         state: StateId,
@@ -52,6 +53,10 @@ impl StateHost for WitHost {
         map_key: &[u8],
     ) -> Result<Option<Vec<u8>>, String> {
         wit::map_get(state, slot, map_key)
+    }
+
+    fn map_size(&mut self, state: StateId, slot: u32) -> Result<u32, String> {
+        wit::map_size(state, slot)
     }
 
     fn map_entries(

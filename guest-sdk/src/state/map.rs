@@ -25,9 +25,9 @@ const PAGE: u32 = 1024;
 /// integers sort numerically, strings by length first, then bytewise.
 ///
 /// Writes (`insert`, `remove`, `clear`) are queued and sent in one host call with the other
-/// writes of the batch. A read (`get`, `contains_key`, `entries`, `keys`) first sends the
-/// queued writes, so it sees them, then calls the host: reads cost one crossing each (plus
-/// one per 1024 entries for `entries` and `keys`).
+/// writes of the batch. A read (`get`, `contains_key`, `len`, `entries`, `keys`) first sends
+/// the queued writes, so it sees them, then calls the host: reads cost one crossing each
+/// (plus one per 1024 entries for `entries` and `keys`).
 pub struct MapState<K, V> {
     id: StateId,
     name: Arc<str>,
@@ -79,6 +79,23 @@ impl<K: Serialize + DeserializeOwned, V: Serialize + DeserializeOwned> MapState<
     /// Whether the map has an entry under `key`.
     pub fn contains_key(&self, key: &K) -> Result<bool> {
         self.read(|runtime, slot| Ok(Self::get_raw(runtime, self.id, slot, key)?.is_some()))
+    }
+
+    /// The number of entries (the host counts them as they are written: one crossing,
+    /// whatever the size of the map).
+    pub fn len(&self) -> Result<usize> {
+        self.read(|runtime, slot| {
+            let size = runtime
+                .host
+                .map_size(self.id, slot)
+                .map_err(|e| Error::new(format!("reading its size: {e}")))?;
+            Ok(size as usize)
+        })
+    }
+
+    /// Whether the map has no entries.
+    pub fn is_empty(&self) -> Result<bool> {
+        Ok(self.len()? == 0)
     }
 
     /// Puts `value` under `key`, replacing any previous value.
@@ -214,9 +231,13 @@ mod tests {
             2,
             "nothing new to send before `entries`"
         );
+        map.insert(&"c".to_owned(), &3)?;
+        assert_eq!(map.len()?, 2, "b and c, with the queued write");
+        assert_eq!((host.calls().apply, host.calls().map_size), (3, 1));
 
         set_current_slot(1);
         assert_eq!(map.keys()?, Vec::<String>::new(), "maps are per key");
+        assert!(map.is_empty()?);
         map.insert(&"z".to_owned(), &26)?;
         map.clear()?;
         scope.finish()?;

@@ -6,7 +6,7 @@ use std::time::Instant;
 use wasmtime::component::Component;
 
 use super::{ComponentCache, Engine};
-use crate::bindings::{OperatorPre, PACKAGE, PROCESSOR_EXPORT, WEIR_IMPORTS};
+use crate::bindings::{OperatorPre, PACKAGE, PROCESSOR_EXPORT, WEIR_IMPORTS, WORLD};
 use crate::guest::GuestState;
 
 /// Why a component could not be loaded.
@@ -24,7 +24,7 @@ pub enum LoadError {
     NotAComponent { path: PathBuf, what: &'static str },
     #[error("{path} is not a valid WebAssembly component: {reason}")]
     Invalid { path: PathBuf, reason: String },
-    #[error("{path} does not implement the world weir:operator/operator@0.2.0: {}", problems.join("; "))]
+    #[error("{path} does not implement the world {WORLD}: {}", problems.join("; "))]
     WrongWorld {
         path: PathBuf,
         problems: Vec<String>,
@@ -212,13 +212,15 @@ mod tests {
     #[test]
     fn names_the_version_a_component_was_built_against() {
         let old = [
-            "weir:operator/processor@0.1.0",
-            "weir:operator/state@0.1.0",
+            "weir:operator/processor@0.2.0",
+            "weir:operator/state@0.2.0",
             "wasi:cli/stdout@0.2.0",
         ];
         let hint = version_hint(old.into_iter()).expect("a hint");
         assert!(
-            hint.starts_with("it was built against weir:operator@0.1.0, and this Weir implements"),
+            hint.starts_with(
+                "it was built against weir:operator@0.2.0, and this Weir implements weir:operator@0.3.0: rebuild it"
+            ),
             "{hint}"
         );
         let current = [PROCESSOR_EXPORT, WEIR_IMPORTS[1], "wasi:cli/stdout@0.2.0"];

@@ -2,6 +2,8 @@
 //!
 //! - [`GuestState`]: what a wasmtime `Store` holds for one subtask: WASI (no ambient
 //!   authority), limits, the keyed state backend and the current batch's key slots.
+//! - [`limits`]: [`Limiter`], the memory limiter and the one place that tells which limit a
+//!   failed call went past.
 //! - [`slots`]: [`KeySlots`], the distinct keys of the batch being processed; state calls name
 //!   keys by slot.
 //! - [`state_host`], [`log_host`]: the `state` and `log` imports.
@@ -10,6 +12,7 @@
 //! - [`wasm_operator`]: [`WasmOperator`], an [`crate::operator::OperatorInstance`] backed by a
 //!   component instance.
 
+pub mod limits;
 pub mod log_file;
 pub mod log_host;
 pub mod output;
@@ -19,15 +22,16 @@ pub mod wasm_operator;
 
 use std::sync::Arc;
 
-use wasmtime::StoreLimits;
 use wasmtime_wasi::{ResourceTable, WasiCtx, WasiCtxView, WasiView};
 
+pub use limits::{ExceededLimit, Limiter};
 pub use log_file::{GuestLogFile, LogLine};
 pub use output::{GuestOutput, Stream};
 pub use slots::KeySlots;
 pub use wasm_operator::{WasmOperator, WasmOperatorFactory};
 
 use crate::ids::{OperatorName, SubtaskIndex};
+use crate::operator::GuestLimits;
 use crate::state::KeyedStateBackend;
 
 /// Who is logging, attached to every guest log line, and where the job keeps its lines.
@@ -65,18 +69,15 @@ pub struct GuestState {
     /// The guest's standard error, kept to explain traps.
     pub(crate) stderr: GuestOutput,
     table: ResourceTable,
-    pub(crate) limits: StoreLimits,
+    /// The instance's limits, and which of them the current call went past.
+    pub(crate) limiter: Limiter,
     pub(crate) backend: KeyedStateBackend,
     pub(crate) slots: KeySlots,
     pub(crate) log: LogContext,
-    /// Bytes of keyed state the operator may hold, and whether a call went past it: the call
-    /// then fails whatever the guest does with the error it got.
-    pub(crate) state_limit: Option<usize>,
-    pub(crate) over_state_limit: bool,
 }
 
 impl GuestState {
-    pub fn new(backend: KeyedStateBackend, limits: StoreLimits, log: LogContext) -> Self {
+    pub fn new(backend: KeyedStateBackend, limits: GuestLimits, log: LogContext) -> Self {
         let stderr = GuestOutput::new(Stream::Stderr, log.clone());
         let wasi = WasiCtx::builder()
             .stdout(GuestOutput::new(Stream::Stdout, log.clone()))
@@ -86,9 +87,7 @@ impl GuestState {
             wasi,
             stderr,
             table: ResourceTable::new(),
-            limits,
-            state_limit: None,
-            over_state_limit: false,
+            limiter: Limiter::new(limits),
             backend,
             slots: KeySlots::default(),
             log,

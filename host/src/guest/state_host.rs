@@ -124,16 +124,7 @@ impl wit::Host for GuestState {
                 return Err(format!("state operation {i}: {}", self.describe(state, e)));
             }
         }
-        if let Some(limit) = self.state_limit
-            && self.backend.live_bytes() > limit
-        {
-            self.over_state_limit = true;
-            return Err(format!(
-                "the operator's state holds {} bytes, over its limit of {limit}",
-                self.backend.live_bytes()
-            ));
-        }
-        Ok(())
+        self.limiter.check_state(self.backend.live_bytes())
     }
 
     fn map_get(
@@ -145,6 +136,16 @@ impl wit::Host for GuestState {
         let key = self.slots.key(slot)?;
         match self.backend.map_get(StateId(state), key, &map_key) {
             Ok(v) => Ok(v.map(|v| v.to_vec())),
+            Err(e) => Err(self.describe(state, e)),
+        }
+    }
+
+    fn map_size(&mut self, state: wit::StateId, slot: u32) -> Result<u32, String> {
+        let key = self.slots.key(slot)?;
+        match self.backend.map(StateId(state), key) {
+            // A map's entries are counted as they are written; more than u32::MAX of them
+            // would not fit in memory.
+            Ok(map) => Ok(map.map_or(0, |m| u32::try_from(m.live).unwrap_or(u32::MAX))),
             Err(e) => Err(self.describe(state, e)),
         }
     }
@@ -211,6 +212,7 @@ mod tests {
     use crate::bindings::weir::operator::state::Host as _;
     use crate::guest::LogContext;
     use crate::ids::{OperatorName, SubtaskIndex};
+    use crate::operator::GuestLimits;
     use crate::partition::KeyGroups;
     use crate::record::{RecordBatch, RecordRef};
     use crate::state::KeyedStateBackend;
@@ -226,7 +228,7 @@ mod tests {
             subtask: SubtaskIndex(0),
             file: None,
         };
-        let mut guest = GuestState::new(backend, Default::default(), log);
+        let mut guest = GuestState::new(backend, GuestLimits::default(), log);
         assert_eq!(guest.declare("v".into(), wit::StateKind::Value), Ok(0));
         assert_eq!(guest.declare("m".into(), wit::StateKind::Map), Ok(1));
         let mut batch = RecordBatch::new();
@@ -286,6 +288,24 @@ mod tests {
             guest.backend.map_get(StateId(1), b, b"k").expect("map"),
             Some(&b"xy"[..])
         );
+    }
+
+    #[test]
+    fn map_size_counts_live_entries_of_the_slots_key() {
+        let mut guest = in_batch();
+        assert_eq!(guest.map_size(1, 0), Ok(0), "no map yet");
+        // map(a) gets "k" and "l", then loses "k"; map(b) gets "k".
+        let ops = log(&[
+            [2, 1, 0, 1, 2],
+            [2, 1, 0, 3, 4],
+            [3, 1, 0, 5, 5],
+            [2, 1, 1, 6, 7],
+        ]);
+        guest.apply(ops, b"kxlykkz".to_vec()).expect("apply");
+        assert_eq!(guest.map_size(1, 0), Ok(1));
+        assert_eq!(guest.map_size(1, 1), Ok(1));
+        assert!(guest.map_size(0, 0).is_err(), "a value state has no size");
+        assert!(guest.map_size(1, 7).is_err(), "no such slot");
     }
 
     #[test]

@@ -1,10 +1,10 @@
 //! [`WasmOperator`]: an operator instance backed by a component instance.
 
-use wasmtime::{Store, StoreLimitsBuilder, Trap};
+use wasmtime::Store;
 
 use super::{GuestState, LogContext};
 use crate::bindings::Operator;
-use crate::bindings::weir::operator::types::{Batch, Context};
+use crate::bindings::weir::operator::types::{Batch, Context, Failure};
 use crate::engine::{EPOCH_TICK, Engine, OperatorComponent};
 use crate::operator::{
     FailureKind, OperatorError, OperatorFactory, OperatorInstance, SubtaskContext,
@@ -56,10 +56,6 @@ impl WasmOperator {
         component: &OperatorComponent,
         ctx: &SubtaskContext,
     ) -> Result<Self, OperatorError> {
-        let limits = StoreLimitsBuilder::new()
-            .memory_size(ctx.limits.memory_bytes)
-            .trap_on_grow_failure(true)
-            .build();
         let mut backend = KeyedStateBackend::new(ctx.key_groups, ctx.range);
         // Log lines name the checkpoint their writes belong to, from `open` on.
         backend.begin_at(ctx.first_checkpoint);
@@ -69,17 +65,21 @@ impl WasmOperator {
             subtask: ctx.subtask,
             file: ctx.guest_log.clone(),
         };
-        let mut state = GuestState::new(backend, limits, log);
-        state.state_limit = ctx.limits.state_bytes;
+        let state = GuestState::new(backend, ctx.limits, log);
         let mut store = Store::new(engine.wasmtime(), state);
-        store.limiter(|s| &mut s.limits);
+        store.limiter(|s| &mut s.limiter);
         let deadline_ticks =
             (ctx.limits.cpu_time_per_call.as_millis() / EPOCH_TICK.as_millis()).max(1) as u64;
         store.set_epoch_deadline(deadline_ticks);
-        let bindings = component
-            .pre()
-            .instantiate(&mut store)
-            .map_err(|e| ctx.error(FailureKind::Instantiate, format!("{e:#}")))?;
+        let bindings = match component.pre().instantiate(&mut store) {
+            Ok(bindings) => bindings,
+            Err(error) => {
+                return Err(match store.data().limiter.exceeded(Some(&error)) {
+                    Some(limit) => limit.error(ctx),
+                    None => ctx.error(FailureKind::Instantiate, format!("{error:#}")),
+                });
+            }
+        };
         let mut op = Self {
             store,
             bindings,
@@ -99,70 +99,79 @@ impl WasmOperator {
             .call_open(&mut op.store, &context);
         match result {
             Ok(Ok(())) => {}
-            Ok(Err(message)) => return Err(ctx.error(FailureKind::Open, message)),
+            Ok(Err(message)) => return Err(op.returned_error(FailureKind::Open, message, None)),
             Err(trap) => return Err(op.trap_error(trap)),
         }
         op.store.data_mut().backend.seal_declarations();
         Ok(op)
     }
 
-    /// Turns a wasmtime error (a trap, an interrupt, a failed memory growth) into an operator
-    /// error that says which limit was hit.
-    fn trap_error(&self, error: wasmtime::Error) -> OperatorError {
-        let (kind, message) = match error.downcast_ref::<Trap>() {
-            Some(Trap::Interrupt) => (
-                FailureKind::CpuLimit,
-                format!(
-                    "one call ran longer than {:?}; raise `cpu_ms_per_call` in the operator's `limits` if this is expected",
-                    self.ctx.limits.cpu_time_per_call
-                ),
-            ),
-            _ if format!("{error:#}").contains("forcing trap when growing memory") => (
-                FailureKind::MemoryLimit,
-                format!(
-                    "the instance tried to grow its memory past {} MiB; raise `memory_mb` in the operator's `limits` if this is expected",
-                    self.ctx.limits.memory_bytes >> 20
-                ),
-            ),
-            _ => {
-                // What the guest printed last (a Rust panic message), then the trap itself.
-                let printed = self.store.data().stderr.tail();
-                let printed = printed.lines().rev().take(8).collect::<Vec<_>>();
-                let printed: String = printed.into_iter().rev().collect::<Vec<_>>().join("\n");
-                let trap = format!("{error:?}");
-                if printed.is_empty() {
-                    (FailureKind::Trap, trap)
-                } else {
-                    (FailureKind::Trap, format!("{printed}\n{trap}"))
-                }
-            }
-        };
-        self.ctx.error(kind, message)
+    /// Readies the store for a call into the guest: a fresh CPU deadline, no limit passed.
+    fn start_call(&mut self) {
+        self.store.set_epoch_deadline(self.deadline_ticks);
+        self.store.data_mut().limiter.start_call();
     }
 
+    /// An error the guest returned, unless the call went past a limit on the way (the guest's
+    /// error then is only what it made of it: a `MemoryError`, a refused state write).
+    fn returned_error(
+        &self,
+        kind: FailureKind,
+        message: String,
+        record: Option<u32>,
+    ) -> OperatorError {
+        match self.store.data().limiter.exceeded(None) {
+            Some(limit) => limit.error(&self.ctx),
+            None => self.ctx.error(kind, message).with_record(record),
+        }
+    }
+
+    /// Turns a wasmtime error (a trap, an interrupt, a refused memory growth) into an operator
+    /// error that says which limit was hit, or what the guest printed before it trapped.
+    fn trap_error(&self, error: wasmtime::Error) -> OperatorError {
+        if let Some(limit) = self.store.data().limiter.exceeded(Some(&error)) {
+            return limit.error(&self.ctx);
+        }
+        // What the guest printed last (a Rust panic message), then the trap itself.
+        let printed = self.store.data().stderr.tail();
+        let printed = printed.lines().rev().take(8).collect::<Vec<_>>();
+        let printed: String = printed.into_iter().rev().collect::<Vec<_>>().join("\n");
+        let trap = format!("{error:?}");
+        let message = if printed.is_empty() {
+            trap
+        } else {
+            format!("{printed}\n{trap}")
+        };
+        self.ctx.error(FailureKind::Trap, message)
+    }
+
+    /// The output of a `process` or `close` call (named by `call`), or its failure.
     fn finish_call(
         &mut self,
-        result: wasmtime::Result<Result<Batch, String>>,
+        call: &str,
+        result: wasmtime::Result<Result<Batch, Failure>>,
     ) -> Result<RecordBatch, OperatorError> {
-        let state = self.store.data();
-        if state.over_state_limit {
-            return Err(self.ctx.error(
-                FailureKind::StateLimit,
-                format!(
-                    "its keyed state grew to {} bytes, past its limit of {} MiB; raise `state_mb` in the operator's `limits` if this is expected",
-                    state.backend.live_bytes(),
-                    state.state_limit.unwrap_or(0) >> 20
-                ),
-            ));
-        }
         match result {
             Ok(Ok(out)) => {
+                if let Some(limit) = self.store.data().limiter.exceeded(None) {
+                    // A refused state write fails the call, whatever the guest made of it.
+                    return Err(limit.error(&self.ctx));
+                }
                 let out = RecordBatch::from_wit(out);
-                out.validate()
-                    .map_err(|m| self.ctx.error(FailureKind::BadOutput, m))?;
+                out.validate().map_err(|reason| {
+                    self.ctx.error(
+                        FailureKind::BadOutput,
+                        format!(
+                            "the batch its `{call}` returned is malformed ({reason}); the \
+                             operator made that batch, with its SDK or bindings, not the host"
+                        ),
+                    )
+                })?;
                 Ok(out)
             }
-            Ok(Err(message)) => Err(self.ctx.error(FailureKind::Returned, message)),
+            Ok(Err(Failure { message, record })) => {
+                Err(self.returned_error(FailureKind::Returned, message, record))
+            }
             Err(trap) => Err(self.trap_error(trap)),
         }
     }
@@ -173,17 +182,17 @@ impl OperatorInstance for WasmOperator {
         let (batch, hashes) = batch.into_wit();
         let data = self.store.data_mut();
         data.slots.assign(&batch, &hashes, &mut self.record_slots);
-        self.store.set_epoch_deadline(self.deadline_ticks);
+        self.start_call();
         let processor = self.bindings.weir_operator_processor();
         let result = processor.call_process(&mut self.store, &batch, &self.record_slots);
-        self.finish_call(result)
+        self.finish_call("process", result)
     }
 
     fn close(&mut self) -> Result<RecordBatch, OperatorError> {
-        self.store.set_epoch_deadline(self.deadline_ticks);
+        self.start_call();
         let processor = self.bindings.weir_operator_processor();
         let result = processor.call_close(&mut self.store);
-        self.finish_call(result)
+        self.finish_call("close", result)
     }
 
     fn state(&self) -> &KeyedStateBackend {

@@ -20,7 +20,8 @@ pub enum FailureKind {
     CpuLimit,
     /// The guest tried to grow its memory past the limit.
     MemoryLimit,
-    /// The guest returned a malformed batch.
+    /// The guest returned a malformed batch: a fault of the operator (or of the SDK or
+    /// bindings it was built with), never of the host.
     BadOutput,
     /// Its state could not be restored from a checkpoint.
     Restore,
@@ -55,11 +56,74 @@ impl fmt::Display for FailureKind {
 }
 
 /// An operator subtask failed; the job fails with this error.
+///
+/// Shown as `operator `NAME` subtask N <kind>: <message>`; for a limit, the message goes on
+/// with the kind's sentence: `... exceeded its memory limit of 8 MiB (limits.memory_mb): ...`.
 #[derive(Clone, Debug, thiserror::Error, PartialEq, Eq)]
-#[error("operator `{operator}` subtask {subtask} {kind}: {message}")]
 pub struct OperatorError {
     pub operator: OperatorName,
     pub subtask: SubtaskIndex,
     pub kind: FailureKind,
+    /// What went wrong: for an error the guest returned, its message with the guest's
+    /// traceback or stack where its language has one; for a limit, the limit, the setting
+    /// that sets it and what went past it.
     pub message: String,
+    /// The index in the batch given to `process` of the record being processed when the
+    /// operator failed, as the guest reported it; `None` when the failure concerns no one
+    /// record (`open`, `close`, a trap, a limit, the SDK's own handling of the batch).
+    pub record: Option<u32>,
+}
+
+impl OperatorError {
+    /// The same error, about the record at index `record` of the batch given to `process`.
+    #[must_use]
+    pub fn with_record(mut self, record: Option<u32>) -> Self {
+        self.record = record;
+        self
+    }
+}
+
+impl fmt::Display for OperatorError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let Self {
+            operator,
+            subtask,
+            kind,
+            message,
+            record: _,
+        } = self;
+        write!(f, "operator `{operator}` subtask {subtask} {kind}")?;
+        if kind.is_limit() {
+            write!(f, " {message}")
+        } else {
+            write!(f, ": {message}")
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn error(kind: FailureKind, message: &str) -> OperatorError {
+        OperatorError {
+            operator: OperatorName("count".into()),
+            subtask: SubtaskIndex(1),
+            kind,
+            message: message.into(),
+            record: None,
+        }
+    }
+
+    #[test]
+    fn a_limit_reads_as_one_sentence_and_other_failures_give_their_message() {
+        assert_eq!(
+            error(FailureKind::MemoryLimit, "of 8 MiB (limits.memory_mb)").to_string(),
+            "operator `count` subtask 1 exceeded its memory limit of 8 MiB (limits.memory_mb)"
+        );
+        assert_eq!(
+            error(FailureKind::Returned, "boom").to_string(),
+            "operator `count` subtask 1 returned an error: boom"
+        );
+    }
 }

@@ -67,6 +67,7 @@ impl SubtaskContext {
             subtask: self.subtask,
             kind,
             message: message.into(),
+            record: None,
         }
     }
 }

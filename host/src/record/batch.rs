@@ -210,12 +210,13 @@ impl RecordBatch {
     }
 
     /// Checks that a batch built by a guest is well formed: equal column lengths and offsets
-    /// that stay inside the data and never go backwards.
+    /// that stay inside the data and never go backwards. The error says what is wrong, about
+    /// which record.
     pub fn validate(&self) -> Result<(), String> {
         let n = self.value_ends.len();
         if self.key_ends.len() != n || self.flags.len() != n || self.timestamps.len() != n {
             return Err(format!(
-                "malformed batch: {} key ends, {} value ends, {} flags, {} timestamps",
+                "its columns differ in length: {} key ends, {} value ends, {} flags, {} timestamps",
                 self.key_ends.len(),
                 n,
                 self.flags.len(),
@@ -225,10 +226,22 @@ impl RecordBatch {
         let mut start = 0u32;
         for i in 0..n {
             let (k, v) = (self.key_ends[i], self.value_ends[i]);
-            if k < start || v < k || v as usize > self.data.len() {
+            let len = self.data.len();
+            if k < start {
                 return Err(format!(
-                    "malformed batch: record {i} spans {start}..{k}..{v} of {} bytes",
-                    self.data.len()
+                    "record {i}: its key ends at byte {k}, before it starts at byte {start} \
+                     (where record {} ends)",
+                    i.saturating_sub(1)
+                ));
+            }
+            if v < k {
+                return Err(format!(
+                    "record {i}: its value ends at byte {v}, before its key ends at byte {k}"
+                ));
+            }
+            if v as usize > len {
+                return Err(format!(
+                    "record {i}: its value ends at byte {v}, past the {len} bytes of data"
                 ));
             }
             start = v;
@@ -296,12 +309,33 @@ mod tests {
     }
 
     #[test]
-    fn validate_rejects_offsets_outside_data() {
+    fn validate_says_which_record_is_wrong_and_how() {
         let mut batch = RecordBatch::new();
         batch.push(RecordRef::keyed(b"k", b"v"));
-        let (mut wit, _) = batch.into_wit();
-        wit.value_ends[0] = 99;
-        assert!(RecordBatch::from_wit(wit).validate().is_err());
+        batch.push(RecordRef::keyed(b"k2", b"v2"));
+        let broken = |edit: fn(&mut Batch)| {
+            let (mut wit, _) = batch.clone().into_wit();
+            edit(&mut wit);
+            RecordBatch::from_wit(wit)
+                .validate()
+                .expect_err("malformed")
+        };
+        assert_eq!(
+            broken(|b| b.value_ends[1] = 99),
+            "record 1: its value ends at byte 99, past the 6 bytes of data"
+        );
+        assert_eq!(
+            broken(|b| b.key_ends[0] = 3),
+            "record 0: its value ends at byte 2, before its key ends at byte 3"
+        );
+        assert_eq!(
+            broken(|b| b.key_ends[1] = 1),
+            "record 1: its key ends at byte 1, before it starts at byte 2 (where record 0 ends)"
+        );
+        assert_eq!(
+            broken(|b| b.flags.push(0)),
+            "its columns differ in length: 2 key ends, 2 value ends, 3 flags, 2 timestamps"
+        );
     }
 
     #[test]

@@ -44,7 +44,7 @@ class Tour extends Operator {
     const keys = this.seen.keys().join(",");
     out.emit(
       record.key,
-      `${record.keyStr()}|${prev}|${this.seen.get(target, 0)}|${this.history.get().length}|${keys}`,
+      `${record.keyStr()}|${prev}|${this.seen.get(target, 0)}|${this.history.get().length}|${keys}|${this.seen.size}`,
     );
   }
 }

@@ -10,8 +10,8 @@ KEY with the value VALUE. Otherwise, for each keyed record with value `v`:
   counts `v`;
 - list state `history`: `reset` clears it, anything else is appended;
 
-and it emits `KEY|previous last|seen[target]|len(history)|seen's keys joined by ,` where
-`target` is `x` for `-x` and `v` otherwise.
+and it emits `KEY|previous last|seen[target]|len(history)|seen's keys joined by ,|len(seen)`
+where `target` is `x` for `-x` and `v` otherwise.
 """
 
 import weir_sdk
@@ -49,7 +49,8 @@ class Tour(weir_sdk.Operator):
         else:
             self.history.append(v)
         keys = ",".join(self.seen.keys())
-        out.emit(record.key, f"{record.key_str()}|{prev}|{self.seen.get(target, 0)}|{len(self.history.get())}|{keys}")
+        line = f"{record.key_str()}|{prev}|{self.seen.get(target, 0)}|{len(self.history.get())}|{keys}"
+        out.emit(record.key, f"{line}|{len(self.seen)}")
 
 
 Processor = weir_sdk.export(Tour)
