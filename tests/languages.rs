@@ -228,6 +228,7 @@ fn open_counter(engine: &Engine, component: &Path) -> WasmOperator {
         config_json: "{}".into(),
         limits: GuestLimits::default(),
         guest_log: None,
+        first_checkpoint: weir_host::ids::CheckpointId(1),
     };
     let component = engine.load(component).expect("load");
     WasmOperator::open(engine, &component, &ctx).expect("open")
