@@ -232,3 +232,117 @@ fn a_dead_letter_file_cannot_be_the_output_and_a_policy_must_be_known() {
     assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
     assert_clean_failure(&out, &["unknown policy \"ignore\"", "dead_letter"]);
 }
+
+/// Writes `in.txt`: lines of words over a small vocabulary, `boom` among them now and then;
+/// returns the words in order.
+fn write_words(dir: &Path, lines: usize) -> Vec<String> {
+    let mut words = Vec::new();
+    let mut text = String::new();
+    for i in 0..lines {
+        let line: Vec<String> = (0..4)
+            .map(|j| {
+                if (i * 4 + j) % 53 == 17 {
+                    "boom".to_owned()
+                } else {
+                    format!("w{}", (i * 7 + j * 3) % 23)
+                }
+            })
+            .collect();
+        text.push_str(&line.join(" "));
+        text.push('\n');
+        words.extend(line);
+    }
+    std::fs::write(dir.join("in.txt"), text).expect("write input");
+    words
+}
+
+#[test]
+fn an_operator_error_names_the_record_and_its_source_line() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    std::fs::write(dir.path().join("in.txt"), "a\nb\nboom\nc\n").expect("input");
+    let job = write_job(
+        dir.path(),
+        &format!(
+            r#"
+            [job]
+            name = "named"
+            [source]
+            kind = "text-lines"
+            path = "in.txt"
+            [[operators]]
+            name = "victim"
+            component = {component}
+            config = {{ mode = "error-on", word = "boom" }}
+            [sink]
+            kind = "file"
+            path = "out.txt"
+            "#,
+            component = toml_path(&component("weir-test-faulty")),
+        ),
+    );
+    let out = weir(&["run", job.to_str().expect("utf-8")]);
+    assert_clean_failure(
+        &out,
+        &[
+            "operator `victim` subtask 0 returned an error on the record without key and with \
+             value \"boom\" (",
+            "in.txt line 3)",
+        ],
+    );
+}
+
+#[test]
+fn records_an_operator_fails_on_are_set_aside_and_the_failed_calls_writes_taken_back() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let words = write_words(dir.path(), 1_000);
+    let booms = words.iter().filter(|w| *w == "boom").count();
+    assert!(booms > 50, "{booms}");
+    let counter =
+        support::built_operator(&support::repo().join("tests/guests/count-or-fail-python"));
+    let job = |on_error: &str| {
+        support::tokenize_then_component(
+            dir.path(),
+            "name = \"set-aside\"\nbatch_size = 64",
+            "count",
+            &counter,
+            &format!("parallelism = 2\nconfig = {{ word = \"boom\" }}\non_error = {on_error}"),
+            "",
+        )
+    };
+    // The counts of every word but `boom`: a failed call's writes, taken back, count nothing.
+    let expected =
+        support::crash::running_counts(words.iter().map(String::as_str).filter(|w| *w != "boom"));
+
+    let skip = job("\"skip\"");
+    let out = weir(&["run", skip.to_str().expect("utf-8")]);
+    let err = stderr(&out);
+    assert!(out.status.success(), "{err}");
+    assert!(
+        lines(&dir.path().join("out.txt")) == expected,
+        "the output of a run that skipped {booms} records differs"
+    );
+    assert!(
+        err.contains(&format!(
+            "bad records at count: {booms} skipped, 0 dead-lettered"
+        )),
+        "{err}"
+    );
+
+    let letters_at = dir.path().join("failed.jsonl");
+    let dead = job("{ dead_letter = \"failed.jsonl\" }");
+    let out = weir(&["run", dead.to_str().expect("utf-8")]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(lines(&dir.path().join("out.txt")) == expected);
+    let letters = lines(&letters_at);
+    assert_eq!(letters.len(), booms);
+    for line in &letters {
+        let letter: serde_json::Value = serde_json::from_str(line).expect("a JSON letter");
+        assert_eq!(letter["operator"], "count", "{letter}");
+        assert_eq!(letter["value"], "boom", "{letter}");
+        let error = letter["error"].as_str().expect("an error");
+        assert!(
+            error.contains("ValueError: boom is the word this operator fails on"),
+            "{error}"
+        );
+    }
+}

@@ -254,8 +254,10 @@ fn a_failure_names_its_record_and_leaves_nothing_behind_in_every_language() {
     .expect("engine");
     for (language, component) in counters() {
         let mut counter = open_counter(&engine, &component);
-        let failing = batch(&[Some("a"), Some("b"), Some("a"), None, Some("c")]);
-        let error = counter.process(failing).expect_err("a record without key");
+        let mut failing = batch(&[Some("a"), Some("b"), Some("a"), None, Some("c")]);
+        let error = counter
+            .process(&mut failing)
+            .expect_err("a record without key");
         assert_eq!(error.kind, FailureKind::Returned, "{language}: {error}");
         assert_eq!(
             error.record,
@@ -277,7 +279,7 @@ fn a_failure_names_its_record_and_leaves_nothing_behind_in_every_language() {
         // What the failed call counted is gone: the host may process the batch again
         // without the failing record.
         let out = counter
-            .process(batch(&[Some("a"), Some("b"), Some("a")]))
+            .process(&mut batch(&[Some("a"), Some("b"), Some("a")]))
             .unwrap_or_else(|e| panic!("{language}: {e}"));
         let values: Vec<_> = out
             .iter()

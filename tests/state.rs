@@ -47,13 +47,15 @@ fn batch_of(keys: &[&str]) -> RecordBatch {
 #[test]
 fn a_subtask_counts_the_keys_it_owns() {
     let mut op = counter_subtask(0, 1);
-    let out = op.process(batch_of(&["a", "b", "a"])).expect("process");
+    let out = op
+        .process(&mut batch_of(&["a", "b", "a"]))
+        .expect("process");
     let values: Vec<_> = out
         .iter()
         .map(|r| String::from_utf8_lossy(r.value).into_owned())
         .collect();
     assert_eq!(values, ["a\t1", "b\t1", "a\t2"]);
-    let out = op.process(batch_of(&["a"])).expect("process");
+    let out = op.process(&mut batch_of(&["a"])).expect("process");
     assert_eq!(out.get(0).value, b"a\t3", "state persists across batches");
 }
 
@@ -66,7 +68,7 @@ fn a_key_outside_the_subtask_key_groups_is_refused() {
         .find(|k| !range.contains(groups.of(hash_key(k.as_bytes()))))
         .expect("a foreign key");
     let mut op = counter_subtask(1, 3);
-    let err = op.process(batch_of(&[&foreign])).expect_err("refused");
+    let err = op.process(&mut batch_of(&[&foreign])).expect_err("refused");
     assert_eq!(err.kind, FailureKind::Returned);
     let msg = err.to_string();
     assert!(msg.contains("operator `count` subtask 1"), "{msg}");

@@ -51,10 +51,13 @@ impl NativeCounter {
 }
 
 impl OperatorInstance for NativeCounter {
-    fn process(&mut self, batch: RecordBatch) -> Result<RecordBatch, OperatorError> {
-        let (columns, hashes) = batch.into_wit();
-        self.slots.assign(&columns, &hashes, &mut self.record_slots);
-        let batch = RecordBatch::from_wit(columns);
+    fn process(&mut self, batch: &mut RecordBatch) -> Result<RecordBatch, OperatorError> {
+        // The slots are assigned from the WIT columns, as for a guest.
+        let (columns, host) = std::mem::take(batch).lend();
+        self.slots
+            .assign(&columns, host.hashes(), &mut self.record_slots);
+        *batch = RecordBatch::returned(columns, host);
+        let batch = &*batch;
         // Read phase: every slot's current count, in one batched lookup.
         self.counts.clear();
         self.hints.clear();
@@ -149,8 +152,8 @@ impl OperatorFactory for NativeCounterFactory {
 struct Passthrough(KeyedStateBackend);
 
 impl OperatorInstance for Passthrough {
-    fn process(&mut self, batch: RecordBatch) -> Result<RecordBatch, OperatorError> {
-        Ok(batch)
+    fn process(&mut self, batch: &mut RecordBatch) -> Result<RecordBatch, OperatorError> {
+        Ok(std::mem::take(batch))
     }
 
     fn close(&mut self) -> Result<RecordBatch, OperatorError> {

@@ -152,6 +152,25 @@ pub fn tokenize_then(
     operator_lines: &str,
     tail: &str,
 ) -> PathBuf {
+    tokenize_then_component(
+        dir,
+        job_lines,
+        operator,
+        &component(component_crate),
+        operator_lines,
+        tail,
+    )
+}
+
+/// [`tokenize_then`] with the operator's component file rather than a crate name.
+pub fn tokenize_then_component(
+    dir: &Path,
+    job_lines: &str,
+    operator: &str,
+    component_file: &Path,
+    operator_lines: &str,
+    tail: &str,
+) -> PathBuf {
     write_job(
         dir,
         &format!(
@@ -175,7 +194,7 @@ pub fn tokenize_then(
             {tail}
             "#,
             tokenizer = toml_path(&component("weir-example-tokenizer")),
-            component = toml_path(&component(component_crate)),
+            component = toml_path(component_file),
         ),
     )
 }

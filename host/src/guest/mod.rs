@@ -33,6 +33,7 @@ pub use wasm_operator::{WasmOperator, WasmOperatorFactory};
 use crate::ids::{OperatorName, SubtaskIndex};
 use crate::operator::GuestLimits;
 use crate::state::KeyedStateBackend;
+use crate::state::undo::UndoLog;
 
 /// Who is logging, attached to every guest log line, and where the job keeps its lines.
 #[derive(Clone, Debug)]
@@ -74,6 +75,9 @@ pub struct GuestState {
     pub(crate) backend: KeyedStateBackend,
     pub(crate) slots: KeySlots,
     pub(crate) log: LogContext,
+    /// The state changes of the current `process` call, kept for operators whose failures
+    /// are set aside (`on_error`), so that a failed call can be taken back.
+    pub(crate) undo: Option<UndoLog>,
 }
 
 impl GuestState {
@@ -91,6 +95,7 @@ impl GuestState {
             backend,
             slots: KeySlots::default(),
             log,
+            undo: None,
         }
     }
 

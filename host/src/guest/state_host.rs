@@ -6,6 +6,7 @@
 use super::GuestState;
 use crate::bindings::weir::operator::state::{self as wit, OpKind};
 use crate::bindings::weir::operator::types::Blobs;
+use crate::state::undo::Write;
 use crate::state::{StateError, StateId, StateKind};
 
 /// Most entries one `map-entries` call returns, whatever the guest asks for (stated in the WIT).
@@ -107,6 +108,20 @@ impl wit::Host for GuestState {
                 .key(slot)
                 .map_err(|e| format!("state operation {i}: {e}"))?;
             let id = StateId(state);
+            if let Some(undo) = &mut self.undo {
+                let write = match op_kind(kind) {
+                    Some(OpKind::ValueSet | OpKind::ValueRemove) => Write::Value,
+                    Some(OpKind::MapPut | OpKind::MapRemove) => Write::MapEntry(map_key),
+                    Some(OpKind::MapClear) => Write::MapClear,
+                    Some(OpKind::ListAppend) => Write::ListAppend,
+                    Some(OpKind::ListClear) => Write::ListClear,
+                    None => return Err(format!("state operation {i}: unknown kind {kind}")),
+                };
+                let recorded = undo.record(&self.backend, id, key, write);
+                if let Err(e) = recorded {
+                    return Err(format!("state operation {i}: {}", self.describe(state, e)));
+                }
+            }
             let b = &mut self.backend;
             let result = match op_kind(kind) {
                 Some(OpKind::ValueSet) => {

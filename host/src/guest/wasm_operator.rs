@@ -11,6 +11,7 @@ use crate::operator::{
 };
 use crate::record::RecordBatch;
 use crate::state::KeyedStateBackend;
+use crate::state::undo::UndoLog;
 
 /// Instantiates one component per subtask.
 #[derive(Clone, Debug)]
@@ -178,14 +179,30 @@ impl WasmOperator {
 }
 
 impl OperatorInstance for WasmOperator {
-    fn process(&mut self, batch: RecordBatch) -> Result<RecordBatch, OperatorError> {
-        let (batch, hashes) = batch.into_wit();
+    fn process(&mut self, batch: &mut RecordBatch) -> Result<RecordBatch, OperatorError> {
+        let (wit, columns) = std::mem::take(batch).lend();
         let data = self.store.data_mut();
-        data.slots.assign(&batch, &hashes, &mut self.record_slots);
+        data.slots
+            .assign(&wit, columns.hashes(), &mut self.record_slots);
+        if let Some(undo) = &mut data.undo {
+            undo.clear();
+        }
         self.start_call();
         let processor = self.bindings.weir_operator_processor();
-        let result = processor.call_process(&mut self.store, &batch, &self.record_slots);
+        let result = processor.call_process(&mut self.store, &wit, &self.record_slots);
+        *batch = RecordBatch::returned(wit, columns);
         self.finish_call("process", result)
+    }
+
+    fn keep_undo_log(&mut self) {
+        self.store.data_mut().undo = Some(UndoLog::default());
+    }
+
+    fn roll_back(&mut self) -> Result<(), String> {
+        let data = self.store.data_mut();
+        let undo = data.undo.as_mut().ok_or("the operator keeps no undo log")?;
+        undo.roll_back(&mut data.backend)
+            .map_err(|e| format!("taking back the failed call's state writes: {e}"))
     }
 
     fn close(&mut self) -> Result<RecordBatch, OperatorError> {

@@ -22,7 +22,9 @@ use tokio::sync::mpsc::{self, Receiver, Sender, UnboundedSender};
 use tokio::task::JoinSet;
 
 use super::RunSummary;
-use super::bad_records::{BadRecordCounters, BadRecordPolicy, DeadLetter, DeadLetters};
+use super::bad_records::{
+    BadRecordCounters, BadRecordPolicy, DeadLetter, DeadLetters, describe_record,
+};
 use super::downstream::Downstream;
 use super::input_gate::{Closed, Event, InputGate, Message};
 use super::metrics::JobMetrics;
@@ -44,6 +46,7 @@ use crate::connectors::{
 use crate::guest::GuestLogFile;
 use crate::ids::{CheckpointId, OperatorName, SubtaskIndex};
 use crate::operator::{FailureKind, OperatorError, OperatorInstance, SubtaskContext};
+use crate::record::RecordBatch;
 
 /// Options for [`run`].
 #[derive(Clone, Debug)]
@@ -361,6 +364,8 @@ pub async fn run(
                 ctx,
                 gate: InputGate::new(input, notify_rx),
                 downstream,
+                on_error: policy(&stage.on_error, &metrics.operators[s].bad_records),
+                origin: origin.clone(),
                 checkpoints,
                 assignment: assignment.clone(),
                 acks: ack_tx.clone(),
@@ -666,6 +671,10 @@ struct SubtaskTask {
     ctx: SubtaskContext,
     gate: InputGate,
     downstream: Downstream,
+    /// What happens to a record the operator fails on.
+    on_error: BadRecordPolicy,
+    /// Names the origin of records that come from the source.
+    origin: SourceOrigin,
     /// `None` when the job does not checkpoint.
     checkpoints: Option<SubtaskCheckpoints>,
     assignment: RestoreAssignment,
@@ -676,6 +685,9 @@ struct SubtaskTask {
 impl SubtaskTask {
     fn run(mut self) -> Result<(), JobError> {
         let mut operator = self.stage.factory.instantiate(&self.ctx)?;
+        if !self.on_error.fails() {
+            operator.keep_undo_log();
+        }
         if let Some(checkpoints) = &mut self.checkpoints {
             checkpoints
                 .start(operator.state_mut(), &self.assignment)
@@ -689,7 +701,7 @@ impl SubtaskTask {
                 Event::Batch(batch) => {
                     counters.count_in(&batch);
                     let started = Instant::now();
-                    let out = operator.process(batch)?;
+                    let out = self.process(operator.as_mut(), batch)?;
                     counters.batch_latency.observe(started.elapsed());
                     counters.count_out(&out);
                     self.downstream.send(out)?;
@@ -738,6 +750,57 @@ impl SubtaskTask {
             "subtask finished"
         );
         Ok(())
+    }
+
+    /// Processes `batch`. A record the operator fails on fails the job, named, unless
+    /// `on_error` sets it aside: then the failed call's state writes are taken back and the
+    /// batch is processed again without it (DESIGN.md §10).
+    fn process(
+        &mut self,
+        operator: &mut dyn OperatorInstance,
+        mut batch: RecordBatch,
+    ) -> Result<RecordBatch, JobError> {
+        loop {
+            let mut error = match operator.process(&mut batch) {
+                Ok(out) => return Ok(out),
+                Err(error) => error,
+            };
+            let index = error
+                .record
+                .map(|i| i as usize)
+                .filter(|&i| i < batch.len() && error.kind == FailureKind::Returned);
+            let Some(index) = index else {
+                return Err(error.into());
+            };
+            let record = batch.get(index);
+            let origin = batch.origin(index).map(|o| self.origin.describe(o));
+            if self.on_error.fails() {
+                error.on = Some(describe_record(record, origin.as_deref()));
+                return Err(error.into());
+            }
+            operator
+                .roll_back()
+                .map_err(|e| self.ctx.error(FailureKind::Returned, e))?;
+            let letter = DeadLetter {
+                operator: Some(&self.ctx.operator.0),
+                subtask: Some(self.ctx.subtask.0),
+                error: &error.message,
+                origin: origin.as_deref(),
+                key: record.key,
+                value: record.value,
+                timestamp: record.timestamp,
+            };
+            self.on_error
+                .set_aside(&letter, &mut self.downstream.letters);
+            tracing::debug!(
+                operator = %self.ctx.operator,
+                subtask = self.ctx.subtask.0,
+                record = %describe_record(record, origin.as_deref()),
+                error = %error.message,
+                "the operator failed on a record; set aside (on_error)"
+            );
+            batch = batch.without(index);
+        }
     }
 
     fn snapshot(

@@ -72,6 +72,8 @@ pub struct OperatorError {
     /// operator failed, as the guest reported it; `None` when the failure concerns no one
     /// record (`open`, `close`, a trap, a limit, the SDK's own handling of the batch).
     pub record: Option<u32>,
+    /// That record, described by the runtime (key, value, origin in the input), when known.
+    pub on: Option<String>,
 }
 
 impl OperatorError {
@@ -91,8 +93,12 @@ impl fmt::Display for OperatorError {
             kind,
             message,
             record: _,
+            on,
         } = self;
         write!(f, "operator `{operator}` subtask {subtask} {kind}")?;
+        if let Some(on) = on {
+            write!(f, " on {on}")?;
+        }
         if kind.is_limit() {
             write!(f, " {message}")
         } else {
@@ -112,6 +118,7 @@ mod tests {
             kind,
             message: message.into(),
             record: None,
+            on: None,
         }
     }
 

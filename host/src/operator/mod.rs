@@ -68,14 +68,28 @@ impl SubtaskContext {
             kind,
             message: message.into(),
             record: None,
+            on: None,
         }
     }
 }
 
 /// One running instance of an operator, owned by one subtask task.
 pub trait OperatorInstance: Send {
-    /// Processes a batch and returns the records it emits.
-    fn process(&mut self, batch: RecordBatch) -> Result<RecordBatch, OperatorError>;
+    /// Processes a batch and returns the records it emits. The batch is lent: when the call
+    /// fails, `batch` holds the records it held, so that the failure can name its record and
+    /// a retry can leave it out (after a success, the caller has no more use for it).
+    fn process(&mut self, batch: &mut RecordBatch) -> Result<RecordBatch, OperatorError>;
+
+    /// Keeps the state changes of each `process` call until the next one, so that
+    /// [`OperatorInstance::roll_back`] can take a failed call back (it costs a read and a
+    /// copy per write). Operators that cannot roll back ignore it.
+    fn keep_undo_log(&mut self) {}
+
+    /// Takes back the state changes of the last `process` call, after it failed; an error
+    /// when the instance keeps no undo log.
+    fn roll_back(&mut self) -> Result<(), String> {
+        Err("this operator cannot take back a failed call".into())
+    }
 
     /// Ends the input; returns the records emitted at the end.
     fn close(&mut self) -> Result<RecordBatch, OperatorError>;

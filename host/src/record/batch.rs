@@ -31,6 +31,20 @@ pub struct RecordBatch {
     origins: Vec<u64>,
 }
 
+/// The columns of a batch that stay in the host while its records are lent to a guest.
+#[derive(Debug, Default)]
+pub struct HostColumns {
+    hashes: Vec<KeyHash>,
+    origins: Vec<u64>,
+}
+
+impl HostColumns {
+    /// The records' key hashes (empty if the batch came through no keyed edge).
+    pub fn hashes(&self) -> &[KeyHash] {
+        &self.hashes
+    }
+}
+
 /// One record of a batch, borrowed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct RecordRef<'a> {
@@ -264,6 +278,31 @@ impl RecordBatch {
         )
     }
 
+    /// Splits into the WIT batch, to lend to a guest call, and the columns the guest never
+    /// sees; [`RecordBatch::returned`] puts them back together.
+    pub fn lend(self) -> (Batch, HostColumns) {
+        let columns = HostColumns {
+            hashes: self.hashes,
+            origins: self.origins,
+        };
+        let (batch, _) = Self {
+            hashes: Vec::new(),
+            origins: Vec::new(),
+            ..self
+        }
+        .into_wit();
+        (batch, columns)
+    }
+
+    /// The batch [`RecordBatch::lend`] lent, whole again.
+    pub fn returned(batch: Batch, columns: HostColumns) -> Self {
+        Self {
+            hashes: columns.hashes,
+            origins: columns.origins,
+            ..Self::from_wit(batch)
+        }
+    }
+
     /// A batch produced by a guest; call [`RecordBatch::validate`] before reading it.
     pub fn from_wit(batch: Batch) -> Self {
         Self {
@@ -354,5 +393,16 @@ mod tests {
         assert_eq!(rest.hashes(), &[KeyHash(0), KeyHash(2)]);
         assert_eq!((rest.origin(0), rest.origin(1)), (Some(10), Some(12)));
         assert_eq!(RecordBatch::from_wit(rest.into_wit().0).origin(0), None);
+    }
+
+    #[test]
+    fn a_lent_batch_comes_back_whole() {
+        let mut batch = RecordBatch::new();
+        batch.push_from_source(RecordRef::keyed(b"k", b"v"), 7);
+        let mut routed = RecordBatch::new();
+        routed.push_routed(&batch, 0, batch.get(0), KeyHash(3));
+        let (wit, columns) = routed.clone().lend();
+        assert_eq!(columns.hashes(), &[KeyHash(3)]);
+        assert_eq!(RecordBatch::returned(wit, columns), routed);
     }
 }
