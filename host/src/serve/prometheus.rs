@@ -3,7 +3,8 @@
 //! Per subtask (labels `job_id`, `job`, `operator`, `subtask`): records and bytes in and out,
 //! batch latency, state size, entries per snapshot ("dirty keys"), uploaded and deleted
 //! artifacts. Per job: source and sink records, checkpoints completed and failed, and the
-//! last checkpoint's duration.
+//! last checkpoint's duration. Per place that can meet bad records (labels `operator`, the
+//! source being `(source)`, and `policy`): the records it skipped or dead-lettered.
 
 use std::fmt::Write as _;
 use std::sync::Arc;
@@ -159,6 +160,35 @@ fn render_jobs(jobs: &[(String, String, Arc<JobMetrics>)]) -> String {
             );
         }
     }
+    let name = "weir_records_set_aside_total";
+    header(
+        &mut out,
+        name,
+        "counter",
+        "Bad records set aside by their policy: lines the source could not read, records a \
+         key_by could not key or an operator failed on.",
+    );
+    for (id, job, m) in jobs {
+        let places = std::iter::once(("(source)", &m.source_bad_records)).chain(
+            m.operators
+                .iter()
+                .map(|o| (o.name.as_str(), &o.bad_records)),
+        );
+        for (place, counters) in places {
+            for (policy, counter) in [
+                ("skip", &counters.skipped),
+                ("dead_letter", &counters.dead_lettered),
+            ] {
+                let _ = writeln!(
+                    out,
+                    "{name}{{{},operator=\"{}\",policy=\"{policy}\"}} {}",
+                    job_labels(id, job),
+                    escape(place),
+                    counter.load(Ordering::Relaxed)
+                );
+            }
+        }
+    }
     let name = "weir_batch_latency_seconds";
     header(
         &mut out,
@@ -207,6 +237,13 @@ mod tests {
         m.checkpoints
             .last_duration_us
             .store(1_500, Ordering::Relaxed);
+        m.operators[0]
+            .bad_records
+            .skipped
+            .store(4, Ordering::Relaxed);
+        m.source_bad_records
+            .dead_lettered
+            .store(2, Ordering::Relaxed);
         let text = render_jobs(&[("job-1".into(), "a \"b\"".into(), m)]);
         let labels = r#"job_id="job-1",job="a \"b\"",operator="count",subtask="1""#;
         for line in [
@@ -218,6 +255,8 @@ mod tests {
             format!("weir_batch_latency_seconds_count{{{labels}}} 2"),
             r#"weir_checkpoint_duration_seconds{job_id="job-1",job="a \"b\""} 0.0015"#.to_owned(),
             "# TYPE weir_batch_latency_seconds histogram".to_owned(),
+            r#"weir_records_set_aside_total{job_id="job-1",job="a \"b\"",operator="count",policy="skip"} 4"#.to_owned(),
+            r#"weir_records_set_aside_total{job_id="job-1",job="a \"b\"",operator="(source)",policy="dead_letter"} 2"#.to_owned(),
         ] {
             assert!(
                 text.lines().any(|l| l == line),
