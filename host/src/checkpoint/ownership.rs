@@ -112,6 +112,8 @@ mod tests {
                 parallelism,
                 subtasks,
             }],
+            timing: None,
+            counts: None,
         }
     }
 

@@ -269,6 +269,8 @@ mod tests {
             source: serde_json::Value::Null,
             sink: None,
             operators: Vec::new(),
+            timing: None,
+            counts: None,
         }
     }
 

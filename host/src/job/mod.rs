@@ -7,12 +7,15 @@
 //! - [`runtime`]: [`run`], one tokio task per subtask, bounded channels between them, and the
 //!   checkpoint coordinator.
 //! - [`input_gate`]: how a task reads its inputs, aligning checkpoint barriers.
+//! - [`in_flight`]: the channels between tasks, and how each consumer bounds the records
+//!   queued in front of it by its pace (buffer debloating).
 //! - [`supervisor`]: [`run_job`], a job from its spec, restarted from its latest checkpoint
 //!   when it fails.
 //! - [`metrics`]: counters per operator and subtask, and the end-of-run [`RunSummary`];
 //!   [`latency_histogram`], the batch latencies among them.
 //! - [`progress`]: the progress line on a terminal.
 
+pub mod in_flight;
 pub mod input_gate;
 pub mod latency_histogram;
 pub mod metrics;
@@ -25,6 +28,8 @@ pub mod supervisor;
 
 pub use metrics::{JobMetrics, RunSummary, SubtaskMetrics};
 pub use pipeline::{Pipeline, Stage};
-pub use runtime::{CheckpointRequest, Checkpointing, JobError, RunOptions, StopSignal, run};
+pub use runtime::{
+    CheckpointRequest, Checkpointing, InFlight, JobError, RunOptions, StopSignal, run,
+};
 pub use spec::{CheckpointSpec, JobSpec, KeyBy, SpecError};
 pub use supervisor::{SupervisorError, run_job, run_job_in};
