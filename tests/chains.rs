@@ -98,7 +98,7 @@ fn cold_keys_drain_from_old_increments_and_every_retained_checkpoint_restores() 
             }
         }
         let id = CheckpointId(c);
-        checkpoints.snapshot(&mut backend, id);
+        checkpoints.snapshot(&mut backend, id, Default::default());
         let handle = match acks.blocking_recv().expect("ack") {
             Ack::Subtask {
                 checkpoint, result, ..
@@ -183,5 +183,7 @@ fn metadata(id: CheckpointId, handle: &SubtaskHandle) -> CheckpointMetadata {
             parallelism: 1,
             subtasks: vec![handle.clone()],
         }],
+        timing: None,
+        counts: None,
     }
 }

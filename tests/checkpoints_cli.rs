@@ -63,6 +63,8 @@ fn metadata(job: &str, id: u64) -> CheckpointMetadata {
                 })
                 .collect(),
         }],
+        timing: None,
+        counts: None,
     }
 }
 

@@ -389,7 +389,8 @@ fn misbehaving_jobs_are_stopped_at_their_limits_while_a_neighbour_finishes() {
     );
     let crasher = faulty_job("crasher", "trap-on", "", restart_once);
     // 200 000 distinct words over two subtasks limited to 1 MiB of state each; this job's
-    // policy restarts on a limit, so it fails a second time before it gives up.
+    // policy restarts on a limit, so it fails a second time before it gives up. It reaches
+    // the limit within a second: checkpointing less often than that, it commits nothing.
     let hoarder = tempfile::tempdir().expect("tempdir");
     let mut input = String::new();
     for i in 0..20_000 {
@@ -405,7 +406,7 @@ fn misbehaving_jobs_are_stopped_at_their_limits_while_a_neighbour_finishes() {
         "count",
         "weir-example-counter",
         "parallelism = 2\nlimits = { state_mb = 1 }",
-        &format!("{restart_once}\non_limit = \"restart\""),
+        "[checkpoints]\ninterval_ms = 60000\nrestart_attempts = 1\non_limit = \"restart\"",
     );
     let bad: [(&str, &Path, &[&str], bool); 4] = [
         (
@@ -1032,5 +1033,97 @@ fn weir_checkpoint_waits_for_the_checkpoint_and_says_which_it_was() {
         stderr(&out).contains(&format!("job {id} is cancelled")),
         "{}",
         stderr(&out)
+    );
+}
+
+#[test]
+fn a_job_resumed_by_a_restarted_host_reports_the_totals_of_an_uninterrupted_run() {
+    let lines = 60_000;
+    let mut input = String::new();
+    for i in 0..lines {
+        input.push_str(&format!("w{} w{}\n", i % 700, i % 300));
+    }
+    let submit = |host: &Host, dir: &Path| {
+        let job = wordcount_job(dir, "[checkpoints]\ninterval_ms = 5");
+        std::fs::write(dir.join("in.txt"), &input).expect("input");
+        let text = std::fs::read_to_string(&job)
+            .expect("job")
+            .replace("name = \"wc\"", "name = \"wc\"\nbatch_size = 16");
+        std::fs::write(&job, text).expect("job");
+        submitted_id(&host.weir(
+            &["submit", job.to_str().expect("utf-8"), "--json"],
+            Some(TOKEN),
+        ))
+    };
+    // What `weir job` reports of records, per operator and end to end.
+    let totals = |info: &serde_json::Value| {
+        let mut totals = vec![info["source_records"].clone(), info["sink_records"].clone()];
+        for o in info["operators"].as_array().expect("operators") {
+            totals.extend([o["records_in"].clone(), o["records_out"].clone()]);
+        }
+        totals
+    };
+
+    let data = tempfile::tempdir().expect("tempdir");
+    let whole = tempfile::tempdir().expect("tempdir");
+    let host = Host::start(data.path());
+    let uninterrupted = host.wait(&submit(&host, whole.path()));
+    assert_eq!(uninterrupted["status"], "finished", "{uninterrupted}");
+    assert_eq!(uninterrupted["source_records"], lines, "{uninterrupted}");
+
+    let dir = tempfile::tempdir().expect("tempdir");
+    let id = submit(&host, dir.path());
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let info = host.job(&id);
+        assert_eq!(
+            info["status"], "running",
+            "ended before the host stopped: {info}"
+        );
+        if info["last_checkpoint"].as_u64().unwrap_or(0) >= 3 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "no checkpoint: {info}");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    drop(host); // SIGKILL
+
+    let second = Host::start(data.path());
+    let resumed = second.wait(&id);
+    assert_eq!(resumed["status"], "finished", "{resumed}");
+    assert_eq!(totals(&resumed), totals(&uninterrupted), "{resumed}");
+
+    // `/metrics` says where the last checkpoint's time went, within its duration.
+    let (_, metrics) = second.get("/metrics", Some(&format!("Bearer {TOKEN}")));
+    let job_value = |family: &str| -> f64 {
+        let prefix = format!("{family}{{job_id=\"{id}\",job=\"wc\"}} ");
+        metrics
+            .lines()
+            .find_map(|l| l.strip_prefix(&prefix))
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| panic!("no {family} in\n{metrics}"))
+    };
+    let duration = job_value("weir_checkpoint_duration_seconds");
+    assert!(duration > 0.0, "{metrics}");
+    for family in [
+        "weir_checkpoint_start_delay_seconds",
+        "weir_checkpoint_alignment_seconds",
+        "weir_checkpoint_sync_pause_seconds",
+    ] {
+        let value = job_value(family);
+        assert!(
+            (0.0..=duration).contains(&value),
+            "{family} {value} > {duration}"
+        );
+    }
+    assert!(
+        job_value("weir_checkpoint_start_delay_seconds") > 0.0,
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains(&format!(
+            "weir_barrier_start_delay_seconds{{job_id=\"{id}\",job=\"wc\",operator=\"count\",subtask=\"1\"}}"
+        )),
+        "{metrics}"
     );
 }

@@ -73,7 +73,7 @@ fn run(keys: u64, label: &str, policy: ChainPolicy) -> Figures {
     }
     let mut snapshot = |backend: &mut KeyedStateBackend, c: u64| -> SubtaskHandle {
         let id = CheckpointId(c);
-        checkpoints.snapshot(backend, id);
+        checkpoints.snapshot(backend, id, Default::default());
         let handle = match acks.blocking_recv().expect("ack") {
             Ack::Subtask {
                 checkpoint, result, ..

@@ -15,6 +15,11 @@
 //! commits, or an earlier one, whose restore replays. If the last checkpoint fails, it is
 //! taken again without a barrier ([`Notification::Retake`]): every task is idle by then.
 //!
+//! Every acknowledgement carries the task's [`BarrierReport`]; the metadata records the
+//! checkpoint's timing (start delays, alignments, pauses, duration) and the job's record
+//! counts as the barrier passed each task, and the counters hold the last completed
+//! checkpoint's figures for `/metrics`.
+//!
 //! The coordinator deletes only its own objects (the metadata of checkpoints that fall out of
 //! retention), before it tells the tasks the new earliest retained checkpoint; the tasks
 //! delete their artifacts.
@@ -27,8 +32,11 @@ use std::time::{Duration, Instant, SystemTime};
 use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender};
 
 use super::checkpoint_store::CheckpointStore;
-use super::metadata::{CheckpointMetadata, METADATA_VERSION, OperatorHandles, SubtaskHandle};
-use super::protocol::{Ack, Barrier, Notification, StagedOutput};
+use super::metadata::{
+    CheckpointMetadata, CheckpointTiming, METADATA_VERSION, OperatorHandles, RecordCounts,
+    SubtaskHandle,
+};
+use super::protocol::{Ack, Barrier, BarrierReport, Notification, StagedOutput};
 use crate::connectors::SourcePosition;
 use crate::ids::CheckpointId;
 
@@ -55,6 +63,11 @@ pub struct CheckpointCounters {
     pub last_duration_us: AtomicU64,
     /// The id of the last completed checkpoint (0 before the first).
     pub last_completed: AtomicU64,
+    /// The last completed checkpoint's longest start delay, alignment and synchronous pause
+    /// of any task, in microseconds ([`CheckpointTiming`]).
+    pub last_start_delay_us: AtomicU64,
+    pub last_alignment_us: AtomicU64,
+    pub last_sync_pause_us: AtomicU64,
 }
 
 /// What the coordinator knows of the job.
@@ -83,14 +96,46 @@ struct InFlight {
     last: bool,
     started: Instant,
     source: Option<SourcePosition>,
+    /// Records the source had read when it sent the barrier.
+    source_records: u64,
     handles: Vec<Vec<Option<SubtaskHandle>>>,
+    /// Per operator, per subtask: what its acknowledgement reported.
+    reports: Vec<Vec<BarrierReport>>,
     sink_acknowledged: bool,
     output: StagedOutput,
+    sink_report: BarrierReport,
     outstanding: usize,
     failure: Option<String>,
 }
 
 impl InFlight {
+    /// Where the checkpoint's time went, as of now.
+    fn timing(&self) -> CheckpointTiming {
+        let operators = self
+            .reports
+            .iter()
+            .map(|subtasks| subtasks.iter().map(|r| r.timing).collect())
+            .collect();
+        CheckpointTiming::new(
+            self.started.elapsed().as_micros() as u64,
+            operators,
+            self.sink_report.timing,
+        )
+    }
+
+    /// The job's counts as the barrier passed each task.
+    fn counts(&self) -> RecordCounts {
+        RecordCounts {
+            source_records: self.source_records,
+            sink_records: self.sink_report.counts.records_in,
+            operators: self
+                .reports
+                .iter()
+                .map(|subtasks| subtasks.iter().map(|r| r.counts).collect())
+                .collect(),
+        }
+    }
+
     /// Who has not acknowledged yet, for the message of a timed-out checkpoint.
     fn waiting_for(&self, operators: &[(String, u32)]) -> String {
         let mut waiting: Vec<String> = Vec::new();
@@ -123,7 +168,7 @@ enum Outcome {
     },
     Aborted,
     /// The last checkpoint failed: wait for this retake instead.
-    Retake(InFlight),
+    Retake(Box<InFlight>),
     Failed(String),
 }
 
@@ -134,8 +179,9 @@ pub struct Coordinator {
     acks: UnboundedReceiver<Ack>,
     notify: Vec<UnboundedSender<Notification>>,
     counters: Arc<CheckpointCounters>,
-    /// The source's latest position, for a retaken last checkpoint.
+    /// The source's latest position and records read, for a retaken last checkpoint.
     position: SourcePosition,
+    source_records: u64,
     source_ended: bool,
     last_attempts: u32,
     /// Requests for a checkpoint now, besides the interval's.
@@ -159,6 +205,7 @@ impl Coordinator {
             notify,
             counters,
             position: SourcePosition::Null,
+            source_records: 0,
             source_ended: false,
             last_attempts: 0,
             requests,
@@ -229,7 +276,7 @@ impl Coordinator {
                 match self.finish(done).await {
                     Outcome::Completed { last: true } => return Ok(()),
                     Outcome::Completed { last: false } | Outcome::Aborted => {}
-                    Outcome::Retake(retake) => in_flight = Some(retake),
+                    Outcome::Retake(retake) => in_flight = Some(*retake),
                     Outcome::Failed(e) => return Err(e),
                 }
                 if in_flight.is_none() && self.source_ended {
@@ -254,14 +301,21 @@ impl Coordinator {
             .map(|(_, p)| vec![None; *p as usize])
             .collect();
         let subtasks: usize = handles.iter().map(Vec::len).sum();
+        let reports = handles
+            .iter()
+            .map(|h| vec![BarrierReport::default(); h.len()])
+            .collect();
         InFlight {
             id,
             last,
             started: Instant::now(),
             source: (!with_source).then(|| self.position.clone()),
+            source_records: self.source_records,
             handles,
+            reports,
             sink_acknowledged: false,
             output: StagedOutput::default(),
+            sink_report: BarrierReport::default(),
             // Every subtask, the sink, and the source unless retaken.
             outstanding: subtasks + 1 + usize::from(with_source),
             failure: None,
@@ -273,10 +327,7 @@ impl Coordinator {
         let pending = self.new_checkpoint(last, true);
         tracing::debug!(checkpoint = pending.id.0, last, "triggering checkpoint");
         self.triggers
-            .send(Barrier {
-                checkpoint: pending.id,
-                last,
-            })
+            .send(Barrier::new(pending.id, last))
             .map_err(|_| "the source stopped".to_owned())?;
         Ok(pending)
     }
@@ -294,24 +345,33 @@ impl Coordinator {
         }
         pending.outstanding -= 1;
         match ack {
-            Ack::Source { position, .. } => {
+            Ack::Source {
+                position, records, ..
+            } => {
                 self.position = position.clone();
+                self.source_records = records;
                 pending.source = Some(position);
+                pending.source_records = records;
             }
             Ack::Subtask {
                 operator,
                 subtask,
                 result,
+                report,
                 ..
-            } => match result {
-                Ok(handle) => pending.handles[operator][subtask as usize] = Some(handle),
-                Err(e) => {
-                    let name = &self.setup.operators[operator].0;
-                    pending.failure = Some(format!("operator `{name}` subtask {subtask}: {e}"));
+            } => {
+                pending.reports[operator][subtask as usize] = report;
+                match result {
+                    Ok(handle) => pending.handles[operator][subtask as usize] = Some(handle),
+                    Err(e) => {
+                        let name = &self.setup.operators[operator].0;
+                        pending.failure = Some(format!("operator `{name}` subtask {subtask}: {e}"));
+                    }
                 }
-            },
-            Ack::Sink { result, .. } => {
+            }
+            Ack::Sink { result, report, .. } => {
                 pending.sink_acknowledged = true;
+                pending.sink_report = report;
                 match result {
                     Ok(output) => pending.output = output,
                     Err(e) => pending.failure = Some(format!("sink: {e}")),
@@ -350,7 +410,7 @@ impl Coordinator {
             }
             let retake = self.new_checkpoint(true, false);
             self.broadcast(Notification::Retake(retake.id));
-            return Outcome::Retake(retake);
+            return Outcome::Retake(Box::new(retake));
         }
         self.retained.push_back(id);
         while self.retained.len() > self.setup.retain {
@@ -365,12 +425,29 @@ impl Coordinator {
             self.retained.pop_front();
         }
         let earliest_retained = self.retained.front().copied().unwrap_or(id);
-        self.counters.completed.fetch_add(1, Ordering::Relaxed);
-        self.counters.last_completed.store(id.0, Ordering::Relaxed);
-        self.counters
+        let timing = done.timing();
+        let counters = &self.counters;
+        counters.completed.fetch_add(1, Ordering::Relaxed);
+        counters.last_completed.store(id.0, Ordering::Relaxed);
+        counters
             .last_duration_us
             .store(done.started.elapsed().as_micros() as u64, Ordering::Relaxed);
-        tracing::debug!(checkpoint = id.0, "checkpoint complete");
+        counters
+            .last_start_delay_us
+            .store(timing.start_delay_us, Ordering::Relaxed);
+        counters
+            .last_alignment_us
+            .store(timing.alignment_us, Ordering::Relaxed);
+        counters
+            .last_sync_pause_us
+            .store(timing.sync_pause_us, Ordering::Relaxed);
+        tracing::debug!(
+            checkpoint = id.0,
+            start_delay_us = timing.start_delay_us,
+            alignment_us = timing.alignment_us,
+            sync_pause_us = timing.sync_pause_us,
+            "checkpoint complete"
+        );
         self.broadcast(Notification::Complete {
             completed: id,
             earliest_retained,
@@ -421,6 +498,8 @@ impl Coordinator {
             sink: done.output.sink.clone(),
             dead_letters: done.output.dead_letters.clone(),
             operators,
+            timing: Some(done.timing()),
+            counts: Some(done.counts()),
         };
         let Err(e) = store.write_metadata(&metadata).await else {
             return Ok(());

@@ -4,6 +4,11 @@
 //! every task has acknowledged. It holds the whole picture a restore needs: the source's
 //! position and, for every subtask, its handle, the ordered chain of artifacts that rebuild its
 //! state, each with its single owner. It is JSON, so that a person can read it.
+//!
+//! It also says what the checkpoint cost ([`CheckpointTiming`]: the barrier's start delay and
+//! alignment, the tasks' pauses, the duration) and what the job had counted when the barrier
+//! passed each task ([`RecordCounts`]), so that a restore continues the counts with the
+//! state. Both are absent in checkpoints written before they were recorded.
 
 use std::collections::BTreeMap;
 
@@ -40,6 +45,80 @@ pub struct CheckpointMetadata {
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub dead_letters: BTreeMap<String, SinkPosition>,
     pub operators: Vec<OperatorHandles>,
+    /// Where the checkpoint's time went.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timing: Option<CheckpointTiming>,
+    /// The job's record counters as the barrier passed each task.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub counts: Option<RecordCounts>,
+}
+
+/// Where one task's share of a checkpoint's time went, in microseconds.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BarrierTiming {
+    /// From the trigger at the coordinator to the barrier's first arrival at the task: the
+    /// time it spent in queues behind records (and in the tasks before it).
+    pub start_delay_us: u64,
+    /// From the barrier's first arrival to its last, at a task with several inputs (zero with
+    /// one): how long the task read only the inputs whose barrier had not come yet.
+    pub alignment_us: u64,
+    /// How long the task stopped processing for the checkpoint: a subtask to take its
+    /// snapshot's synchronous part, the sink to stage its output.
+    pub sync_pause_us: u64,
+}
+
+/// Where a checkpoint's time went, in microseconds.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CheckpointTiming {
+    /// From the trigger to the last acknowledgement (the metadata write follows).
+    pub duration_us: u64,
+    /// The longest start delay of any task: the subtasks and the sink.
+    pub start_delay_us: u64,
+    /// The longest alignment of any task.
+    pub alignment_us: u64,
+    /// The longest synchronous pause of any task.
+    pub sync_pause_us: u64,
+    /// Per operator (in the order of `operators`), per subtask.
+    pub operators: Vec<Vec<BarrierTiming>>,
+    pub sink: BarrierTiming,
+}
+
+impl CheckpointTiming {
+    /// The timing of a checkpoint that took `duration`, from every task's: the maxima.
+    pub fn new(duration_us: u64, operators: Vec<Vec<BarrierTiming>>, sink: BarrierTiming) -> Self {
+        let tasks = || operators.iter().flatten().chain([&sink]);
+        let most = |field: fn(&BarrierTiming) -> u64| tasks().map(field).max().unwrap_or(0);
+        Self {
+            duration_us,
+            start_delay_us: most(|t| t.start_delay_us),
+            alignment_us: most(|t| t.alignment_us),
+            sync_pause_us: most(|t| t.sync_pause_us),
+            operators,
+            sink,
+        }
+    }
+}
+
+/// One task's record counters.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TaskCounts {
+    pub records_in: u64,
+    pub records_out: u64,
+    /// Key and value bytes.
+    pub bytes_in: u64,
+    pub bytes_out: u64,
+}
+
+/// What the job had counted when a checkpoint's barrier passed each task: the records before
+/// the barrier, which is what a restore of the checkpoint has already processed.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RecordCounts {
+    /// Records the source had read.
+    pub source_records: u64,
+    /// Records the sink had written.
+    pub sink_records: u64,
+    /// Per operator (in the order of `operators`), per subtask.
+    pub operators: Vec<Vec<TaskCounts>>,
 }
 
 /// The handles of one operator's subtasks.

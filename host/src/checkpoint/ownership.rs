@@ -113,6 +113,8 @@ mod tests {
                 parallelism,
                 subtasks,
             }],
+            timing: None,
+            counts: None,
         }
     }
 

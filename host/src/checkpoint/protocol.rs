@@ -8,15 +8,18 @@
 //! - a task with several inputs aligns the barrier (waits until it came on every input), takes
 //!   its snapshot and forwards it; the sink stages its output;
 //! - every task acknowledges ([`Ack`]); subtasks with their handle once their artifacts are
-//!   uploaded;
+//!   uploaded; each with a [`BarrierReport`]: how long the barrier waited in queues to reach
+//!   it (start delay, from the trigger time it carries) and for its other inputs
+//!   (alignment), how long the task paused, and its record counters as the barrier passed;
 //! - the coordinator writes the metadata and tells every task ([`Notification`]).
 
 use std::collections::BTreeMap;
+use std::time::{Duration, SystemTime};
 
 use crate::connectors::{SinkPosition, SourcePosition};
 use crate::ids::CheckpointId;
 
-use super::metadata::SubtaskHandle;
+use super::metadata::{BarrierTiming, SubtaskHandle, TaskCounts};
 
 /// A checkpoint's barrier. Every record before it on a channel belongs to the checkpoint.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -25,15 +28,43 @@ pub struct Barrier {
     /// The source has ended: nothing follows this barrier, and operators close before they
     /// snapshot, so the checkpoint holds the job's final state and output.
     pub last: bool,
+    /// When the coordinator triggered the checkpoint, by the wall clock (the one clock tasks
+    /// in other processes would share): a task measures its start delay from it.
+    pub triggered_at: SystemTime,
+}
+
+impl Barrier {
+    /// The barrier of `checkpoint`, triggered now.
+    pub fn new(checkpoint: CheckpointId, last: bool) -> Self {
+        Self {
+            checkpoint,
+            last,
+            triggered_at: SystemTime::now(),
+        }
+    }
+
+    /// How long ago the checkpoint was triggered (zero if the clock went back).
+    pub fn age(&self) -> Duration {
+        self.triggered_at.elapsed().unwrap_or_default()
+    }
+}
+
+/// What a task reports of a barrier that passed it, besides its state.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct BarrierReport {
+    pub timing: BarrierTiming,
+    /// The task's counters as they stood when the barrier passed: a restore continues them.
+    pub counts: TaskCounts,
 }
 
 /// A task's acknowledgement of a checkpoint, or the source's report that it has ended.
 #[derive(Debug)]
 pub enum Ack {
-    /// The source sent the barrier; it resumes from `position`.
+    /// The source sent the barrier; it resumes from `position`, having read `records`.
     Source {
         checkpoint: CheckpointId,
         position: SourcePosition,
+        records: u64,
     },
     /// The source has read all its input and waits for the last checkpoint.
     SourceEnded,
@@ -43,11 +74,14 @@ pub enum Ack {
         operator: usize,
         subtask: u32,
         result: Result<SubtaskHandle, String>,
+        report: BarrierReport,
     },
     /// The sink staged its output (and says what the checkpoint records of it), or could not.
+    /// Its report counts the records it wrote in `records_in`.
     Sink {
         checkpoint: CheckpointId,
         result: Result<StagedOutput, String>,
+        report: BarrierReport,
     },
 }
 

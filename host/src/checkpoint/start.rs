@@ -270,6 +270,8 @@ mod tests {
             sink: None,
             dead_letters: Default::default(),
             operators: Vec::new(),
+            timing: None,
+            counts: None,
         }
     }
 

@@ -34,7 +34,7 @@ use super::checkpoint_store::{CheckpointStore, delete_if_present};
 use super::format;
 use super::metadata::{ArtifactRef, CheckpointMetadata, SubtaskHandle};
 use super::ownership::Ownership;
-use super::protocol::Ack;
+use super::protocol::{Ack, BarrierReport};
 use super::storage::read_chain;
 use crate::ids::{CheckpointId, SubtaskIndex};
 use crate::partition::{KeyGroupRange, KeyGroups};
@@ -102,6 +102,8 @@ pub struct SnapshotCounters {
     pub uploaded_bytes: AtomicU64,
     /// Artifacts deleted from the store (cleanup after completions, and orphan sweeps).
     pub deleted_artifacts: AtomicU64,
+    /// How long the last snapshot paused the subtask (its synchronous part), in microseconds.
+    pub last_sync_pause_us: AtomicU64,
 }
 
 /// How a subtask keeps its chain of increments bounded.
@@ -352,8 +354,15 @@ impl SubtaskCheckpoints {
     }
 
     /// The barrier of `checkpoint` passed: takes the snapshot, starts its upload, and
-    /// acknowledges once the whole chain is stored.
-    pub fn snapshot(&mut self, backend: &mut KeyedStateBackend, checkpoint: CheckpointId) {
+    /// acknowledges once the whole chain is stored, with `report` and the time the snapshot
+    /// paused the subtask.
+    pub fn snapshot(
+        &mut self,
+        backend: &mut KeyedStateBackend,
+        checkpoint: CheckpointId,
+        mut report: BarrierReport,
+    ) {
+        let paused = std::time::Instant::now();
         self.retry_failed_uploads();
         let full = self.full_next
             || self
@@ -404,7 +413,11 @@ impl SubtaskCheckpoints {
         }
         let own = self.own_paths(self.chain.iter().map(|l| &l.artifact));
         self.referenced.insert(checkpoint, own);
-        self.acknowledge(checkpoint, backend.live_bytes() as u64);
+        report.timing.sync_pause_us = paused.elapsed().as_micros() as u64;
+        self.counters
+            .last_sync_pause_us
+            .store(report.timing.sync_pause_us, Ordering::Relaxed);
+        self.acknowledge(checkpoint, backend.live_bytes() as u64, report);
     }
 
     /// Takes the links of the checkpoints `leaves` names out of the chain; uploads still
@@ -422,7 +435,7 @@ impl SubtaskCheckpoints {
     }
 
     /// Acknowledges `checkpoint` once every upload of the current chain has finished.
-    fn acknowledge(&self, checkpoint: CheckpointId, live_bytes: u64) {
+    fn acknowledge(&self, checkpoint: CheckpointId, live_bytes: u64, report: BarrierReport) {
         let links: Vec<(ArtifactRef, Upload)> = self
             .chain
             .iter()
@@ -457,6 +470,7 @@ impl SubtaskCheckpoints {
                 operator,
                 subtask,
                 result,
+                report,
             });
         });
     }

@@ -24,7 +24,9 @@ use object_store::path::Path;
 
 use super::Failure;
 use super::client::{HostArgs, call};
+use crate::checkpoint::CheckpointMetadata;
 use crate::checkpoint::CheckpointStore;
+use crate::checkpoint::metadata::BarrierTiming;
 use crate::checkpoint::storage::open_store;
 use crate::job::JobSpec;
 use crate::serve::job_checkpoints::{InspectError, JobCheckpoints, Which, distinct_artifacts, utc};
@@ -381,7 +383,7 @@ fn describe(detail: &CheckpointDetail) -> String {
         ("key groups", m.key_groups.to_string()),
         ("artifacts", format!("{artifacts} ({bytes} bytes)")),
     ];
-    for (name, value) in header {
+    for (name, value) in header.into_iter().chain(timing_lines(m)) {
         let _ = writeln!(out, "{name:<11} {value}");
     }
     for op in &m.operators {
@@ -438,6 +440,61 @@ fn describe(detail: &CheckpointDetail) -> String {
         }
     }
     out
+}
+
+/// Where the checkpoint's time went, and which task waited or paused longest.
+fn timing_lines(m: &CheckpointMetadata) -> Vec<(&'static str, String)> {
+    let Some(t) = &m.timing else {
+        return vec![(
+            "timing",
+            "not recorded (written by an older weir)".to_owned(),
+        )];
+    };
+    let mut tasks: Vec<(String, BarrierTiming)> = Vec::new();
+    for (op, subtasks) in m.operators.iter().zip(&t.operators) {
+        for (i, timing) in subtasks.iter().enumerate() {
+            tasks.push((format!("operator `{}` subtask {i}", op.name), *timing));
+        }
+    }
+    tasks.push(("the sink".to_owned(), t.sink));
+    let ms = |us: u64| format!("{:.1} ms", us as f64 / 1e3);
+    let longest = |most: u64, field: fn(&BarrierTiming) -> u64| {
+        let at = tasks.iter().find(|(_, t)| most > 0 && field(t) == most);
+        at.map_or_else(String::new, |(name, _)| format!(", longest at {name}"))
+    };
+    vec![
+        (
+            "duration",
+            format!(
+                "{} (trigger to the last acknowledgement)",
+                ms(t.duration_us)
+            ),
+        ),
+        (
+            "start delay",
+            format!(
+                "{} (trigger to first barrier){}",
+                ms(t.start_delay_us),
+                longest(t.start_delay_us, |t| t.start_delay_us)
+            ),
+        ),
+        (
+            "alignment",
+            format!(
+                "{} (first barrier to last){}",
+                ms(t.alignment_us),
+                longest(t.alignment_us, |t| t.alignment_us)
+            ),
+        ),
+        (
+            "sync pause",
+            format!(
+                "{}{}",
+                ms(t.sync_pause_us),
+                longest(t.sync_pause_us, |t| t.sync_pause_us)
+            ),
+        ),
+    ]
 }
 
 fn to_json(value: &impl serde::Serialize) -> Result<String, Failure> {

@@ -16,9 +16,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use base64::Engine as _;
-use tokio::sync::mpsc::Sender;
 
-use super::input_gate::Message;
+use super::in_flight::Output;
 use super::runtime::JobError;
 use super::spec::RecordPolicy;
 use crate::checkpoint::protocol::Barrier;
@@ -164,14 +163,14 @@ impl BadRecordPolicy {
 #[derive(Debug, Default)]
 pub struct DeadLetters {
     /// `None` when the job has no dead-letter file.
-    target: Option<Sender<Message>>,
+    target: Option<Output>,
     /// Per file, the letters not sent yet.
     pending: Vec<RecordBatch>,
 }
 
 impl DeadLetters {
     /// For a job with `files` dead-letter files, sending on `target`.
-    pub fn new(target: Sender<Message>, files: usize) -> Self {
+    pub fn new(target: Output, files: usize) -> Self {
         Self {
             target: Some(target),
             pending: (0..files).map(|_| RecordBatch::new()).collect(),
@@ -193,7 +192,7 @@ impl DeadLetters {
             if !batch.is_empty() {
                 let batch = std::mem::take(batch);
                 target
-                    .blocking_send(Message::DeadLetters { file, batch })
+                    .send_dead_letters(file, batch)
                     .map_err(|_| JobError::Aborted)?;
             }
         }
@@ -205,7 +204,7 @@ impl DeadLetters {
         self.flush()?;
         if let Some(target) = &self.target {
             target
-                .blocking_send(Message::Barrier(barrier))
+                .send_barrier(barrier)
                 .map_err(|_| JobError::Aborted)?;
         }
         Ok(())
@@ -215,6 +214,7 @@ impl DeadLetters {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::job::input_gate::Message;
 
     #[test]
     fn a_dead_letter_keeps_every_byte_and_says_where_it_came_from() {
@@ -247,7 +247,8 @@ mod tests {
     fn skipping_and_dead_lettering_count_and_queue_the_letters() {
         let files = [PathBuf::from("/a.jsonl"), PathBuf::from("/b.jsonl")];
         let counters = Arc::new(BadRecordCounters::default());
-        let (tx, mut rx) = tokio::sync::mpsc::channel(4);
+        let (tx, mut rx) = crate::job::in_flight::channel(4, 16);
+        let mut recv = || futures::executor::block_on(std::future::poll_fn(|cx| rx.poll_recv(cx)));
         let mut letters = DeadLetters::new(tx, files.len());
         let letter = DeadLetter {
             operator: None,
@@ -271,15 +272,12 @@ mod tests {
         assert_eq!(counters.skipped.load(Ordering::Relaxed), 1);
         assert_eq!(counters.dead_lettered.load(Ordering::Relaxed), 2);
         letters
-            .barrier(Barrier {
-                checkpoint: crate::ids::CheckpointId(1),
-                last: false,
-            })
+            .barrier(Barrier::new(crate::ids::CheckpointId(1), false))
             .expect("send");
-        match rx.try_recv() {
-            Ok(Message::DeadLetters { file: 1, batch }) => assert_eq!(batch.len(), 2),
+        match recv() {
+            Some(Message::DeadLetters { file: 1, batch }) => assert_eq!(batch.len(), 2),
             other => panic!("expected the letters of file 1, got {other:?}"),
         }
-        assert!(matches!(rx.try_recv(), Ok(Message::Barrier(_))));
+        assert!(matches!(recv(), Some(Message::Barrier(_))));
     }
 }

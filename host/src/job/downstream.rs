@@ -2,10 +2,8 @@
 //! its records, routed to the next stage's subtasks; the records the routing cannot key, by
 //! the next stage's `on_bad_record`; its dead letters; and the barriers, after all of them.
 
-use tokio::sync::mpsc::Sender;
-
 use super::bad_records::{BadRecordPolicy, DeadLetter, DeadLetters};
-use super::input_gate::Message;
+use super::in_flight::Output;
 use super::router::{Router, Unroutable};
 use super::runtime::JobError;
 use crate::checkpoint::protocol::Barrier;
@@ -16,7 +14,7 @@ use crate::record::RecordBatch;
 pub(super) struct Downstream {
     router: Router,
     /// One channel per subtask of the next stage (or the sink).
-    targets: Vec<Sender<Message>>,
+    targets: Vec<Output>,
     /// The next stage's `on_bad_record`, for records its `key_by` cannot key.
     unroutable: BadRecordPolicy,
     /// The next stage's name, for its dead letters.
@@ -32,7 +30,7 @@ impl Downstream {
     /// `router` is made to set records aside when `unroutable` does not fail the job.
     pub(super) fn new(
         router: Router,
-        targets: Vec<Sender<Message>>,
+        targets: Vec<Output>,
         unroutable: BadRecordPolicy,
         next: String,
         origin: SourceOrigin,
@@ -55,6 +53,12 @@ impl Downstream {
         }
     }
 
+    /// The most records the next stage wants in one batch now, over all its subtasks
+    /// (`job::in_flight`): a task reads or produces no more at a time.
+    pub(super) fn batch_size(&self) -> usize {
+        self.targets.iter().map(Output::batch_size).sum()
+    }
+
     /// Routes `batch` and sends what is ready, and the dead letters so far.
     pub(super) fn send(&mut self, batch: RecordBatch) -> Result<(), JobError> {
         self.router.route(batch)?;
@@ -74,9 +78,7 @@ impl Downstream {
             self.unroutable.set_aside(&letter, &mut self.letters);
         }
         for (target, batch) in self.router.drain() {
-            self.targets[target]
-                .blocking_send(Message::Batch(batch))
-                .map_err(|_| JobError::Aborted)?;
+            self.targets[target].send(batch)?;
         }
         self.letters.flush()
     }
@@ -84,9 +86,7 @@ impl Downstream {
     /// Sends `barrier` after everything before it, downstream and to the dead letters.
     pub(super) fn barrier(&mut self, barrier: Barrier) -> Result<(), JobError> {
         for target in &self.targets {
-            target
-                .blocking_send(Message::Barrier(barrier))
-                .map_err(|_| JobError::Aborted)?;
+            target.send_barrier(barrier)?;
         }
         self.letters.barrier(barrier)?;
         if barrier.last {

@@ -9,11 +9,19 @@
 //!
 //! The gate also delivers the coordinator's notifications, so a task waiting for records still
 //! learns that a checkpoint completed (and commits or cleans up).
+//!
+//! It measures what a barrier cost the task ([`InputGate::barrier_timing`]): its start delay
+//! (trigger to first arrival, the time it waited in queues) and its alignment (first arrival
+//! to last). And it keeps the task's [`Pace`], which bounds the records queued in front of
+//! the task by time (`job::in_flight`).
 
 use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
 
-use tokio::sync::mpsc::{Receiver, UnboundedReceiver};
+use tokio::sync::mpsc::UnboundedReceiver;
 
+use super::in_flight::{Input, Pace};
+use crate::checkpoint::metadata::BarrierTiming;
 use crate::checkpoint::protocol::{Barrier, Notification};
 use crate::record::RecordBatch;
 
@@ -51,10 +59,15 @@ pub struct Closed;
 
 /// A task's inputs and its notification channel.
 pub struct InputGate {
-    inputs: Vec<Receiver<Message>>,
+    inputs: Vec<Input>,
     /// Inputs whose barrier arrived and that wait for the others.
     blocked: Vec<bool>,
     waiting_for: usize,
+    /// When the barrier being aligned first arrived, and its start delay.
+    first_barrier: Option<(Instant, Duration)>,
+    /// What the last barrier delivered cost (no synchronous pause: the task adds it).
+    barrier_timing: BarrierTiming,
+    pace: Pace,
     /// The last barrier has been delivered: only notifications come now.
     ended: bool,
     notifications: UnboundedReceiver<Notification>,
@@ -63,24 +76,57 @@ pub struct InputGate {
 }
 
 impl InputGate {
+    /// The gate over `inputs`, keeping the records queued in them to about `target` of the
+    /// task's work (no limit when `None`) and batches to at most `batch_size` records.
     pub fn new(
-        inputs: Vec<Receiver<Message>>,
+        inputs: Vec<Input>,
         notifications: UnboundedReceiver<Notification>,
+        target: Option<Duration>,
+        batch_size: usize,
     ) -> Self {
         let n = inputs.len();
         Self {
+            pace: Pace::new(&inputs, target, batch_size),
             inputs,
             blocked: vec![false; n],
             waiting_for: n,
+            first_barrier: None,
+            barrier_timing: BarrierTiming::default(),
             ended: false,
             notifications,
             next: 0,
         }
     }
 
-    /// Blocks the calling (non-async) thread until something arrives.
+    /// The gate with `inputs` added that carry dead letters (to the sink): they take part in
+    /// barrier alignment, but not in the pace that bounds the records queued in front of the
+    /// task, whose limit they would only split.
+    pub fn with_dead_letters(mut self, inputs: Vec<Input>) -> Self {
+        let n = self.inputs.len() + inputs.len();
+        self.inputs.extend(inputs);
+        self.blocked = vec![false; n];
+        self.waiting_for = n;
+        self
+    }
+
+    /// Blocks the calling (non-async) thread until something arrives. The task has finished
+    /// what it received before.
     pub fn recv(&mut self) -> Result<Event, Closed> {
-        futures::executor::block_on(std::future::poll_fn(|cx| self.poll_next(cx)))
+        self.pace.asking();
+        let asked = Instant::now();
+        let event = futures::executor::block_on(std::future::poll_fn(|cx| self.poll_next(cx)))?;
+        let now = Instant::now();
+        let records = match &event {
+            Event::Batch(batch) => batch.len(),
+            _ => 0,
+        };
+        self.pace.received(now - asked, records, now);
+        Ok(event)
+    }
+
+    /// What the last barrier delivered cost: its start delay and alignment.
+    pub fn barrier_timing(&self) -> BarrierTiming {
+        self.barrier_timing
     }
 
     fn poll_next(&mut self, cx: &mut Context<'_>) -> Poll<Result<Event, Closed>> {
@@ -108,10 +154,19 @@ impl InputGate {
                 Poll::Ready(Some(Message::Barrier(barrier))) => {
                     self.blocked[i] = true;
                     self.waiting_for -= 1;
+                    let (first, start_delay) = *self
+                        .first_barrier
+                        .get_or_insert_with(|| (Instant::now(), barrier.age()));
                     if self.waiting_for == 0 {
                         self.blocked.fill(false);
                         self.waiting_for = n;
                         self.ended = barrier.last;
+                        self.first_barrier = None;
+                        self.barrier_timing = BarrierTiming {
+                            start_delay_us: start_delay.as_micros() as u64,
+                            alignment_us: first.elapsed().as_micros() as u64,
+                            sync_pause_us: 0,
+                        };
                         return Poll::Ready(Ok(Event::Barrier(barrier)));
                     }
                 }
@@ -125,23 +180,23 @@ impl InputGate {
 
 #[cfg(test)]
 mod tests {
+    use std::time::{Duration, SystemTime};
+
     use tokio::sync::mpsc;
 
     use super::*;
     use crate::ids::CheckpointId;
+    use crate::job::in_flight::{Output, channel};
     use crate::record::RecordRef;
 
-    fn batch(value: &[u8]) -> Message {
+    fn batch(value: &[u8]) -> RecordBatch {
         let mut b = RecordBatch::new();
         b.push(RecordRef::unkeyed(value));
-        Message::Batch(b)
+        b
     }
 
-    fn barrier(id: u64, last: bool) -> Message {
-        Message::Barrier(Barrier {
-            checkpoint: CheckpointId(id),
-            last,
-        })
+    fn barrier(id: u64, last: bool) -> Barrier {
+        Barrier::new(CheckpointId(id), last)
     }
 
     fn value(event: Event) -> Vec<u8> {
@@ -151,18 +206,23 @@ mod tests {
         }
     }
 
+    /// A gate over `n` inputs, without a limit in time.
+    fn gate(n: usize) -> (Vec<Output>, InputGate, mpsc::UnboundedSender<Notification>) {
+        let (outputs, inputs): (Vec<_>, Vec<_>) = (0..n).map(|_| channel(8, 16)).unzip();
+        let (n_tx, n_rx) = mpsc::unbounded_channel();
+        (outputs, InputGate::new(inputs, n_rx, None, 16), n_tx)
+    }
+
     #[test]
     fn records_behind_a_barrier_wait_until_it_arrived_on_every_input() {
-        let (a_tx, a_rx) = mpsc::channel(8);
-        let (b_tx, b_rx) = mpsc::channel(8);
-        let (_n_tx, n_rx) = mpsc::unbounded_channel();
-        let mut gate = InputGate::new(vec![a_rx, b_rx], n_rx);
-        a_tx.try_send(barrier(1, false)).expect("send");
-        a_tx.try_send(batch(b"a-after")).expect("send");
-        b_tx.try_send(batch(b"b-before")).expect("send");
+        let (outputs, mut gate, _n_tx) = gate(2);
+        let (a, b) = (&outputs[0], &outputs[1]);
+        a.send_barrier(barrier(1, false)).expect("send");
+        a.send(batch(b"a-after")).expect("send");
+        b.send(batch(b"b-before")).expect("send");
         // Input a is blocked behind its barrier: b's record comes first.
         assert_eq!(value(gate.recv().expect("event")), b"b-before");
-        b_tx.try_send(barrier(1, false)).expect("send");
+        b.send_barrier(barrier(1, false)).expect("send");
         match gate.recv().expect("event") {
             Event::Barrier(b) => assert_eq!(b.checkpoint, CheckpointId(1)),
             other => panic!("expected the barrier, got {other:?}"),
@@ -171,12 +231,41 @@ mod tests {
     }
 
     #[test]
+    fn a_barrier_s_start_delay_and_alignment_are_measured() {
+        let (outputs, mut gate, _n_tx) = gate(2);
+        let triggered = Barrier {
+            triggered_at: SystemTime::now() - Duration::from_millis(300),
+            ..barrier(4, false)
+        };
+        outputs[0].send_barrier(triggered).expect("send");
+        outputs[1].send(batch(b"before")).expect("send");
+        assert_eq!(value(gate.recv().expect("event")), b"before");
+        std::thread::sleep(Duration::from_millis(30));
+        outputs[1].send_barrier(triggered).expect("send");
+        assert!(matches!(gate.recv(), Ok(Event::Barrier(_))));
+        let timing = gate.barrier_timing();
+        // 300 ms in queues before the first arrival; 30 ms or more until the second.
+        assert!(
+            (300_000..1_000_000).contains(&timing.start_delay_us),
+            "{timing:?}"
+        );
+        assert!(
+            (30_000..timing.start_delay_us).contains(&timing.alignment_us),
+            "{timing:?}"
+        );
+
+        // One input: nothing to align.
+        let (outputs, mut gate, _n_tx) = super::tests::gate(1);
+        outputs[0].send_barrier(barrier(5, false)).expect("send");
+        assert!(matches!(gate.recv(), Ok(Event::Barrier(_))));
+        assert_eq!(gate.barrier_timing().alignment_us, 0);
+    }
+
+    #[test]
     fn after_the_last_barrier_only_notifications_come_and_a_lost_input_is_an_error() {
-        let (a_tx, a_rx) = mpsc::channel(8);
-        let (n_tx, n_rx) = mpsc::unbounded_channel();
-        let mut gate = InputGate::new(vec![a_rx], n_rx);
-        a_tx.try_send(barrier(3, true)).expect("send");
-        drop(a_tx);
+        let (mut outputs, mut gate, n_tx) = gate(1);
+        outputs[0].send_barrier(barrier(3, true)).expect("send");
+        outputs.clear();
         assert!(matches!(gate.recv(), Ok(Event::Barrier(b)) if b.last));
         n_tx.send(Notification::Abort(CheckpointId(3)))
             .expect("send");
@@ -184,10 +273,8 @@ mod tests {
         drop(n_tx);
         assert_eq!(gate.recv().map(|_| ()), Err(Closed));
 
-        let (a_tx, a_rx) = mpsc::channel::<Message>(8);
-        let (_n_tx, n_rx) = mpsc::unbounded_channel();
-        let mut gate = InputGate::new(vec![a_rx], n_rx);
-        drop(a_tx);
+        let (mut outputs, mut gate, _n_tx) = super::tests::gate(1);
+        outputs.clear();
         assert_eq!(gate.recv().map(|_| ()), Err(Closed));
     }
 }

@@ -1,4 +1,9 @@
 //! Counters of a running job, and the summary printed at its end.
+//!
+//! The record counters count the whole job, not one run of it: every checkpoint records them
+//! as its barrier passed each task, and a run that restores the checkpoint starts from those
+//! counts ([`JobMetrics::start_from`]), exactly as its state does. Records processed after the
+//! checkpoint and processed again after the restore are counted once.
 
 use std::fmt;
 use std::sync::Arc;
@@ -7,7 +12,9 @@ use std::time::Duration;
 
 use super::bad_records::BadRecordCounters;
 use super::latency_histogram::LatencyHistogram;
+use crate::checkpoint::CheckpointMetadata;
 use crate::checkpoint::coordinator::CheckpointCounters;
+use crate::checkpoint::metadata::{BarrierTiming, TaskCounts};
 use crate::checkpoint::subtask_checkpoints::SnapshotCounters;
 use crate::record::RecordBatch;
 
@@ -34,6 +41,9 @@ pub struct SubtaskMetrics {
     pub batch_latency: LatencyHistogram,
     /// Snapshots, uploads and deletes of the subtask's checkpoints.
     pub snapshots: Arc<SnapshotCounters>,
+    /// The last barrier's start delay and alignment at the subtask, in microseconds.
+    pub barrier_start_delay_us: AtomicU64,
+    pub barrier_alignment_us: AtomicU64,
 }
 
 impl SubtaskMetrics {
@@ -50,6 +60,32 @@ impl SubtaskMetrics {
         self.bytes_out
             .fetch_add(batch.data_len() as u64, Ordering::Relaxed);
     }
+
+    /// The record counters now, for a checkpoint.
+    pub fn counts(&self) -> TaskCounts {
+        TaskCounts {
+            records_in: self.records_in.load(Ordering::Relaxed),
+            records_out: self.records_out.load(Ordering::Relaxed),
+            bytes_in: self.bytes_in.load(Ordering::Relaxed),
+            bytes_out: self.bytes_out.load(Ordering::Relaxed),
+        }
+    }
+
+    fn set_counts(&self, counts: TaskCounts) {
+        self.records_in.store(counts.records_in, Ordering::Relaxed);
+        self.records_out
+            .store(counts.records_out, Ordering::Relaxed);
+        self.bytes_in.store(counts.bytes_in, Ordering::Relaxed);
+        self.bytes_out.store(counts.bytes_out, Ordering::Relaxed);
+    }
+
+    /// A barrier passed the subtask at this cost.
+    pub fn barrier_passed(&self, timing: BarrierTiming) {
+        self.barrier_start_delay_us
+            .store(timing.start_delay_us, Ordering::Relaxed);
+        self.barrier_alignment_us
+            .store(timing.alignment_us, Ordering::Relaxed);
+    }
 }
 
 /// Counters shared by the tasks of one job; read by the progress display and the summary.
@@ -60,6 +96,9 @@ pub struct JobMetrics {
     /// Lines the source could not read, set aside (`[source] on_bad_record`).
     pub source_bad_records: Arc<BadRecordCounters>,
     pub sink_records: AtomicU64,
+    /// The records the source had read when the run started (the restored checkpoint's
+    /// count): the run's own rate leaves them out.
+    pub source_records_restored: AtomicU64,
     pub operators: Vec<OperatorMetrics>,
 }
 
@@ -70,6 +109,7 @@ impl JobMetrics {
             source_records: AtomicU64::new(0),
             source_bad_records: Arc::default(),
             sink_records: AtomicU64::new(0),
+            source_records_restored: AtomicU64::new(0),
             operators: operators
                 .into_iter()
                 .map(|(name, parallelism)| OperatorMetrics {
@@ -78,6 +118,54 @@ impl JobMetrics {
                     bad_records: Arc::default(),
                 })
                 .collect(),
+        }
+    }
+
+    /// Sets the record counters to where `restored` left them, or to zero for a run from the
+    /// beginning. An operator restored with another parallelism cannot tell which subtask
+    /// counted what: its first subtask starts from the operator's totals.
+    pub fn start_from(&self, restored: Option<&CheckpointMetadata>) {
+        let counts = restored.and_then(|m| m.counts.as_ref().map(|c| (m, c)));
+        if let Some(m) = restored
+            && counts.is_none()
+        {
+            tracing::info!(
+                checkpoint = m.id.0,
+                "the checkpoint predates record counts: counting from zero"
+            );
+        }
+        let source = counts.map_or(0, |(_, c)| c.source_records);
+        self.source_records.store(source, Ordering::Relaxed);
+        self.source_records_restored
+            .store(source, Ordering::Relaxed);
+        self.sink_records
+            .store(counts.map_or(0, |(_, c)| c.sink_records), Ordering::Relaxed);
+        for operator in &self.operators {
+            let saved: &[TaskCounts] = counts
+                .and_then(|(m, c)| {
+                    let index = m.operators.iter().position(|o| o.name == operator.name)?;
+                    c.operators.get(index).map(Vec::as_slice)
+                })
+                .unwrap_or_default();
+            let restored: Vec<TaskCounts> = if saved.len() == operator.subtasks.len() {
+                saved.to_vec()
+            } else {
+                let mut total = TaskCounts::default();
+                for c in saved {
+                    total.records_in += c.records_in;
+                    total.records_out += c.records_out;
+                    total.bytes_in += c.bytes_in;
+                    total.bytes_out += c.bytes_out;
+                }
+                let mut spread = vec![TaskCounts::default(); operator.subtasks.len()];
+                if let Some(first) = spread.first_mut() {
+                    *first = total;
+                }
+                spread
+            };
+            for (subtask, counts) in operator.subtasks.iter().zip(restored) {
+                subtask.set_counts(counts);
+            }
         }
     }
 
@@ -97,6 +185,7 @@ impl JobMetrics {
             elapsed,
             source_records: self.source_records.load(Ordering::Relaxed),
             source_set_aside: set_aside(&self.source_bad_records),
+            source_records_restored: self.source_records_restored.load(Ordering::Relaxed),
             sink_records: self.sink_records.load(Ordering::Relaxed),
             checkpoints_completed: self.checkpoints.completed.load(Ordering::Relaxed),
             checkpoints_aborted: self.checkpoints.aborted.load(Ordering::Relaxed),
@@ -144,9 +233,12 @@ impl SetAside {
 pub struct RunSummary {
     pub job: String,
     pub elapsed: Duration,
+    /// Records the source read in the whole job, runs before a restore included.
     pub source_records: u64,
     /// Lines the source could not read, set aside.
     pub source_set_aside: SetAside,
+    /// Of those, the records read before the checkpoint this run restored.
+    pub source_records_restored: u64,
     pub sink_records: u64,
     /// Checkpoints completed in this run, the last one included.
     pub checkpoints_completed: u64,
@@ -211,12 +303,16 @@ impl fmt::Display for RunSummary {
         if self.restarts > 0 {
             writeln!(f, "  restarted {} times from a checkpoint", self.restarts)?;
         }
-        if secs > 0.0 {
-            write!(
+        if self.source_records_restored > 0 {
+            writeln!(
                 f,
-                "  {:.0} source records/s",
-                self.source_records as f64 / secs
+                "  counts include the {} source records read before the restored checkpoint",
+                self.source_records_restored
             )?;
+        }
+        if secs > 0.0 {
+            let read = self.source_records - self.source_records_restored.min(self.source_records);
+            write!(f, "  {:.0} source records/s", read as f64 / secs)?;
         }
         Ok(())
     }

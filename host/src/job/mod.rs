@@ -9,6 +9,8 @@
 //! - [`input_gate`]: how a task reads its inputs, aligning checkpoint barriers.
 //! - [`bad_records`]: records that cannot be read, keyed or processed: failed on, skipped or
 //!   dead-lettered, as the job file says.
+//! - [`in_flight`]: the channels between tasks, and how each consumer bounds the records
+//!   queued in front of it by its pace (buffer debloating).
 //! - [`supervisor`]: [`run_job`], a job from its spec, restarted from its latest checkpoint
 //!   when it fails.
 //! - [`metrics`]: counters per operator and subtask, and the end-of-run [`RunSummary`];
@@ -17,6 +19,7 @@
 
 pub mod bad_records;
 mod downstream;
+pub mod in_flight;
 pub mod input_gate;
 pub mod latency_histogram;
 pub mod metrics;
@@ -29,6 +32,8 @@ pub mod supervisor;
 
 pub use metrics::{JobMetrics, RunSummary, SubtaskMetrics};
 pub use pipeline::{Pipeline, Stage};
-pub use runtime::{CheckpointRequest, Checkpointing, JobError, RunOptions, StopSignal, run};
+pub use runtime::{
+    CheckpointRequest, Checkpointing, InFlight, JobError, RunOptions, StopSignal, run,
+};
 pub use spec::{CheckpointSpec, JobSpec, KeyBy, SpecError};
 pub use supervisor::{SupervisorError, run_job, run_job_in};

@@ -37,7 +37,10 @@ impl Progress {
                 shown.set_position(source.done.load(Ordering::Relaxed));
                 let read = metrics.source_records.load(Ordering::Relaxed);
                 let written = metrics.sink_records.load(Ordering::Relaxed);
-                let rate = read as f64 / shown.elapsed().as_secs_f64().max(1e-3);
+                // The counts continue the restored checkpoint's; the rate is this run's.
+                let this_run =
+                    read.saturating_sub(metrics.source_records_restored.load(Ordering::Relaxed));
+                let rate = this_run as f64 / shown.elapsed().as_secs_f64().max(1e-3);
                 shown.set_message(format!(
                     "{read} records read, {written} written, {rate:.0}/s"
                 ));

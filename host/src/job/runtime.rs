@@ -6,7 +6,10 @@
 //! worker thread (they block on the runtime), so subtasks never run on the async workers.
 //! Tasks are connected by bounded channels of batches, one per producer and consumer, so a
 //! slow stage holds back the ones before it (backpressure) instead of buffering without bound,
-//! and a consumer aligning a barrier can stop reading one producer ([`InputGate`]).
+//! and a consumer aligning a barrier can stop reading one producer ([`InputGate`]). In a job
+//! that checkpoints, each consumer also bounds the records queued in front of it by time, to
+//! what it processes in its share of the checkpoint interval ([`InFlight`], `job::in_flight`),
+//! so that barriers, which wait behind those records, keep to the interval.
 //!
 //! The coordinator runs as an async task. The end of the input is the last checkpoint's
 //! barrier: operators close when it passes, and the run is over when that checkpoint
@@ -18,7 +21,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use tokio::runtime::Handle;
-use tokio::sync::mpsc::{self, Receiver, Sender, UnboundedSender};
+use tokio::sync::mpsc::{self, UnboundedSender};
 use tokio::task::JoinSet;
 
 use super::RunSummary;
@@ -26,7 +29,8 @@ use super::bad_records::{
     BadRecordCounters, BadRecordPolicy, DeadLetter, DeadLetters, describe_record,
 };
 use super::downstream::Downstream;
-use super::input_gate::{Closed, Event, InputGate, Message};
+use super::in_flight::{self, Input, Output};
+use super::input_gate::{Closed, Event, InputGate};
 use super::metrics::JobMetrics;
 use super::pipeline::{Pipeline, Stage};
 use super::progress::Progress;
@@ -34,8 +38,8 @@ use super::router::{RouteError, Router};
 use super::spec::RecordPolicy;
 use crate::checkpoint::actor::{Actor, acting};
 use crate::checkpoint::coordinator::{Coordinator, CoordinatorSetup};
-use crate::checkpoint::protocol::StagedOutput;
-use crate::checkpoint::protocol::{Ack, Barrier, Notification};
+use crate::checkpoint::metadata::{BarrierTiming, TaskCounts};
+use crate::checkpoint::protocol::{Ack, Barrier, BarrierReport, Notification, StagedOutput};
 use crate::checkpoint::subtask_checkpoints::{
     RestoreAssignment, SubtaskCheckpoints, SubtaskIdentity,
 };
@@ -53,8 +57,10 @@ use crate::record::RecordBatch;
 pub struct RunOptions {
     /// Show a progress line on a terminal.
     pub progress: bool,
-    /// Batches that may wait in each channel.
+    /// Batches that may wait in each channel, at most.
     pub channel_capacity: usize,
+    /// How the records waiting in each channel are bounded besides.
+    pub in_flight: InFlight,
     /// Stops the job where it is (no last checkpoint) when raised.
     pub stop: StopSignal,
     /// Asks for a checkpoint now (`weir checkpoint ID`), besides the periodic ones.
@@ -72,10 +78,35 @@ impl Default for RunOptions {
         Self {
             progress: false,
             channel_capacity: 8,
+            in_flight: InFlight::default(),
             stop: StopSignal::default(),
             checkpoint_now: CheckpointRequest::default(),
             metrics: None,
             guest_log: None,
+        }
+    }
+}
+
+/// How many records may wait in front of each consumer (`job::in_flight`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum InFlight {
+    /// What the consumer processes in its share of the checkpoint interval
+    /// ([`in_flight::target`]); in a job without checkpoints, `channel_capacity` batches.
+    #[default]
+    CheckpointInterval,
+    /// `channel_capacity` full batches, whatever the consumer's pace (as before in-flight
+    /// data was bounded by time; for comparison).
+    Batches,
+}
+
+impl InFlight {
+    /// The target time of every consumer of a pipeline of `operators` operators.
+    fn target(self, checkpointing: Option<&Checkpointing>, operators: usize) -> Option<Duration> {
+        match self {
+            InFlight::CheckpointInterval => {
+                checkpointing.map(|c| in_flight::target(c.interval, operators))
+            }
+            InFlight::Batches => None,
         }
     }
 }
@@ -171,6 +202,7 @@ pub async fn run(
             stages.iter().map(|s| (s.name.as_str(), s.parallelism)),
         ))
     });
+    metrics.start_from(start.restored.as_deref());
     let started = Instant::now();
     if stages.is_empty() {
         return Err(JobError::Invalid(
@@ -218,6 +250,9 @@ pub async fn run(
         .flatten();
 
     let capacity = options.channel_capacity.max(1);
+    let target = options
+        .in_flight
+        .target(checkpointing.as_ref(), stages.len());
     let (ack_tx, ack_rx) = mpsc::unbounded_channel();
     let (trigger_tx, trigger_rx) = std::sync::mpsc::channel();
     let mut notify = Vec::new();
@@ -234,25 +269,24 @@ pub async fn run(
     let mut edges: Vec<Edge> = consumer_counts
         .iter()
         .zip(&producer_counts)
-        .map(|(&consumers, &producers)| Edge::new(producers, consumers, capacity))
+        .map(|(&consumers, &producers)| Edge::new(producers, consumers, capacity, batch_size))
         .collect();
 
     // With dead-letter files, every task has one more channel, to the sink.
     let tasks_count = 1 + stages.iter().map(|s| s.parallelism as usize).sum::<usize>();
-    let (mut letters, letter_inputs): (Vec<DeadLetters>, Vec<Receiver<Message>>) =
-        if dead_letters.is_empty() {
-            (
-                (0..tasks_count).map(|_| DeadLetters::default()).collect(),
-                Vec::new(),
-            )
-        } else {
-            (0..tasks_count)
-                .map(|_| {
-                    let (tx, rx) = mpsc::channel(capacity);
-                    (DeadLetters::new(tx, dead_letters.len()), rx)
-                })
-                .unzip()
-        };
+    let (mut letters, letter_inputs): (Vec<DeadLetters>, Vec<Input>) = if dead_letters.is_empty() {
+        (
+            (0..tasks_count).map(|_| DeadLetters::default()).collect(),
+            Vec::new(),
+        )
+    } else {
+        (0..tasks_count)
+            .map(|_| {
+                let (tx, rx) = in_flight::channel(capacity, batch_size);
+                (DeadLetters::new(tx, dead_letters.len()), rx)
+            })
+            .unzip()
+    };
     let mut letters = letters.drain(..);
     let origin = source.origin();
     let policy = |policy: &RecordPolicy, counters: &Arc<BadRecordCounters>| {
@@ -362,7 +396,7 @@ pub async fn run(
                 stage: stage.clone(),
                 stage_index: s,
                 ctx,
-                gate: InputGate::new(input, notify_rx),
+                gate: InputGate::new(input, notify_rx, target, batch_size),
                 downstream,
                 on_error: policy(&stage.on_error, &metrics.operators[s].bad_records),
                 origin: origin.clone(),
@@ -376,11 +410,11 @@ pub async fn run(
     }
     let (notify_tx, notify_rx) = mpsc::unbounded_channel();
     notify.push(notify_tx);
-    let mut sink_inputs = std::mem::take(&mut edges[stages.len()].receivers).remove(0);
-    sink_inputs.extend(letter_inputs);
+    let sink_inputs = std::mem::take(&mut edges[stages.len()].receivers).remove(0);
     let sink_task = SinkTask {
         outputs: Outputs::new(sink, &dead_letters)?,
-        gate: InputGate::new(sink_inputs, notify_rx),
+        gate: InputGate::new(sink_inputs, notify_rx, target, batch_size)
+            .with_dead_letters(letter_inputs),
         restored,
         acks: ack_tx.clone(),
         metrics: metrics.clone(),
@@ -558,20 +592,20 @@ fn run_id() -> String {
 
 /// The channels between one stage's producers and its consumers.
 struct Edge {
-    /// Per producer, one sender per consumer.
-    senders: Vec<Vec<Sender<Message>>>,
-    /// Per consumer, one receiver per producer.
-    receivers: Vec<Vec<Receiver<Message>>>,
+    /// Per producer, one output per consumer.
+    senders: Vec<Vec<Output>>,
+    /// Per consumer, one input per producer.
+    receivers: Vec<Vec<Input>>,
 }
 
 impl Edge {
-    fn new(producers: u32, consumers: u32, capacity: usize) -> Self {
-        let mut senders: Vec<Vec<Sender<Message>>> = (0..producers).map(|_| Vec::new()).collect();
+    fn new(producers: u32, consumers: u32, capacity: usize, batch_size: usize) -> Self {
+        let mut senders: Vec<Vec<Output>> = (0..producers).map(|_| Vec::new()).collect();
         let mut receivers = Vec::new();
         for _ in 0..consumers {
             let mut inputs = Vec::new();
             for producer in &mut senders {
-                let (tx, rx) = mpsc::channel(capacity);
+                let (tx, rx) = in_flight::channel(capacity, batch_size);
                 producer.push(tx);
                 inputs.push(rx);
             }
@@ -607,11 +641,13 @@ impl SourceTask {
             while let Ok(barrier) = self.triggers.try_recv() {
                 self.barrier(barrier)?;
             }
-            let mut batch =
-                crate::record::RecordBatch::with_capacity(self.batch_size, self.batch_size * 32);
+            // No more than the next stage wants: a batch read is in flight too.
+            let wanted = self.downstream.batch_size();
+            let size = wanted.clamp(1, self.batch_size);
+            let mut batch = crate::record::RecordBatch::with_capacity(size, size * 32);
             let more = self
                 .source
-                .read_batch(self.batch_size, &mut batch)
+                .read_batch(size, &mut batch)
                 .map_err(JobError::Source)?;
             self.metrics
                 .source_records
@@ -658,6 +694,7 @@ impl SourceTask {
             .send(Ack::Source {
                 checkpoint: barrier.checkpoint,
                 position: self.source.position(),
+                records: self.metrics.source_records.load(Ordering::Relaxed),
             })
             .map_err(|_| JobError::Aborted)?;
         self.downstream.barrier(barrier)
@@ -715,7 +752,13 @@ impl SubtaskTask {
                         self.downstream.send(out)?;
                         last = Some(barrier.checkpoint);
                     }
-                    self.snapshot(operator.as_mut(), barrier.checkpoint)?;
+                    let timing = self.gate.barrier_timing();
+                    counters.barrier_passed(timing);
+                    let report = BarrierReport {
+                        timing,
+                        counts: counters.counts(),
+                    };
+                    self.snapshot(operator.as_mut(), barrier.checkpoint, report)?;
                     self.downstream.barrier(barrier)?;
                 }
                 Event::Notification(Notification::Complete {
@@ -730,7 +773,11 @@ impl SubtaskTask {
                     }
                 }
                 Event::Notification(Notification::Retake(checkpoint)) => {
-                    self.snapshot(operator.as_mut(), checkpoint)?;
+                    let report = BarrierReport {
+                        counts: counters.counts(),
+                        ..BarrierReport::default()
+                    };
+                    self.snapshot(operator.as_mut(), checkpoint, report)?;
                 }
                 Event::Notification(Notification::Abort(checkpoint)) => {
                     if let Some(checkpoints) = &mut self.checkpoints {
@@ -807,9 +854,10 @@ impl SubtaskTask {
         &mut self,
         operator: &mut dyn OperatorInstance,
         checkpoint: CheckpointId,
+        report: BarrierReport,
     ) -> Result<(), JobError> {
         match &mut self.checkpoints {
-            Some(checkpoints) => checkpoints.snapshot(operator.state_mut(), checkpoint),
+            Some(checkpoints) => checkpoints.snapshot(operator.state_mut(), checkpoint, report),
             None => {
                 let range = self.ctx.range;
                 self.acks
@@ -823,6 +871,7 @@ impl SubtaskTask {
                             chain: Vec::new(),
                             live_bytes: 0,
                         }),
+                        report,
                     })
                     .map_err(|_| JobError::Aborted)?;
             }
@@ -863,10 +912,11 @@ impl SinkTask {
                     if barrier.last {
                         last = Some(barrier.checkpoint);
                     }
-                    self.stage(barrier.checkpoint)?;
+                    let timing = self.gate.barrier_timing();
+                    self.stage(barrier.checkpoint, timing)?;
                 }
                 Event::Notification(Notification::Retake(checkpoint)) => {
-                    self.stage(checkpoint)?;
+                    self.stage(checkpoint, BarrierTiming::default())?;
                 }
                 Event::Notification(Notification::Complete { completed, .. }) => {
                     self.outputs.commit(completed)?;
@@ -879,10 +929,28 @@ impl SinkTask {
         }
     }
 
-    fn stage(&mut self, checkpoint: CheckpointId) -> Result<(), JobError> {
+    /// Stages the output of `checkpoint`, whose barrier cost `timing` to arrive.
+    fn stage(
+        &mut self,
+        checkpoint: CheckpointId,
+        mut timing: BarrierTiming,
+    ) -> Result<(), JobError> {
+        let paused = Instant::now();
         let result = self.outputs.stage(checkpoint).map_err(|e| e.to_string());
+        timing.sync_pause_us = paused.elapsed().as_micros() as u64;
+        let report = BarrierReport {
+            timing,
+            counts: TaskCounts {
+                records_in: self.metrics.sink_records.load(Ordering::Relaxed),
+                ..TaskCounts::default()
+            },
+        };
         self.acks
-            .send(Ack::Sink { checkpoint, result })
+            .send(Ack::Sink {
+                checkpoint,
+                result,
+                report,
+            })
             .map_err(|_| JobError::Aborted)
     }
 }

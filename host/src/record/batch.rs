@@ -191,17 +191,20 @@ impl RecordBatch {
         self.origins.get(index).copied()
     }
 
+    /// Appends record `index` of `from` with its key hash and origin, if `from` has them.
+    #[inline]
+    pub fn push_from(&mut self, from: &RecordBatch, index: usize) {
+        self.push_parts(from.get(index), from.hashes.get(index).copied());
+        if let Some(&origin) = from.origins.get(index) {
+            self.origins.push(origin);
+        }
+    }
+
     /// The batch without record `index` (hashes and origins kept in step).
     pub fn without(&self, index: usize) -> RecordBatch {
         let mut out = RecordBatch::with_capacity(self.len(), self.data.len());
-        for (i, record) in self.iter().enumerate().filter(|&(i, _)| i != index) {
-            match self.hashes.get(i) {
-                Some(&hash) => out.push_hashed(record, hash),
-                None => out.push(record),
-            }
-            if let Some(&origin) = self.origins.get(i) {
-                out.origins.push(origin);
-            }
+        for i in (0..self.len()).filter(|&i| i != index) {
+            out.push_from(self, i);
         }
         out
     }

@@ -2,9 +2,15 @@
 //!
 //! Per subtask (labels `job_id`, `job`, `operator`, `subtask`): records and bytes in and out,
 //! batch latency, state size, entries per snapshot ("dirty keys"), uploaded and deleted
-//! artifacts. Per job: source and sink records, checkpoints completed and failed, and the
-//! last checkpoint's duration. Per place that can meet bad records (labels `operator`, the
-//! source being `(source)`, and `policy`): the records it skipped or dead-lettered.
+//! artifacts, and the last barrier's start delay, alignment and synchronous pause. Per job:
+//! source and sink records, checkpoints completed and failed, and the last completed
+//! checkpoint's duration and longest start delay, alignment and pause of any task. Per place
+//! that can meet bad records (labels `operator`, the source being `(source)`, and `policy`):
+//! the records it skipped or dead-lettered.
+//!
+//! Record counters count the whole job: a run that restores a checkpoint continues from the
+//! counts the checkpoint recorded, so when a job restarts within a running host they step
+//! back to those counts (Prometheus reads that as a counter reset).
 
 use std::fmt::Write as _;
 use std::sync::Arc;
@@ -86,7 +92,7 @@ type JobFamily = (
     fn(&JobMetrics) -> f64,
 );
 
-const JOB_FAMILIES: [JobFamily; 5] = [
+const JOB_FAMILIES: [JobFamily; 8] = [
     (
         "weir_source_records_total",
         "counter",
@@ -116,6 +122,49 @@ const JOB_FAMILIES: [JobFamily; 5] = [
         "gauge",
         "Duration of a job's last completed checkpoint.",
         |m| m.checkpoints.last_duration_us.load(Ordering::Relaxed) as f64 / 1e6,
+    ),
+    (
+        "weir_checkpoint_start_delay_seconds",
+        "gauge",
+        "Longest start delay of any task in a job's last completed checkpoint: trigger to the barrier's first arrival, the time it waited in queues.",
+        |m| m.checkpoints.last_start_delay_us.load(Ordering::Relaxed) as f64 / 1e6,
+    ),
+    (
+        "weir_checkpoint_alignment_seconds",
+        "gauge",
+        "Longest barrier alignment of any task in a job's last completed checkpoint: first barrier to last at a task with several inputs.",
+        |m| m.checkpoints.last_alignment_us.load(Ordering::Relaxed) as f64 / 1e6,
+    ),
+    (
+        "weir_checkpoint_sync_pause_seconds",
+        "gauge",
+        "Longest synchronous pause of any task in a job's last completed checkpoint.",
+        |m| m.checkpoints.last_sync_pause_us.load(Ordering::Relaxed) as f64 / 1e6,
+    ),
+];
+
+/// A per-subtask duration kept in microseconds, shown in seconds.
+type SubtaskTime = (
+    &'static str,
+    &'static str,
+    fn(&SubtaskMetrics) -> &AtomicU64,
+);
+
+const SUBTASK_TIMES: [SubtaskTime; 3] = [
+    (
+        "weir_barrier_start_delay_seconds",
+        "Trigger to the last barrier's first arrival at an operator subtask.",
+        |s| &s.barrier_start_delay_us,
+    ),
+    (
+        "weir_barrier_alignment_seconds",
+        "First to last arrival of the last barrier at an operator subtask with several inputs.",
+        |s| &s.barrier_alignment_us,
+    ),
+    (
+        "weir_barrier_sync_pause_seconds",
+        "How long an operator subtask's last snapshot paused it.",
+        |s| &s.snapshots.last_sync_pause_us,
     ),
 ];
 
@@ -158,6 +207,13 @@ fn render_jobs(jobs: &[(String, String, Arc<JobMetrics>)]) -> String {
                 "{name}{{{labels}}} {}",
                 read(s).load(Ordering::Relaxed)
             );
+        }
+    }
+    for (name, help, read) in SUBTASK_TIMES {
+        header(&mut out, name, "gauge", help);
+        for (labels, s) in &subtasks {
+            let seconds = read(s).load(Ordering::Relaxed) as f64 / 1e6;
+            let _ = writeln!(out, "{name}{{{labels}}} {seconds}");
         }
     }
     let name = "weir_records_set_aside_total";
@@ -244,6 +300,10 @@ mod tests {
         m.source_bad_records
             .dead_lettered
             .store(2, Ordering::Relaxed);
+        m.checkpoints
+            .last_start_delay_us
+            .store(250_000, Ordering::Relaxed);
+        s.barrier_alignment_us.store(1_200, Ordering::Relaxed);
         let text = render_jobs(&[("job-1".into(), "a \"b\"".into(), m)]);
         let labels = r#"job_id="job-1",job="a \"b\"",operator="count",subtask="1""#;
         for line in [
@@ -254,6 +314,10 @@ mod tests {
             format!("weir_batch_latency_seconds_bucket{{{labels},le=\"+Inf\"}} 2"),
             format!("weir_batch_latency_seconds_count{{{labels}}} 2"),
             r#"weir_checkpoint_duration_seconds{job_id="job-1",job="a \"b\""} 0.0015"#.to_owned(),
+            r#"weir_checkpoint_start_delay_seconds{job_id="job-1",job="a \"b\""} 0.25"#.to_owned(),
+            r#"weir_checkpoint_alignment_seconds{job_id="job-1",job="a \"b\""} 0"#.to_owned(),
+            format!("weir_barrier_alignment_seconds{{{labels}}} 0.0012"),
+            format!("weir_barrier_start_delay_seconds{{{labels}}} 0"),
             "# TYPE weir_batch_latency_seconds histogram".to_owned(),
             r#"weir_records_set_aside_total{job_id="job-1",job="a \"b\"",operator="count",policy="skip"} 4"#.to_owned(),
             r#"weir_records_set_aside_total{job_id="job-1",job="a \"b\"",operator="(source)",policy="dead_letter"} 2"#.to_owned(),
