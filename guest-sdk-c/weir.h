@@ -447,7 +447,7 @@ static inline bool weir_no_close(weir_out_t *out, operator_string_t *err) {
 // Defines the three exports of operator.h around an operator's open, process and close
 // functions (see the top of this file). Use it once, in one .c file.
 #define WEIR_EXPORT_OPERATOR(open_fn, process_fn, close_fn)                                      \
-  uint32_t weir_current_record_ = WEIR_NO_RECORD;                                                        \
+  uint32_t weir_current_record_ = WEIR_NO_RECORD;                                                \
   static bool weir_opened_;                                                                      \
   static weir_out_t weir_out_;                                                                   \
   static weir_ops_t weir_ops_;                                                                   \
@@ -464,23 +464,23 @@ static inline bool weir_no_close(weir_out_t *out, operator_string_t *err) {
   bool exports_weir_operator_processor_process(weir_batch_t *batch, operator_list_u32_t *slots,  \
                                                weir_batch_t *ret,                                \
                                                exports_weir_operator_processor_failure_t *err) { \
-    operator_string_t message;                                                                   \
+    operator_string_t message = {NULL, 0}; /* empty if a function fails without weir_fail */     \
     uint32_t slot_count;                                                                         \
-    weir_current_record_ = WEIR_NO_RECORD;                                                               \
+    weir_current_record_ = WEIR_NO_RECORD;                                                       \
     bool ok = weir_opened_ ? weir_batch_check(batch, slots, &slot_count, &message) &&            \
                                  process_fn(batch, slots, slot_count, &weir_out_, &weir_ops_,    \
                                             &message)                                            \
                            : weir_fail(&message, "the operator is not open: process called "     \
                                                  "before open or after close");                  \
     if (ok) {                                                                                    \
-      weir_current_record_ = WEIR_NO_RECORD;                                                             \
+      weir_current_record_ = WEIR_NO_RECORD;                                                     \
       ok = weir_ops_apply(&weir_ops_, &message);                                                 \
     }                                                                                            \
     weir_input_free(batch, slots);                                                               \
     if (!ok) {                                                                                   \
       weir_out_discard(&weir_out_);                                                              \
       weir_ops_clear(&weir_ops_);                                                                \
-      return weir_failure(err, &message, weir_current_record_);                                          \
+      return weir_failure(err, &message, weir_current_record_);                                  \
     }                                                                                            \
     weir_out_finish(&weir_out_, ret);                                                            \
     return true;                                                                                 \
@@ -488,7 +488,7 @@ static inline bool weir_no_close(weir_out_t *out, operator_string_t *err) {
                                                                                                  \
   bool exports_weir_operator_processor_close(weir_batch_t *ret,                                  \
                                              exports_weir_operator_processor_failure_t *err) {   \
-    operator_string_t message;                                                                   \
+    operator_string_t message = {NULL, 0};                                                       \
     if (!weir_opened_) {                                                                         \
       weir_fail(&message, "the operator is not open: close called before open or after close");  \
       return weir_failure(err, &message, WEIR_NO_RECORD);                                        \

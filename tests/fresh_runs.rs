@@ -170,7 +170,8 @@ fn a_fresh_run_beside_a_killed_run_is_refused_or_fails_but_never_loses_output() 
 #[test]
 fn a_restart_restores_the_checkpoint_its_run_began_from_not_a_newer_one() {
     let dir = tempfile::tempdir().expect("tempdir");
-    write_input(dir.path(), 3_000);
+    // Long enough for several checkpoints 5 ms apart on a fast machine too.
+    write_input(dir.path(), 30_000);
     // `w5` ends every seventh line: any batch of 16 lines holds it.
     let (good, bad) = jobs(dir.path(), "lineage", "w5");
     let out = support::weir(&["run", path(&good), "-q"]);

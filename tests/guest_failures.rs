@@ -179,7 +179,8 @@ fn a_python_exception_shows_its_traceback_without_the_sdk() {
         &out,
         &[
             "operator `victim` subtask",
-            "returned an error: ValueError: the word 'boom' is not welcome here",
+            "returned an error on the record with key \"boom\" and value \"boom\": \
+             ValueError: the word 'boom' is not welcome here",
             "Traceback (most recent call last):",
             &format!("File \"operator.py\", line {call}, in Failures.process"),
             &format!("File \"operator.py\", line {raise}, in check_word"),
@@ -204,7 +205,8 @@ fn a_javascript_error_shows_its_stack() {
         &out,
         &[
             "operator `victim` subtask",
-            "returned an error: Error: the word \"boom\" is not welcome here",
+            "returned an error on the record with key \"boom\" and value \"boom\": \
+             Error: the word \"boom\" is not welcome here",
             &format!("at checkWord (operator.js:{throw}:"),
             &format!("at process (operator.js:{call}:"),
         ],

@@ -414,8 +414,7 @@ fn misbehaving_jobs_are_stopped_at_their_limits_while_a_neighbour_finishes() {
             spinner.path(),
             &[
                 "operator `victim` subtask",
-                "exceeded its CPU time limit",
-                "300ms",
+                "exceeded its CPU time limit of 300 ms per call (limits.cpu_ms_per_call)",
             ],
             false,
         ),
