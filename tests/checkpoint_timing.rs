@@ -6,7 +6,7 @@
 //!   the barrier's path, and the counts recorded beside them consistent.
 //! - In front of a slow operator, the records in flight are bounded by its pace, so the
 //!   barrier waits behind a fraction of the interval instead of hundreds of milliseconds of
-//!   queued records (issue 12, item 8).
+//!   queued records.
 
 mod support;
 

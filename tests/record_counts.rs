@@ -1,6 +1,6 @@
 //! Record counts are part of every checkpoint: a run that restores one (after a stop, a crash,
 //! with another parallelism, or of a job that had finished) counts the whole job, exactly as
-//! a run that was never interrupted (issue 12, item 9). The served case, a host restarted
+//! a run that was never interrupted. The served case, a host restarted
 //! mid-job, is in `serve.rs`.
 
 mod support;
