@@ -76,7 +76,8 @@ pub fn run(args: RunArgs) -> Result<(), Failure> {
         .block_on(run_job(&spec, &engine, from, options))
         .map_err(|e| {
             let input = e.is_input_error();
-            let error = anyhow::Error::new(e).context(format!("job `{}` failed", spec.name));
+            let what = if input { "cannot run" } else { "failed" };
+            let error = anyhow::Error::new(e).context(format!("job `{}` {what}", spec.name));
             if input {
                 Failure::input(error)
             } else {

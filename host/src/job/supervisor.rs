@@ -23,13 +23,21 @@ pub enum SupervisorError {
     /// The job file's components, source or sink are unusable.
     #[error(transparent)]
     Prepare(#[from] PrepareError),
-    /// The checkpoint to start from is unusable.
-    #[error("cannot restore: {0}")]
+    /// The checkpoint to start from is unusable, or a run from the beginning is refused.
+    #[error("{}", start_message(.0))]
     Start(#[from] StartError),
     #[error("job `{0}` keeps no checkpoints: add a [checkpoints] section to restore it")]
     NotCheckpointed(String),
     #[error("{error}{}", restarts_note(*.restarts))]
     Failed { error: JobError, restarts: u32 },
+}
+
+fn start_message(error: &StartError) -> String {
+    match error {
+        // Not a restore: the message says what to do instead.
+        StartError::Existing { .. } => error.to_string(),
+        _ => format!("cannot restore: {error}"),
+    }
 }
 
 fn restarts_note(restarts: u32) -> String {
