@@ -18,7 +18,9 @@ use std::time::Duration;
 use object_store::ObjectStore;
 use object_store::memory::InMemory;
 use object_store::path::Path as StorePath;
-use support::crash::{Rng, committed, crash_then_finish, seed};
+use support::crash::{
+    Rng, assert_store_holds_exactly_the_retained, committed, crash_then_finish, seed,
+};
 use support::{cache_dir, stderr, tokenize_then, write_job};
 use weir_host::checkpoint::actor::Actor;
 use weir_host::checkpoint::instrumented_store::{Faults, InstrumentedStore};
@@ -62,30 +64,6 @@ fn job_file(dir: &Path, name: &str, batch_size: usize, checkpoints: &str) -> Pat
         "parallelism = 2",
         &format!("[checkpoints]\n{checkpoints}"),
     )
-}
-
-/// Every object of the job in `store` is the metadata of a retained checkpoint or an artifact
-/// one of them references: nothing orphaned, nothing missing.
-async fn assert_store_holds_exactly_the_retained(store: &CheckpointStore) {
-    let mut expected = BTreeSet::new();
-    for id in store.completed().await.expect("list checkpoints") {
-        expected.insert(store.metadata_path(id).to_string());
-        let metadata = store.read_metadata(id).await.expect("read metadata");
-        for artifact in metadata.artifacts() {
-            expected.insert(store.resolve(&artifact.path).to_string());
-        }
-    }
-    let present: BTreeSet<String> = store
-        .list_all()
-        .await
-        .expect("list")
-        .iter()
-        .map(ToString::to_string)
-        .collect();
-    assert_eq!(
-        present, expected,
-        "the store must hold exactly the retained checkpoints' objects"
-    );
 }
 
 fn engine() -> Engine {

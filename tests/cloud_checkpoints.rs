@@ -14,10 +14,11 @@
 
 mod support;
 
-use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
-use support::crash::{Rng, crash_then_finish_with_env, running_counts, seed};
+use support::crash::{
+    Rng, assert_store_holds_exactly_the_retained, crash_then_finish_with_env, running_counts, seed,
+};
 use support::emulators::{Cloud, StoreServer};
 use support::{stderr, tokenize_then, weir_with_env};
 use weir_host::checkpoint::CheckpointStore;
@@ -97,31 +98,5 @@ fn gcs_a_job_reaches_the_emulator_whose_refusal_of_uploads_fails_the_run() {
     assert!(
         err.contains("invalid uploadType") && err.contains("PUT"),
         "the run failed otherwise:\n{err}"
-    );
-}
-
-/// Every object of the job in `store` is the metadata of a retained checkpoint or an artifact
-/// one of them references: nothing orphaned, nothing missing.
-async fn assert_store_holds_exactly_the_retained(store: &CheckpointStore) {
-    let mut expected = BTreeSet::new();
-    let completed = store.completed().await.expect("list checkpoints");
-    assert!(!completed.is_empty(), "no checkpoint completed");
-    for id in completed {
-        expected.insert(store.metadata_path(id).to_string());
-        let metadata = store.read_metadata(id).await.expect("read metadata");
-        for artifact in metadata.artifacts() {
-            expected.insert(store.resolve(&artifact.path).to_string());
-        }
-    }
-    let present: BTreeSet<String> = store
-        .list_all()
-        .await
-        .expect("list")
-        .iter()
-        .map(ToString::to_string)
-        .collect();
-    assert_eq!(
-        present, expected,
-        "the store must hold exactly the retained checkpoints' objects"
     );
 }

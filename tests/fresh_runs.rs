@@ -78,22 +78,7 @@ fn path(p: &Path) -> &str {
 
 /// The ids of the job's completed checkpoints in `dir/store`, ascending.
 fn checkpoint_ids(dir: &Path, name: &str) -> Vec<u64> {
-    let folder = dir.join("store").join(name).join("checkpoints");
-    let mut ids: Vec<u64> = std::fs::read_dir(folder)
-        .map(|entries| {
-            entries
-                .filter_map(|e| {
-                    let name = e.ok()?.file_name().into_string().ok()?;
-                    name.strip_prefix("chk-")?
-                        .strip_suffix(".json")?
-                        .parse()
-                        .ok()
-                })
-                .collect()
-        })
-        .unwrap_or_default();
-    ids.sort_unstable();
-    ids
+    support::checkpoint_ids(&dir.join("store").join(name).join("checkpoints"))
 }
 
 /// The changed job, run without `--restore`, is refused and leaves the output alone; with

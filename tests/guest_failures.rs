@@ -363,17 +363,8 @@ fn after_a_restore_guest_log_lines_name_the_checkpoint_the_run_works_towards() {
     let out = weir(&["run", job, "-q"]);
     assert!(out.status.success(), "{}", support::stderr(&out));
     let folder = dir.path().join(".weir-checkpoints/relog/checkpoints");
-    let mut ids: Vec<u64> = std::fs::read_dir(folder)
-        .expect("checkpoints")
-        .filter_map(|e| {
-            let name = e.ok()?.file_name().into_string().ok()?;
-            name.strip_prefix("chk-")?
-                .strip_suffix(".json")?
-                .parse()
-                .ok()
-        })
-        .collect();
-    ids.sort_unstable();
+    let ids = support::checkpoint_ids(&folder);
+    assert!(!ids.is_empty(), "no checkpoint in {}", folder.display());
     let (oldest, newest) = (ids[0], ids[ids.len() - 1]);
     assert!(oldest < newest, "{ids:?}");
 

@@ -1,10 +1,12 @@
 //! Killing a job at random instants and checking what it committed: the pieces the
 //! exactly-once tests share.
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Duration;
+
+use weir_host::checkpoint::CheckpointStore;
 
 use super::{cache_dir, stderr};
 
@@ -193,4 +195,30 @@ pub fn running_counts<'a>(words: impl IntoIterator<Item = &'a str>) -> Vec<Strin
         .collect();
     lines.sort();
     lines
+}
+
+/// Every object of the job in `store` is the metadata of a retained checkpoint or an artifact
+/// one of them references: nothing orphaned, nothing missing.
+pub async fn assert_store_holds_exactly_the_retained(store: &CheckpointStore) {
+    let mut expected = BTreeSet::new();
+    let completed = store.completed().await.expect("list checkpoints");
+    assert!(!completed.is_empty(), "no checkpoint completed");
+    for id in completed {
+        expected.insert(store.metadata_path(id).to_string());
+        let metadata = store.read_metadata(id).await.expect("read metadata");
+        for artifact in metadata.artifacts() {
+            expected.insert(store.resolve(&artifact.path).to_string());
+        }
+    }
+    let present: BTreeSet<String> = store
+        .list_all()
+        .await
+        .expect("list")
+        .iter()
+        .map(ToString::to_string)
+        .collect();
+    assert_eq!(
+        present, expected,
+        "the store must hold exactly the retained checkpoints' objects"
+    );
 }

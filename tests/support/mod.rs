@@ -198,3 +198,23 @@ pub fn tokenize_then_component(
         ),
     )
 }
+
+/// The ids of the completed checkpoints whose metadata (`chk-N.json`) lies in `folder` (a
+/// job's `checkpoints/` folder in a `file://` store), ascending; none if it does not exist.
+pub fn checkpoint_ids(folder: &Path) -> Vec<u64> {
+    let mut ids: Vec<u64> = std::fs::read_dir(folder)
+        .map(|entries| {
+            entries
+                .filter_map(|e| {
+                    let name = e.ok()?.file_name().into_string().ok()?;
+                    name.strip_prefix("chk-")?
+                        .strip_suffix(".json")?
+                        .parse()
+                        .ok()
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    ids.sort_unstable();
+    ids
+}

@@ -103,16 +103,7 @@ pub fn checkpoints(args: CheckpointsArgs) -> Result<(), Failure> {
 
 async fn list(store: &str, host: Option<String>, json: bool) -> Result<(), Failure> {
     let rows: Vec<CheckpointSummary> = match host {
-        Some(host) => {
-            let path = format!("/v1/jobs/{store}/checkpoints");
-            call(
-                &HostArgs::at(host),
-                reqwest::Method::GET,
-                &path,
-                None::<&()>,
-            )
-            .await?
-        }
+        Some(host) => served(host, &format!("/v1/jobs/{store}/checkpoints")).await?,
         None => {
             let target = Target::open(store)?;
             let mut rows = Vec::new();
@@ -131,6 +122,11 @@ async fn list(store: &str, host: Option<String>, json: bool) -> Result<(), Failu
     print_list(&rows, json)
 }
 
+/// What the host at `host` answers to a GET of `path`.
+async fn served<T: serde::de::DeserializeOwned>(host: String, path: &str) -> Result<T, Failure> {
+    call(&HostArgs::at(host), reqwest::Method::GET, path, None::<&()>).await
+}
+
 async fn show(
     which: Which,
     store: &str,
@@ -139,16 +135,7 @@ async fn show(
     json: bool,
 ) -> Result<(), Failure> {
     let detail: CheckpointDetail = match host {
-        Some(host) => {
-            let path = format!("/v1/jobs/{store}/checkpoints/{which}");
-            call(
-                &HostArgs::at(host),
-                reqwest::Method::GET,
-                &path,
-                None::<&()>,
-            )
-            .await?
-        }
+        Some(host) => served(host, &format!("/v1/jobs/{store}/checkpoints/{which}")).await?,
         None => {
             let target = Target::open(store)?;
             let job = target.one_job(job, which).await?;
