@@ -8,7 +8,7 @@ mod support;
 
 use std::path::{Path, PathBuf};
 
-use support::{assert_clean_failure, built_operator, repo, tokenize_then, toml_path, weir};
+use support::{assert_clean_failure, built_operator, repo, stderr, tokenize_then, toml_path, weir};
 
 /// Writes a job in `dir`: `in.txt` -> tokenizer -> `faulty` named `operator` (two subtasks,
 /// keyed by word, with `operator_lines` added to its section) -> `out.txt`.
@@ -102,9 +102,19 @@ fn a_guest_trap_fails_the_job_naming_operator_and_subtask() {
             "trapped",
             "panicked at",
             "faulty operator: trap on value `boom`",
+            "wasm trap: wasm `unreachable` instruction executed",
         ],
     );
+    // The wasm backtrace only when debugging.
+    assert!(!stderr(&out).contains("wasm backtrace"), "{}", stderr(&out));
     no_output(dir.path());
+    let job = dir.path().join("job.toml");
+    let debugging = support::weir_logging(&["run", job.to_str().expect("utf-8")], "weir=debug");
+    assert!(
+        stderr(&debugging).contains("wasm backtrace"),
+        "{}",
+        stderr(&debugging)
+    );
 }
 
 #[test]

@@ -137,7 +137,13 @@ impl WasmOperator {
         let printed = self.store.data().stderr.tail();
         let printed = printed.lines().rev().take(8).collect::<Vec<_>>();
         let printed: String = printed.into_iter().rev().collect::<Vec<_>>().join("\n");
-        let trap = format!("{error:?}");
+        // The trap itself; its wasm backtrace (frames of the guest's compiled code, which
+        // mean something with a debugger at hand, not in a job's error) only when debugging.
+        let trap = if tracing::enabled!(target: "weir::guest", tracing::Level::DEBUG) {
+            format!("{error:?}")
+        } else {
+            error.root_cause().to_string()
+        };
         let message = if printed.is_empty() {
             trap
         } else {
