@@ -36,6 +36,12 @@ fn run_victim(
     mode: &str,
     limits: &str,
 ) -> std::process::Output {
+    let job = victim_job(dir, component, mode, limits);
+    weir(&["run", job.to_str().expect("utf-8")])
+}
+
+/// The job file of [`run_victim`].
+fn victim_job(dir: &Path, component: Option<&Path>, mode: &str, limits: &str) -> PathBuf {
     let mut input = String::new();
     for i in 0..5000 {
         input.push_str(&format!("w{}\n", i % 50));
@@ -50,7 +56,7 @@ fn run_victim(
         assert!(text.contains(&faulty));
         std::fs::write(&job, text.replace(&faulty, &toml_path(component))).expect("job");
     }
-    weir(&["run", job.to_str().expect("utf-8")])
+    job
 }
 
 /// The test guest `tests/guests/NAME`, built with `weir build`.
@@ -260,6 +266,40 @@ fn python_emit_refuses_values_of_other_types_at_the_call() {
             ],
         );
         no_output(dir.path());
+    }
+}
+
+#[test]
+fn javascript_console_writes_to_the_guest_log_at_each_methods_level() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let job = victim_job(dir.path(), Some(&test_guest("failures-js")), "console", "");
+    let out = support::weir_logging(
+        &["run", job.to_str().expect("utf-8")],
+        "warn,weir::guest=debug",
+    );
+    let err = stderr(&out);
+    assert!(out.status.success(), "{err}");
+    for (level, text) in [
+        ("INFO", "console.log saw boom {\"n\":1}"),
+        ("INFO", "console.info saw boom"),
+        ("WARN", "console.warn saw boom"),
+        ("ERROR", "console.error saw Error: an error"),
+        ("DEBUG", "console.debug saw 42"),
+    ] {
+        let lines: Vec<&str> = err.lines().collect();
+        let at = lines
+            .iter()
+            .position(|l| l.contains(text))
+            .unwrap_or_else(|| panic!("no log line {text:?} in:\n{err}"));
+        assert!(lines[at].contains(level), "not at {level}: {}", lines[at]);
+        // The log record: its first line, and those of a multi-line message (a stack), up to
+        // the next record; its fields come last.
+        let next = lines[at + 1..]
+            .iter()
+            .position(|l| l.starts_with("20"))
+            .map_or(lines.len(), |n| at + 1 + n);
+        let record = lines[at..next].join("\n");
+        assert!(record.contains("operator=\"victim\""), "{record}");
     }
 }
 

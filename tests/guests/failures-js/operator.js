@@ -6,6 +6,7 @@
 // - `throw-in-helper`: the helper function `checkWord` throws an Error;
 // - `emit-object`: it emits an object as the value;
 // - `emit-number`: it emits a number as the value;
+// - `console`: it writes to every `console` method, then passes the record through;
 // - `passthrough` (the default): nothing special.
 //
 // And in mode `bad-batch`, `process` bypasses the SDK and returns a malformed batch: record 0
@@ -13,7 +14,14 @@
 
 import { Operator, exportOperator } from "./weir.js";
 
-const MODES = ["passthrough", "throw-in-helper", "emit-object", "emit-number", "bad-batch"];
+const MODES = [
+  "passthrough",
+  "throw-in-helper",
+  "emit-object",
+  "emit-number",
+  "console",
+  "bad-batch",
+];
 
 function checkWord(word) {
   throw new Error(`the word ${JSON.stringify(word)} is not welcome here`);
@@ -33,6 +41,13 @@ class Failures extends Operator {
       if (this.mode === "throw-in-helper") checkWord(this.word);
       if (this.mode === "emit-object") out.emit(record.key, { word: this.word });
       if (this.mode === "emit-number") out.emit(record.key, 42);
+      if (this.mode === "console") {
+        console.log("console.log saw", this.word, { n: 1 });
+        console.info("console.info saw", this.word);
+        console.warn("console.warn saw", this.word);
+        console.error("console.error saw", new Error("an error"));
+        console.debug("console.debug saw", 42);
+      }
     }
     out.emit(record.key, record.value);
   }
