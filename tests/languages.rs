@@ -15,7 +15,6 @@ mod support;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 
 use support::crash::{committed, running_counts};
 use support::{built_operator, repo, stderr, tokenize_then, weir};
@@ -23,8 +22,7 @@ use weir_host::checkpoint::CheckpointStore;
 use weir_host::checkpoint::storage::read_increment;
 use weir_host::engine::{Engine, EngineOptions};
 use weir_host::guest::WasmOperator;
-use weir_host::ids::{OperatorName, SubtaskIndex};
-use weir_host::operator::{FailureKind, GuestLimits, OperatorInstance, SubtaskContext};
+use weir_host::operator::{FailureKind, OperatorInstance, SubtaskContext};
 use weir_host::partition::{KeyGroupRange, KeyGroups, hash_key};
 use weir_host::record::{RecordBatch, RecordRef};
 use weir_host::state::{KeyRef, KeyedStateBackend, StateKind};
@@ -217,19 +215,7 @@ fn counters() -> [(&'static str, PathBuf); 4] {
 
 /// The only subtask of the counter `component`, opened.
 fn open_counter(engine: &Engine, component: &Path) -> WasmOperator {
-    let groups = KeyGroups::default();
-    let ctx = SubtaskContext {
-        job: Arc::from("languages"),
-        operator: OperatorName("count".into()),
-        subtask: SubtaskIndex(0),
-        parallelism: 1,
-        key_groups: groups,
-        range: groups.range_of(SubtaskIndex(0), 1),
-        config_json: "{}".into(),
-        limits: GuestLimits::default(),
-        guest_log: None,
-        first_checkpoint: weir_host::ids::CheckpointId(1),
-    };
+    let ctx = SubtaskContext::new("languages", "count", 0, 1, KeyGroups::default());
     let component = engine.load(component).expect("load");
     WasmOperator::open(engine, &component, &ctx).expect("open")
 }

@@ -3,12 +3,10 @@
 
 mod support;
 
-use std::sync::Arc;
-
 use weir_host::engine::{Engine, EngineOptions};
 use weir_host::guest::WasmOperator;
-use weir_host::ids::{OperatorName, SubtaskIndex};
-use weir_host::operator::{FailureKind, GuestLimits, OperatorInstance, SubtaskContext};
+use weir_host::ids::SubtaskIndex;
+use weir_host::operator::{FailureKind, OperatorInstance, SubtaskContext};
 use weir_host::partition::{KeyGroups, hash_key};
 use weir_host::record::{RecordBatch, RecordRef};
 
@@ -17,19 +15,13 @@ fn counter_subtask(subtask: u32, parallelism: u32) -> WasmOperator {
     let component = engine
         .load(&support::component("weir-example-counter"))
         .expect("load");
-    let groups = KeyGroups::new(128);
-    let ctx = SubtaskContext {
-        job: Arc::from("state-test"),
-        operator: OperatorName("count".into()),
-        subtask: SubtaskIndex(subtask),
+    let ctx = SubtaskContext::new(
+        "state-test",
+        "count",
+        subtask,
         parallelism,
-        key_groups: groups,
-        range: groups.range_of(SubtaskIndex(subtask), parallelism),
-        config_json: "{}".into(),
-        limits: GuestLimits::default(),
-        guest_log: None,
-        first_checkpoint: weir_host::ids::CheckpointId(1),
-    };
+        KeyGroups::new(128),
+    );
     WasmOperator::open(&engine, &component, &ctx).expect("open")
 }
 

@@ -25,8 +25,7 @@ use std::time::Instant;
 use keyed::{measure, median};
 use weir_host::engine::{ComponentCache, Engine, EngineOptions};
 use weir_host::guest::{WasmOperator, WasmOperatorFactory};
-use weir_host::ids::{OperatorName, SubtaskIndex};
-use weir_host::operator::{GuestLimits, SubtaskContext};
+use weir_host::operator::SubtaskContext;
 use weir_host::partition::KeyGroups;
 
 const KEYS: u64 = 10_000;
@@ -46,19 +45,7 @@ fn start_ms(component: &Path, cache: &Path) -> f64 {
         cache: Some(ComponentCache::new(cache)),
     })
     .expect("engine");
-    let groups = KeyGroups::default();
-    let ctx = SubtaskContext {
-        job: Arc::from("languages"),
-        operator: OperatorName("count".into()),
-        subtask: SubtaskIndex(0),
-        parallelism: 1,
-        key_groups: groups,
-        range: groups.range_of(SubtaskIndex(0), 1),
-        config_json: "{}".into(),
-        limits: GuestLimits::default(),
-        guest_log: None,
-        first_checkpoint: weir_host::ids::CheckpointId(1),
-    };
+    let ctx = SubtaskContext::new("languages", "count", 0, 1, KeyGroups::default());
     let started = Instant::now();
     let loaded = engine.load(component).expect("load");
     let operator = WasmOperator::open(&engine, &loaded, &ctx).expect("open");
@@ -103,9 +90,9 @@ fn main() {
         );
         cached_max = cached_max.max(cached);
         let bytes = std::fs::metadata(&language.component).map_or(0, |m| m.len());
-        println!("{}_component_bytes {bytes}", language.name);
-        println!("{}_cold_start_ms {cold:.1}", language.name);
-        println!("{}_cached_start_ms {cached:.2}", language.name);
+        println!("bench: {}_component_bytes = {bytes} bytes", language.name);
+        println!("bench: {}_cold_start_ms = {cold:.1} ms", language.name);
+        println!("bench: {}_cached_start_ms = {cached:.2} ms", language.name);
     }
 
     let engine = Engine::new(EngineOptions {
@@ -138,10 +125,14 @@ fn main() {
     }
     let rates: Vec<f64> = rates.into_iter().map(median).collect();
     for (l, rate) in languages.iter().zip(&rates) {
-        println!("{}_records_per_sec {rate:.0}", l.name);
+        println!("bench: {}_records_per_sec = {rate:.0} records/s", l.name);
     }
     for (l, rate) in languages.iter().zip(&rates).skip(1) {
-        println!("{}_rust_ratio {:.3}", l.name, rate / rates[0]);
+        println!(
+            "bench: {}_rust_ratio = {:.3} ratio",
+            l.name,
+            rate / rates[0]
+        );
     }
-    println!("cached_start_ms_max {cached_max:.2}");
+    println!("bench: cached_start_ms_max = {cached_max:.2} ms");
 }

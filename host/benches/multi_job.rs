@@ -212,9 +212,12 @@ fn main() {
     for id in &neighbours {
         host.cancel(id);
     }
-    println!("alone_records_per_sec {alone:.0}");
-    println!("shared_records_per_sec {shared:.0}");
-    println!("shared_host_throughput_ratio {:.3}", shared / alone);
+    println!("bench: alone_records_per_sec = {alone:.0} records/s");
+    println!("bench: shared_records_per_sec = {shared:.0} records/s");
+    println!(
+        "bench: shared_host_throughput_ratio = {:.3} ratio",
+        shared / alone
+    );
 
     // Time to the first record, per language.
     let python =
@@ -238,17 +241,20 @@ fn main() {
             cached.push(ms);
         }
         let bytes = std::fs::metadata(&component).map_or(0, |m| m.len());
-        println!("component_bytes_{language} {bytes}");
+        println!("bench: component_bytes_{language} = {bytes} bytes");
         println!(
-            "submit_to_first_record_ms_{language}_uncached {:.1}",
+            "bench: submit_to_first_record_ms_{language}_uncached = {:.1} ms",
             median(uncached)
         );
         println!(
-            "submit_to_first_record_ms_{language}_cached {:.1}",
+            "bench: submit_to_first_record_ms_{language}_cached = {:.1} ms",
             median(cached.clone())
         );
         if language == "rust" {
-            println!("submit_to_first_record_ms_rust {:.1}", median(cached));
+            println!(
+                "bench: submit_to_first_record_ms_rust = {:.1} ms",
+                median(cached)
+            );
         }
     }
 }

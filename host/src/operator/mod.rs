@@ -60,6 +60,30 @@ pub struct SubtaskContext {
 }
 
 impl SubtaskContext {
+    /// Subtask `subtask` of `parallelism` of operator `operator` in job `job`, owning its
+    /// share of `key_groups`: configured with `{}`, default limits, no guest log file, in the
+    /// first run of the job. The runtime sets every field; tests and benchmarks start here.
+    pub fn new(
+        job: &str,
+        operator: &str,
+        subtask: u32,
+        parallelism: u32,
+        key_groups: KeyGroups,
+    ) -> Self {
+        Self {
+            job: Arc::from(job),
+            operator: OperatorName(operator.into()),
+            subtask: SubtaskIndex(subtask),
+            parallelism,
+            key_groups,
+            range: key_groups.range_of(SubtaskIndex(subtask), parallelism),
+            config_json: "{}".into(),
+            limits: GuestLimits::default(),
+            guest_log: None,
+            first_checkpoint: CheckpointId(1),
+        }
+    }
+
     /// An error of this subtask.
     pub fn error(&self, kind: FailureKind, message: impl Into<String>) -> OperatorError {
         OperatorError {
