@@ -284,8 +284,8 @@ fn an_operator_error_names_the_record_and_its_source_line() {
     assert_clean_failure(
         &out,
         &[
-            "operator `victim` subtask 0 returned an error on the record without key and with \
-             value \"boom\" (",
+            "error: faulty operator: error on value `boom`\nin operator `victim` subtask 0, which \
+             returned an error on the record without key and with value \"boom\" (",
             "in.txt line 3)",
         ],
     );

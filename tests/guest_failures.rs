@@ -74,6 +74,16 @@ fn line_of(name: &str, file: &str, text: &str) -> usize {
         .unwrap_or_else(|| panic!("{text:?} is not in {}", path.display()))
 }
 
+/// The job's error starts with `message`, the guest's own words (the operator and subtask
+/// come after them).
+fn starts_with_the_guests_message(out: &std::process::Output, message: &str) {
+    let stderr = stderr(out);
+    assert!(
+        stderr.starts_with(&format!("error: {message}")),
+        "the error does not start with {message:?}:\n{stderr}"
+    );
+}
+
 /// A failed run commits nothing: the output file, if there is one, is empty (what was
 /// staged before the failure stays hidden in the sink's staging folder).
 fn no_output(dir: &Path) {
@@ -110,6 +120,37 @@ fn a_guest_trap_fails_the_job_naming_operator_and_subtask() {
             "faulty operator: trap on value `boom`",
             "wasm trap: wasm `unreachable` instruction executed",
         ],
+    );
+    // The panic message first, then the trap, then the operator; without the hint to set
+    // RUST_BACKTRACE, which a guest cannot see.
+    let text = stderr(&out);
+    let lines: Vec<&str> = text.lines().collect();
+    let at = lines
+        .iter()
+        .position(|l| l.starts_with("error: "))
+        .unwrap_or_else(|| panic!("no error line:\n{text}"));
+    assert!(
+        lines[at].contains("panicked at tests/guests/faulty/src/lib.rs:"),
+        "{text}"
+    );
+    assert_eq!(
+        lines[at + 1],
+        "faulty operator: trap on value `boom`",
+        "{text}"
+    );
+    assert_eq!(
+        lines[at + 2],
+        "wasm trap: wasm `unreachable` instruction executed",
+        "{text}"
+    );
+    assert!(
+        lines[at + 3].starts_with("in operator `victim` subtask ")
+            && lines[at + 3].ends_with(", which trapped"),
+        "{text}"
+    );
+    assert!(
+        !lines[at..].iter().any(|l| l.contains("RUST_BACKTRACE")),
+        "{text}"
     );
     // The wasm backtrace only when debugging.
     assert!(!stderr(&out).contains("wasm backtrace"), "{}", stderr(&out));
@@ -194,13 +235,16 @@ fn a_python_exception_shows_its_traceback_without_the_sdk() {
     assert_clean_failure(
         &out,
         &[
-            "operator `victim` subtask",
-            "returned an error on the record with key \"boom\" and value \"boom\": \
-             ValueError: the word 'boom' is not welcome here",
+            "\nin operator `victim` subtask 1, which returned an error on the record with key \
+             \"boom\" and value \"boom\"\njob `faulty` failed",
             "Traceback (most recent call last):",
             &format!("File \"operator.py\", line {call}, in Failures.process"),
             &format!("File \"operator.py\", line {raise}, in check_word"),
         ],
+    );
+    starts_with_the_guests_message(
+        &out,
+        "ValueError: the word 'boom' is not welcome here\nTraceback (most recent call last):\n",
     );
     assert!(
         !support::stderr(&out).contains("weir_sdk"),
@@ -220,12 +264,17 @@ fn a_javascript_error_shows_its_stack() {
     assert_clean_failure(
         &out,
         &[
-            "operator `victim` subtask",
-            "returned an error on the record with key \"boom\" and value \"boom\": \
-             Error: the word \"boom\" is not welcome here",
+            "\nin operator `victim` subtask 1, which returned an error on the record with key \
+             \"boom\" and value \"boom\"\njob `faulty` failed",
             &format!("at checkWord (operator.js:{throw}:"),
             &format!("at process (operator.js:{call}:"),
         ],
+    );
+    starts_with_the_guests_message(
+        &out,
+        &format!(
+            "Error: the word \"boom\" is not welcome here\n    at checkWord (operator.js:{throw}:"
+        ),
     );
     assert!(
         !support::stderr(&out).contains("weir.js"),

@@ -105,11 +105,26 @@ pub fn main() -> ExitCode {
 /// An error and its causes on one line, `outer: inner: ...`, leaving out a cause whose text
 /// is already there: many errors name their source in their own message and also return it
 /// as their `source()`, which would print it twice.
+///
+/// A failure in the guest's own words (a traceback, a stack, a panic message) comes first
+/// instead, as the guest's language shows it, with the operator and subtask after it and the
+/// rest of the chain (`job `x` failed`) on the last line.
 fn report(error: &anyhow::Error) -> String {
+    let guests = error
+        .chain()
+        .find_map(operator_failure)
+        .filter(|failure| failure.kind.is_guests_message())
+        .map(ToString::to_string);
+    // The outermost error that shows the guest's failure (it may add to it: the restarts).
+    let mut first: Option<String> = None;
     let mut line = String::new();
     for cause in error.chain() {
         let text = cause.to_string();
-        if line.contains(&text) {
+        if line.contains(&text) || first.as_ref().is_some_and(|f| f.contains(&text)) {
+            continue;
+        }
+        if guests.as_ref().is_some_and(|g| text.contains(g.as_str())) {
+            first.get_or_insert(text);
             continue;
         }
         if !line.is_empty() {
@@ -117,7 +132,34 @@ fn report(error: &anyhow::Error) -> String {
         }
         line.push_str(&text);
     }
-    line
+    match first {
+        Some(first) if line.is_empty() => first,
+        Some(first) => format!("{first}\n{line}"),
+        None => line,
+    }
+}
+
+/// The operator failure `error` is or wraps, if any.
+fn operator_failure<'a>(
+    error: &'a (dyn std::error::Error + 'static),
+) -> Option<&'a crate::operator::OperatorError> {
+    use crate::job::{JobError, SupervisorError};
+    fn job(e: &JobError) -> Option<&crate::operator::OperatorError> {
+        match e {
+            JobError::Operator(failure) => Some(failure),
+            _ => None,
+        }
+    }
+    if let Some(failure) = error.downcast_ref::<crate::operator::OperatorError>() {
+        return Some(failure);
+    }
+    if let Some(e) = error.downcast_ref::<JobError>() {
+        return job(e);
+    }
+    match error.downcast_ref::<SupervisorError>() {
+        Some(SupervisorError::Failed { error, .. }) => job(error),
+        _ => None,
+    }
 }
 
 /// The engine used by the CLI: with the default on-disk component cache.
@@ -161,5 +203,33 @@ mod tests {
         );
         let chained = anyhow::anyhow!("inner").context("middle").context("outer");
         assert_eq!(report(&chained), "outer: middle: inner");
+    }
+
+    #[test]
+    fn a_guests_own_message_comes_first_and_the_job_last() {
+        let failure = |kind| crate::operator::OperatorError {
+            operator: crate::ids::OperatorName("count".into()),
+            subtask: crate::ids::SubtaskIndex(0),
+            kind,
+            message: "ValueError: boom\nTraceback (most recent call last):".into(),
+            record: None,
+            on: None,
+        };
+        let error = anyhow::Error::new(crate::job::JobError::from(failure(
+            crate::operator::FailureKind::Returned,
+        )))
+        .context("job `x` failed");
+        assert_eq!(
+            report(&error),
+            "ValueError: boom\nTraceback (most recent call last):\n\
+             in operator `count` subtask 0, which returned an error\njob `x` failed"
+        );
+        let limit = anyhow::Error::new(failure(crate::operator::FailureKind::CpuLimit))
+            .context("job `x` failed");
+        assert!(
+            report(&limit).starts_with("job `x` failed: operator `count` subtask 0 exceeded"),
+            "{}",
+            report(&limit)
+        );
     }
 }

@@ -135,7 +135,14 @@ impl WasmOperator {
         }
         // What the guest printed last (a Rust panic message), then the trap itself.
         let printed = self.store.data().stderr.tail();
-        let printed = printed.lines().rev().take(8).collect::<Vec<_>>();
+        // Rust's panic hook suggests RUST_BACKTRACE, which no guest can see (its environment
+        // is empty): that line is left out.
+        let printed = printed
+            .lines()
+            .rev()
+            .filter(|line| !line.starts_with("note: run with `RUST_BACKTRACE=1`"))
+            .take(8)
+            .collect::<Vec<_>>();
         let printed: String = printed.into_iter().rev().collect::<Vec<_>>().join("\n");
         // The trap itself; its wasm backtrace (frames of the guest's compiled code, which
         // mean something with a debugger at hand, not in a job's error) only when debugging.

@@ -37,6 +37,15 @@ impl FailureKind {
             FailureKind::CpuLimit | FailureKind::MemoryLimit | FailureKind::StateLimit
         )
     }
+
+    /// The message is the guest's own words (its error, traceback, stack or panic message),
+    /// which a failure shows first.
+    pub fn is_guests_message(self) -> bool {
+        matches!(
+            self,
+            FailureKind::Open | FailureKind::Returned | FailureKind::Trap
+        )
+    }
 }
 
 impl fmt::Display for FailureKind {
@@ -57,8 +66,12 @@ impl fmt::Display for FailureKind {
 
 /// An operator subtask failed; the job fails with this error.
 ///
-/// Shown as `operator `NAME` subtask N <kind>: <message>`; for a limit, the message goes on
-/// with the kind's sentence: `... exceeded its memory limit of 8 MiB (limits.memory_mb): ...`.
+/// When the message is the guest's own ([`FailureKind::is_guests_message`]), it comes first,
+/// as the guest's language shows it, and the operator and subtask follow on a line of their
+/// own: `<message>\nin operator `NAME` subtask N, which <kind>[ on <record>]`. Otherwise the
+/// failure is one sentence, `operator `NAME` subtask N <kind>: <message>`; for a limit, the
+/// message goes on with the kind's sentence: `... exceeded its memory limit of 8 MiB
+/// (limits.memory_mb): ...`.
 #[derive(Clone, Debug, thiserror::Error, PartialEq, Eq)]
 pub struct OperatorError {
     pub operator: OperatorName,
@@ -95,14 +108,25 @@ impl fmt::Display for OperatorError {
             record: _,
             on,
         } = self;
-        write!(f, "operator `{operator}` subtask {subtask} {kind}")?;
-        if let Some(on) = on {
-            write!(f, " on {on}")?;
-        }
-        if kind.is_limit() {
-            write!(f, " {message}")
+        let on = on
+            .as_ref()
+            .map(|on| format!(" on {on}"))
+            .unwrap_or_default();
+        if kind.is_guests_message() {
+            write!(
+                f,
+                "{message}\nin operator `{operator}` subtask {subtask}, which {kind}{on}"
+            )
+        } else if kind.is_limit() {
+            write!(
+                f,
+                "operator `{operator}` subtask {subtask} {kind}{on} {message}"
+            )
         } else {
-            write!(f, ": {message}")
+            write!(
+                f,
+                "operator `{operator}` subtask {subtask} {kind}{on}: {message}"
+            )
         }
     }
 }
@@ -123,14 +147,24 @@ mod tests {
     }
 
     #[test]
-    fn a_limit_reads_as_one_sentence_and_other_failures_give_their_message() {
+    fn a_limit_reads_as_one_sentence_and_a_guests_message_comes_first() {
         assert_eq!(
             error(FailureKind::MemoryLimit, "of 8 MiB (limits.memory_mb)").to_string(),
             "operator `count` subtask 1 exceeded its memory limit of 8 MiB (limits.memory_mb)"
         );
         assert_eq!(
-            error(FailureKind::Returned, "boom").to_string(),
-            "operator `count` subtask 1 returned an error: boom"
+            error(FailureKind::Returned, "ValueError: boom\nTraceback ...").to_string(),
+            "ValueError: boom\nTraceback ...\nin operator `count` subtask 1, which returned an error"
+        );
+        let mut on_record = error(FailureKind::Returned, "boom");
+        on_record.on = Some("the record with key \"k\"".into());
+        assert_eq!(
+            on_record.to_string(),
+            "boom\nin operator `count` subtask 1, which returned an error on the record with key \"k\""
+        );
+        assert_eq!(
+            error(FailureKind::Restore, "checkpoint 3 is gone").to_string(),
+            "operator `count` subtask 1 could not restore its state: checkpoint 3 is gone"
         );
     }
 }
