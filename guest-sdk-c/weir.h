@@ -41,14 +41,38 @@
 #ifndef WEIR_H
 #define WEIR_H
 
+#include <errno.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 
 #include "operator.h"
+
+// ---------------------------------------------------------------------------------------------
+// Sockets: refused, never a trap
+//
+// Weir's sandbox grants no sockets (nor files, nor environment variables: fopen and getenv
+// fail as libc does without them). WASI preview 1, which wasi-libc targets, cannot open a
+// socket, so wasi-libc has no socket() or connect(); the socket calls it does have end in a
+// trap in the component adapter `weir build` links. Here they fail as calls without the
+// capability do: -1 with errno ENOTCAPABLE.
+
+static inline int weir_no_sockets(void) {
+  errno = ENOTCAPABLE;
+  return -1;
+}
+#define accept(fd, addr, len) ((void)(fd), (void)(addr), (void)(len), weir_no_sockets())
+#define accept4(fd, addr, len, flags) \
+  ((void)(fd), (void)(addr), (void)(len), (void)(flags), weir_no_sockets())
+#define recv(fd, buf, len, flags) \
+  ((void)(fd), (void)(buf), (void)(len), (void)(flags), (ssize_t)weir_no_sockets())
+#define send(fd, buf, len, flags) \
+  ((void)(fd), (void)(buf), (void)(len), (void)(flags), (ssize_t)weir_no_sockets())
+#define shutdown(fd, how) ((void)(fd), (void)(how), weir_no_sockets())
 
 #define WEIR_NO_SLOT UINT32_MAX
 #define WEIR_HAS_KEY 1

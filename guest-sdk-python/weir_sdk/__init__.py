@@ -60,6 +60,7 @@ batch in its own attributes either.
 """
 
 import json
+import logging
 import re
 from array import array
 from bisect import bisect_right
@@ -142,6 +143,42 @@ def warn(message):
 
 def error(message):
     _log.log(_log.Level.ERROR, str(message))
+
+
+class _LogHandler(logging.Handler):
+    """`logging`'s records into the guest log at their own level. It is the handler of last
+    resort (for a logger when nothing is configured) and the one `logging.basicConfig` adds
+    when given no stream, file or handlers, as `logging.warning()` and its siblings do on
+    their first call: `logging` works as in any Python, `basicConfig(level=logging.INFO)`
+    included, and each record keeps its level."""
+
+    def emit(self, record):
+        try:
+            if record.levelno >= logging.ERROR:
+                level = _log.Level.ERROR
+            elif record.levelno >= logging.WARNING:
+                level = _log.Level.WARN
+            elif record.levelno >= logging.INFO:
+                level = _log.Level.INFO
+            else:
+                level = _log.Level.DEBUG
+            _log.log(level, self.format(record))
+        except Exception:
+            self.handleError(record)
+
+
+_basic_config = logging.basicConfig
+
+
+def _basic_config_into_the_log(**kwargs):
+    if not any(kwargs.get(name) for name in ("stream", "filename", "handlers")):
+        kwargs["handlers"] = [_LogHandler()]
+    _basic_config(**kwargs)
+
+
+_basic_config_into_the_log.__doc__ = _basic_config.__doc__
+logging.basicConfig = _basic_config_into_the_log
+logging.lastResort = _LogHandler(logging.WARNING)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -82,25 +82,36 @@ pub fn weir(args: &[&str]) -> Output {
 /// Runs `weir` with `args` and the environment variables `env` added (a cloud store's
 /// settings); the component cache is the tests' shared one.
 pub fn weir_with_env(args: &[&str], env: &[(String, String)]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_weir"))
+    weir_command()
         .args(args)
         .envs(env.iter().map(|(k, v)| (k, v)))
-        .env("WEIR_CACHE_DIR", cache_dir())
-        .env("RUST_LOG", "warn")
-        .env("NO_COLOR", "1")
         .output()
         .expect("weir runs")
 }
 
 /// Runs `weir` with `args` and the log filter `filter` (`RUST_LOG`).
 pub fn weir_logging(args: &[&str], filter: &str) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_weir"))
+    weir_command()
         .args(args)
-        .env("WEIR_CACHE_DIR", cache_dir())
         .env("RUST_LOG", filter)
-        .env("NO_COLOR", "1")
         .output()
         .expect("weir runs")
+}
+
+/// The `weir` under test, as the tests run it: the tests' shared component cache, warnings
+/// only, no colours, a `WEIR_HOME` without toolchains, so that builds use those
+/// `scripts/setup-languages` installed next to the binary and never a user's own, and one
+/// Cargo target folder for the Rust projects the tests build (dependencies compile once;
+/// projects of the same name would share their output, so names differ between tests).
+pub fn weir_command() -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_weir"));
+    command
+        .env("WEIR_CACHE_DIR", cache_dir())
+        .env("WEIR_HOME", repo().join("target/test-weir-home"))
+        .env("CARGO_TARGET_DIR", repo().join("target/test-build-rust"))
+        .env("RUST_LOG", "warn")
+        .env("NO_COLOR", "1");
+    command
 }
 
 /// Standard error as text.

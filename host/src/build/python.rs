@@ -5,10 +5,17 @@
 //! componentized under that name, and the project folder follows the staging folder on the
 //! module path (for the operator's own modules). componentize-py's messages are rewritten to
 //! name `operator.py` again, and lose the Python stack of componentize-py itself.
+//!
+//! The component imports WASI, which the host grants as its sandbox allows (no files, no
+//! environment, no sockets), so `print`, clocks and randomness work. A component holds only
+//! the modules imported while it was built (componentize-py keeps the interpreter's memory of
+//! that moment, and the sandbox has no files to import from later): the staged module ends by
+//! importing the standard library and the project's own modules
+//! (`guest-sdk-python/weir_sdk/_preload.py`), so that an operator may import them anywhere.
 
 use std::path::Path;
 
-use super::staging::{PYTHON_SDK, Staging, WORLD};
+use super::staging::{PYTHON_PRELOAD, PYTHON_SDK, Staging, WORLD};
 use super::{BuildError, Language, Project, Tool};
 
 /// The name `operator.py` is componentized under.
@@ -18,7 +25,14 @@ pub(super) fn build(project: &Project, staging: &Staging, out: &Path) -> Result<
     let tool = Tool::ComponentizePy.find()?;
     let wit = staging.write_wit()?;
     staging.write("weir_sdk/__init__.py", PYTHON_SDK)?;
-    staging.copy(&project.marker(), Path::new(&format!("{MODULE}.py")))?;
+    staging.write("weir_sdk/_preload.py", PYTHON_PRELOAD)?;
+    let marker = project.marker();
+    let source =
+        std::fs::read_to_string(&marker).map_err(BuildError::io("cannot read", &marker))?;
+    staging.write(
+        &format!("{MODULE}.py"),
+        &with_preload(&source, &project_modules(project.dir())?),
+    )?;
     let mut command = tool.command();
     command
         .arg("-d")
@@ -27,9 +41,6 @@ pub(super) fn build(project: &Project, staging: &Staging, out: &Path) -> Result<
         .arg(staging.dir())
         .arg("-p")
         .arg(project.dir())
-        // The component imports only Weir's interfaces: the host links WASI anyway, but
-        // nothing here needs it.
-        .arg("--stub-wasi")
         .arg("-o")
         .arg(out)
         .current_dir(project.dir());
@@ -43,6 +54,54 @@ pub(super) fn build(project: &Project, staging: &Staging, out: &Path) -> Result<
         eprint!("{}", tidy(&text, project.dir()));
     }
     tool.check(Language::Python, output.status)
+}
+
+/// `operator.py` with the call that imports, at build time, the standard library and the
+/// modules `project`, appended after its last line (its line numbers stay those of the file).
+fn with_preload(source: &str, project: &[String]) -> String {
+    let names: Vec<String> = project.iter().map(|name| format!("{name:?}")).collect();
+    let newline = if source.ends_with('\n') { "" } else { "\n" };
+    format!(
+        "{source}{newline}\n__import__(\"weir_sdk._preload\", fromlist=[\"run\"]).run([{}])\n",
+        names.join(", ")
+    )
+}
+
+/// The operator's own modules: the Python modules and packages at the top of the project
+/// folder, except `operator.py` itself and what is not part of an operator (tests, setup
+/// scripts, hidden and build folders).
+fn project_modules(dir: &Path) -> Result<Vec<String>, BuildError> {
+    let entries = std::fs::read_dir(dir).map_err(BuildError::io("cannot read", dir))?;
+    let mut modules = Vec::new();
+    for entry in entries {
+        let entry = entry.map_err(BuildError::io("cannot read", dir))?;
+        let path = entry.path();
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let module = if path.is_dir() && path.join("__init__.py").is_file() {
+            name
+        } else if let Some(stem) = name.strip_suffix(".py")
+            && path.is_file()
+        {
+            stem.to_owned()
+        } else {
+            continue;
+        };
+        let identifier = module
+            .chars()
+            .next()
+            .is_some_and(|c| c.is_alphabetic() || c == '_')
+            && module.chars().all(|c| c.is_alphanumeric() || c == '_');
+        let not_an_operators = matches!(
+            module.as_str(),
+            "operator" | "setup" | "conftest" | "test" | "tests" | "weir_sdk"
+        ) || module.starts_with("test_")
+            || module.ends_with("_test");
+        if identifier && !not_an_operators {
+            modules.push(module);
+        }
+    }
+    modules.sort();
+    Ok(modules)
 }
 
 /// componentize-py's failure output as a user wants it: without the traceback of the
@@ -72,6 +131,33 @@ fn tidy(text: &str, project: &Path) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_preload_follows_the_operators_last_line_and_names_its_modules() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        for file in [
+            "operator.py",
+            "helpers.py",
+            "test_helpers.py",
+            "setup.py",
+            "notes.txt",
+        ] {
+            std::fs::write(dir.path().join(file), "").expect("write");
+        }
+        for package in ["shapes", "tests", ".venv"] {
+            std::fs::create_dir(dir.path().join(package)).expect("mkdir");
+            std::fs::write(dir.path().join(package).join("__init__.py"), "").expect("write");
+        }
+        std::fs::create_dir(dir.path().join("data")).expect("mkdir");
+        let modules = project_modules(dir.path()).expect("modules");
+        assert_eq!(modules, ["helpers", "shapes"]);
+        let staged = with_preload("import weir_sdk\nx = 1", &modules);
+        assert_eq!(
+            staged,
+            "import weir_sdk\nx = 1\n\n__import__(\"weir_sdk._preload\", fromlist=[\"run\"])\
+             .run([\"helpers\", \"shapes\"])\n"
+        );
+    }
 
     #[test]
     fn tidy_keeps_the_error_and_names_operator_py() {

@@ -11,6 +11,9 @@ use super::{BuildError, Project};
 pub(super) const WIT: &str = include_str!("../../../wit/operator.wit");
 /// The Python SDK, staged as the package `weir_sdk`.
 pub(super) const PYTHON_SDK: &str = include_str!("../../../guest-sdk-python/weir_sdk/__init__.py");
+/// The Python SDK's module that imports, at build time, what an operator may import later.
+pub(super) const PYTHON_PRELOAD: &str =
+    include_str!("../../../guest-sdk-python/weir_sdk/_preload.py");
 /// The JavaScript SDK, staged as `weir.js` beside the operator's modules.
 pub(super) const JS_SDK: &str = include_str!("../../../guest-sdk-js/weir.js");
 /// The C SDK, staged as `weir.h`.

@@ -1,0 +1,3 @@
+"""One of the probe's own modules, imported only inside `process`."""
+
+SUFFIX = ""
