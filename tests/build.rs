@@ -9,9 +9,9 @@
 mod support;
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Output;
 
-use support::{cache_dir, repo, stderr};
+use support::{repo, stderr};
 
 /// What every skeleton's job prints: `user<TAB>count` for each line of its `input.jsonl`.
 const SKELETON_OUTPUT: &str = "ada\t1\nbob\t1\nada\t2\nada\t3\n";
@@ -20,13 +20,8 @@ const SKELETON_OUTPUT: &str = "ada\t1\nbob\t1\nada\t2\nada\t3\n";
 /// tests' shared one. Rust builds share one Cargo target folder across runs, so the SDK and
 /// its dependencies compile once.
 fn weir_env(args: &[&str], env: &[(&str, &str)]) -> Output {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_weir"));
-    command
-        .args(args)
-        .env("WEIR_CACHE_DIR", cache_dir())
-        .env("CARGO_TARGET_DIR", repo().join("target/test-build-rust"))
-        .env("RUST_LOG", "warn")
-        .env("NO_COLOR", "1");
+    let mut command = support::weir_command();
+    command.args(args);
     for (name, value) in env {
         command.env(name, value);
     }
@@ -61,7 +56,7 @@ fn build(project: &Path) -> String {
     let out = weir(&["build", path_str(project)]);
     assert!(
         out.status.success(),
-        "weir build {} failed (a missing toolchain? run scripts/setup-languages):\n{}",
+        "weir build {} failed (a missing toolchain? run scripts/setup-languages or weir toolchain install):\n{}",
         project.display(),
         stderr(&out)
     );
@@ -228,8 +223,7 @@ fn a_missing_toolchain_says_how_to_install_it() {
         &[
             "componentize-py not found",
             "WEIR_COMPONENTIZE_PY=/nonexistent/componentize-py",
-            "scripts/setup-languages python",
-            "pip install componentize-py==0.25.1",
+            "run `weir toolchain install python`",
         ],
     );
     assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));

@@ -27,10 +27,12 @@
 //!
 //! # Layout
 //!
-//! - [`cli`]: the `weir` command line (`run`, `validate`, `checkpoints`, `build`, `new`, the
-//!   `serve` host and its clients).
+//! - [`cli`]: the `weir` command line (`run`, `validate`, `checkpoints`, `build`, `new`,
+//!   `toolchain`, the `serve` host and its clients).
 //! - [`build`]: `weir build` and `weir new`: operator projects in Rust, Python, JavaScript and
 //!   C compiled into components (the SDKs and the WIT embedded) and checked against the world.
+//! - [`toolchains`]: `weir toolchain install` and `list`: the Python, JavaScript, C and Rust
+//!   toolchains installed per user (`$WEIR_HOME`) or next to a checkout's binaries.
 //! - [`job`]: the job file ([`job::spec`]), the runnable [`job::Pipeline`], routing between
 //!   stages ([`job::router`]), the task runtime with barrier alignment ([`job::runtime`],
 //!   [`job::input_gate`]), restarts ([`job::supervisor`]), metrics and progress.
@@ -109,3 +111,4 @@ pub mod partition;
 pub mod record;
 pub mod serve;
 pub mod state;
+pub mod toolchains;

@@ -18,8 +18,9 @@
 //! - `project.rs`: [`Project`] and [`Language`], detection, the sources a language reads
 //!   (for the up-to-date check).
 //! - `staging.rs`: the embedded SDKs and WIT, the staging folder and its lock.
-//! - `toolchain.rs`: finding each tool (environment override, the layout
-//!   `scripts/setup-languages` installs next to the binary, `PATH`) and running it.
+//! - `toolchain.rs`: finding each tool (environment override, the toolchains folders of
+//!   `weir toolchain install`: `$WEIR_HOME/toolchains`, then `tools/` next to the binary,
+//!   then `PATH`) and running it.
 //! - `rust.rs`, `python.rs`, `javascript.rs`, `c.rs`: one language's build each;
 //!   `rust_sdk.rs`: the Rust SDK compiled into the binary, staged for Rust projects.
 //! - `skeleton.rs`: `weir new`, a small working operator per language (files in

@@ -1,10 +1,10 @@
 //! Finding and running the tools a build needs.
 //!
 //! Each tool is looked up in order: its environment variable (`WEIR_COMPONENTIZE_PY`,
-//! `WEIR_JCO`, `WEIR_CLANG`, `WEIR_CBUILD`), then where `scripts/setup-languages` installs it,
-//! `target/tools/`, found from the running binary (`target/debug/weir`,
-//! `target/release/weir`, or a benchmark in `target/release/deps/`), then `PATH`. A tool that
-//! is nowhere is an error that says how to install it.
+//! `WEIR_JCO`, `WEIR_CLANG`, `WEIR_CBUILD`), then the toolchains folders
+//! `weir toolchain install` fills (`$WEIR_HOME/toolchains`, then `tools/` next to the binary,
+//! as [`crate::toolchains::search_dirs`] lists them), then `PATH`. A tool that is nowhere is
+//! an error that names the `weir toolchain install` that installs it.
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
@@ -44,13 +44,13 @@ impl Tool {
         }
     }
 
-    /// Where `scripts/setup-languages` installs the tool, under `target/tools/`.
+    /// Where `weir toolchain install` puts the tool inside a toolchains folder.
     fn installed(self) -> Option<&'static str> {
         match self {
             Self::Cargo | Self::Clang => None,
-            Self::ComponentizePy => Some("python-venv/bin/componentize-py"),
+            Self::ComponentizePy => Some("python/bin/componentize-py"),
             Self::Jco => Some("js/node_modules/.bin/jco"),
-            Self::CBuild => Some("weir-cbuild/release/weir-cbuild"),
+            Self::CBuild => Some("c/bin/weir-cbuild"),
         }
     }
 
@@ -58,26 +58,18 @@ impl Tool {
     pub fn hint(self) -> &'static str {
         match self {
             Self::Cargo => {
-                "install Rust with rustup (https://rustup.rs), then `rustup target add wasm32-wasip2`"
+                "install Rust with rustup (https://rustup.rs), then run `weir toolchain install rust`"
             }
             Self::ComponentizePy => {
-                "run scripts/setup-languages python in the Weir repository, or \
-                 `pip install componentize-py==0.25.1`, or set WEIR_COMPONENTIZE_PY to its path"
+                "run `weir toolchain install python`, or set WEIR_COMPONENTIZE_PY to a \
+                 componentize-py 0.25.1"
             }
-            Self::Jco => {
-                "run scripts/setup-languages js in the Weir repository, or \
-                 `npm install @bytecodealliance/jco@1.35.0 @bytecodealliance/componentize-js@0.23.0` \
-                 (with Node.js), or set WEIR_JCO to its path"
-            }
+            Self::Jco => "run `weir toolchain install js`, or set WEIR_JCO to a jco 1.35.0",
             Self::Clang => {
-                "run scripts/setup-languages c in the Weir repository, or \
-                 `apt-get install clang-16 lld-16 wasi-libc libclang-rt-16-dev-wasm32`, or set \
-                 WEIR_CLANG to a clang that targets wasm32-wasi with wasi-libc"
+                "run `weir toolchain install c`, or set WEIR_CLANG to a clang that targets \
+                 wasm32-wasi with wasi-libc"
             }
-            Self::CBuild => {
-                "run scripts/setup-languages c in the Weir repository (it builds \
-                 tools/weir-cbuild), or set WEIR_CBUILD to its path"
-            }
+            Self::CBuild => "run `weir toolchain install c`, or set WEIR_CBUILD to its path",
         }
     }
 
@@ -115,10 +107,9 @@ impl Tool {
                 }),
             };
         }
-        if let (Some(relative), Some(exe)) = (self.installed(), exe) {
-            // target/debug/weir -> target/; target/release/deps/bench-… -> target/ one up.
-            for base in exe.ancestors().skip(2).take(2) {
-                let candidate = base.join("tools").join(relative);
+        if let Some(relative) = self.installed() {
+            for dir in crate::toolchains::search_dirs(env, exe) {
+                let candidate = dir.join(relative);
                 if is_executable(&candidate) {
                     return found(candidate);
                 }
@@ -264,10 +255,29 @@ mod tests {
             "{message}"
         );
         assert!(
-            message.contains("scripts/setup-languages python"),
+            message.contains("run `weir toolchain install python`"),
             "{message}"
         );
         assert!(err.is_input_error());
+    }
+
+    #[test]
+    fn weir_home_comes_before_the_folder_next_to_the_binary() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let home = dir.path().join("home");
+        let in_home = home.join("toolchains/python/bin/componentize-py");
+        let next_to = dir.path().join("target/tools/python/bin/componentize-py");
+        executable(&next_to);
+        let exe = dir.path().join("target/debug/weir");
+        let env = env_of(vec![("WEIR_HOME", home.clone().into())]);
+        let find = || {
+            Tool::ComponentizePy
+                .find_with(&env, Some(&exe))
+                .expect("found")
+        };
+        assert_eq!(find().path, next_to);
+        executable(&in_home);
+        assert_eq!(find().path, in_home);
     }
 
     #[test]
@@ -298,7 +308,7 @@ mod tests {
         let err = Tool::Jco.find_with(&env, None).expect_err("missing");
         assert!(
             err.to_string()
-                .starts_with("jco not found: run scripts/setup-languages js"),
+                .starts_with("jco not found: run `weir toolchain install js`"),
             "{err}"
         );
     }

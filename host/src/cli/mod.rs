@@ -11,6 +11,7 @@ mod client;
 mod new;
 mod run;
 mod serve;
+mod toolchain;
 mod validate;
 
 use std::path::PathBuf;
@@ -40,6 +41,8 @@ enum Command {
     Build(build::BuildArgs),
     /// Create an operator project: a small working operator and a job that runs it.
     New(new::NewArgs),
+    /// Install the toolchains that build Python, JavaScript, C and Rust operators, or list them.
+    Toolchain(toolchain::ToolchainArgs),
     /// Inspect the completed checkpoints in an object store.
     Checkpoints(checkpoints::CheckpointsArgs),
     /// Run a host that runs jobs submitted over HTTP.
@@ -89,6 +92,7 @@ pub fn main() -> ExitCode {
         Command::Validate { component } => validate::validate(&component),
         Command::Build(args) => build::build(args),
         Command::New(args) => new::new(args),
+        Command::Toolchain(args) => toolchain::toolchain(args),
         Command::Checkpoints(args) => checkpoints::checkpoints(args),
         Command::Serve(args) => serve::serve(args),
         Command::Client(command) => client::client(command),
