@@ -72,3 +72,33 @@ fn a_damaged_artifact_is_discarded_and_rebuilt() {
         "the artifact was rebuilt"
     );
 }
+
+#[test]
+fn a_component_file_written_since_its_last_load_is_read_again_never_taken_for_the_old_one() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let cache = dir.path().join("cache");
+    let engine = Engine::new(EngineOptions {
+        cache: Some(ComponentCache::new(&cache)),
+    })
+    .expect("engine");
+    let file = dir.path().join("operator.wasm");
+    std::fs::copy(support::component("weir-example-counter"), &file).expect("copy");
+    engine.load(&file).expect("first load");
+    engine.load(&file).expect("a load by the remembered key");
+    assert_eq!(cached_files(&cache).len(), 1);
+
+    // Another component written over the same file: hashed, compiled, cached on its own.
+    let tokenizer = std::fs::read(support::component("weir-example-tokenizer")).expect("read");
+    std::fs::write(&file, &tokenizer).expect("overwrite");
+    engine.load(&file).expect("load of the new contents");
+    assert_eq!(
+        cached_files(&cache).len(),
+        2,
+        "the new contents were compiled"
+    );
+
+    // Something that is not a component at all: refused, whatever was remembered.
+    std::fs::write(&file, b"not a component").expect("overwrite");
+    let err = engine.load(&file).expect_err("not a component");
+    assert!(err.to_string().contains("WebAssembly magic bytes"), "{err}");
+}

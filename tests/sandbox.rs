@@ -178,6 +178,7 @@ fn python_prints_logs_reads_clocks_draws_random_imports_lazily_and_is_refused_th
     // A host file does not exist for the guest; the environment is empty.
     assert_eq!(probed.result("file"), "refused: FileNotFoundError");
     assert_eq!(probed.result("env"), "refused: KeyError");
+    assert_eq!(probed.result("environ"), "0");
     probed.logged("probe: printed to stdout", "INFO", Some("stdout"));
     probed.logged("probe: printed to stderr", "WARN", Some("stderr"));
     probed.logged("WARNING:root:probe: logging.warning", "WARN", None);

@@ -5,6 +5,15 @@
 //! cache key is a SHA-256 over the component's bytes, wasmtime's version and the engine's
 //! compatibility hash (target, tunables, features), so a changed component or engine setting
 //! never loads a stale artifact.
+//!
+//! Hashing is the one cost of a cached start that grows with the component (a Python
+//! component is 35 MB: about 15 ms of SHA-256). So the cache also remembers, under `files/`,
+//! the key of each component file it hashed, by the file's identity: its path, device, inode,
+//! size, and modification and change times. A file that was not written since is known by
+//! its identity without being read. A write changes the change time, which no one can set
+//! back; the memo trusts it as build tools trust modification times: a file rewritten at the
+//! same path, inode and size within one tick of the kernel's file clock (a few milliseconds)
+//! after its previous write would keep its identity.
 
 use std::hash::{Hash, Hasher};
 use std::io::Write;
@@ -59,6 +68,50 @@ impl ComponentCache {
         self.dir.join(format!("{key}.cwasm"))
     }
 
+    /// The key of the component file at `path` as remembered from an earlier load, if the
+    /// file was not written since and its artifact is still here.
+    pub fn remembered_key(&self, engine: &wasmtime::Engine, path: &Path) -> Option<String> {
+        let identity = FileIdentity::of(path)?;
+        let key = std::fs::read_to_string(self.memo_path(engine, &identity)).ok()?;
+        let key = key.trim();
+        (key.len() == 64
+            && key.bytes().all(|b| b.is_ascii_hexdigit())
+            && self.path_of(key).exists())
+        .then(|| key.to_owned())
+    }
+
+    /// Remembers `key` as the key of the file at `path` as `identity` saw it (taken before the
+    /// file was read, so that a write while reading leaves the memo with an identity that no
+    /// longer matches). Failures only cost a hash later.
+    pub fn remember_key(&self, engine: &wasmtime::Engine, identity: &FileIdentity, key: &str) {
+        let memo = self.memo_path(engine, identity);
+        let result = (|| -> std::io::Result<()> {
+            let dir = memo.parent().unwrap_or(&self.dir);
+            std::fs::create_dir_all(dir)?;
+            let mut tmp = tempfile_in(dir)?;
+            tmp.1.write_all(key.as_bytes())?;
+            std::fs::rename(&tmp.0, &memo)
+        })();
+        if let Err(e) = result {
+            tracing::debug!(memo = %memo.display(), "cannot remember a component's key: {e}");
+        }
+    }
+
+    fn memo_path(&self, engine: &wasmtime::Engine, identity: &FileIdentity) -> PathBuf {
+        let mut hasher = DigestHasher(Sha256::new());
+        hasher.0.update(b"weir-component-file-v1\0");
+        hasher.0.update(wasmtime_version().as_bytes());
+        engine.precompile_compatibility_hash().hash(&mut hasher);
+        identity.hash(&mut hasher);
+        let name: String = hasher
+            .0
+            .finalize()
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect();
+        self.dir.join("files").join(name)
+    }
+
     /// The cached component for `key`, if present and loadable. A corrupt or incompatible
     /// artifact is reported, removed and treated as a miss.
     pub fn get(&self, engine: &wasmtime::Engine, key: &str) -> Option<Component> {
@@ -97,6 +150,45 @@ impl ComponentCache {
         })();
         if let Err(e) = result {
             tracing::warn!(dir = %self.dir.display(), "cannot cache a compiled component: {e:#}");
+        }
+    }
+}
+
+/// What identifies a file's contents without reading them, for [`ComponentCache`]'s memo:
+/// its absolute path and the metadata any write changes.
+#[derive(Clone, Debug, Hash, PartialEq, Eq)]
+pub struct FileIdentity {
+    path: PathBuf,
+    metadata: [i64; 7],
+}
+
+impl FileIdentity {
+    /// The identity of the file at `path` now; `None` where it cannot be told (not Unix, no
+    /// metadata), which only means hashing the file.
+    pub fn of(path: &Path) -> Option<Self> {
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::MetadataExt;
+            let path = std::path::absolute(path).ok()?;
+            let m = std::fs::metadata(&path).ok()?;
+            let signed = |n: u64| i64::try_from(n).ok();
+            Some(Self {
+                metadata: [
+                    signed(m.dev())?,
+                    signed(m.ino())?,
+                    signed(m.size())?,
+                    m.mtime(),
+                    m.mtime_nsec(),
+                    m.ctime(),
+                    m.ctime_nsec(),
+                ],
+                path,
+            })
+        }
+        #[cfg(not(unix))]
+        {
+            let _ = path;
+            None
         }
     }
 }

@@ -5,6 +5,7 @@ use std::time::Instant;
 
 use wasmtime::component::Component;
 
+use super::cache::FileIdentity;
 use super::{ComponentCache, Engine};
 use crate::bindings::{OperatorPre, PACKAGE, PROCESSOR_EXPORT, WEIR_IMPORTS, WORLD};
 use crate::guest::GuestState;
@@ -71,13 +72,24 @@ impl OperatorComponent {
 }
 
 pub(super) fn load(engine: &Engine, path: &Path) -> Result<OperatorComponent, LoadError> {
-    let bytes = std::fs::read(path).map_err(|source| LoadError::Read {
-        path: path.to_owned(),
-        source,
-    })?;
-    check_header(path, &bytes)?;
     let started = Instant::now();
-    let (component, cached) = compile_or_reuse(engine, path, &bytes)?;
+    // A component file loaded before and not written since: its artifact, unread and unhashed.
+    let remembered = engine.cache().and_then(|cache| {
+        let key = cache.remembered_key(engine.wasmtime(), path)?;
+        cache.get(engine.wasmtime(), &key)
+    });
+    let (component, cached) = match remembered {
+        Some(component) => (component, true),
+        None => {
+            let identity = FileIdentity::of(path);
+            let bytes = std::fs::read(path).map_err(|source| LoadError::Read {
+                path: path.to_owned(),
+                source,
+            })?;
+            check_header(path, &bytes)?;
+            compile_or_reuse(engine, path, &bytes, identity.as_ref())?
+        }
+    };
     check_world(engine, path, &component)?;
     let instance_pre =
         engine
@@ -117,17 +129,26 @@ fn check_header(path: &Path, bytes: &[u8]) -> Result<(), LoadError> {
     }
 }
 
+/// The component of `bytes` from the cache, or compiled (and cached); the cache remembers
+/// the key of the file `identity` names either way.
 fn compile_or_reuse(
     engine: &Engine,
     path: &Path,
     bytes: &[u8],
+    identity: Option<&FileIdentity>,
 ) -> Result<(Component, bool), LoadError> {
     let key = engine
         .cache()
         .map(|_| ComponentCache::key(engine.wasmtime(), bytes));
+    let remember = |cache: &ComponentCache, key: &str| {
+        if let Some(identity) = identity {
+            cache.remember_key(engine.wasmtime(), identity, key);
+        }
+    };
     if let (Some(cache), Some(key)) = (engine.cache(), &key)
         && let Some(component) = cache.get(engine.wasmtime(), key)
     {
+        remember(cache, key);
         return Ok((component, true));
     }
     let component = Component::new(engine.wasmtime(), bytes).map_err(|e| LoadError::Invalid {
@@ -136,6 +157,7 @@ fn compile_or_reuse(
     })?;
     if let (Some(cache), Some(key)) = (engine.cache(), &key) {
         cache.put(key, &component);
+        remember(cache, key);
     }
     Ok((component, false))
 }

@@ -12,7 +12,7 @@ emits one record per check, `check=result`:
 - `missing_module=refused: ModuleNotFoundError` for a module that exists nowhere;
 - `file=`, `env=`, `socket=`: `refused: ErrorType` when opening `/etc/passwd`, reading
   `WEIR_PROBE_SECRET` and connecting to `127.0.0.1:PORT` (config `port`) raise, or what
-  was read if they do not.
+  was read if they do not; `environ=N`, the number of environment variables.
 """
 
 import logging
@@ -76,6 +76,7 @@ class Probe(weir_sdk.Operator):
         out.emit(record.key, f"missing_module={refused(lambda: __import__('not_in_the_component'))}")
         out.emit(record.key, f"file={refused(read_file)}")
         out.emit(record.key, f"env={refused(lambda: os.environ['WEIR_PROBE_SECRET'])}")
+        out.emit(record.key, f"environ={len(os.environ)}")
         out.emit(record.key, f"socket={refused(connect)}")
 
 
