@@ -158,7 +158,8 @@ fn dead_letters_say_why_and_where_and_are_exactly_once_across_kills() {
     let seed = seed();
     let mut rng = Rng(seed | 1);
     let dir = tempfile::tempdir().expect("tempdir");
-    let events = write_events(dir.path(), 60_000);
+    // Enough input that a run outlives two kills, however fast a start is.
+    let events = write_events(dir.path(), 200_000);
     let job = job(
         dir.path(),
         "on_bad_record = { dead_letter = \"unreadable.jsonl\" }",
@@ -167,7 +168,7 @@ fn dead_letters_say_why_and_where_and_are_exactly_once_across_kills() {
     );
     let job = job.to_str().expect("utf-8");
     let good = events.good.clone();
-    let kills = kill_until_finished(job, dir.path(), &good, &mut rng, (150, 400));
+    let kills = kill_until_finished(job, dir.path(), &good, &mut rng, (80, 250));
     eprintln!("{kills} runs killed");
     assert!(
         kills >= 2,
