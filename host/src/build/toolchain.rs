@@ -125,7 +125,8 @@ impl Tool {
     }
 }
 
-fn search_path(path_var: &std::ffi::OsStr, name: &std::ffi::OsStr) -> Option<PathBuf> {
+/// The executable `name` in the folders of `path_var` (a `PATH`), if any.
+pub(crate) fn search_path(path_var: &std::ffi::OsStr, name: &std::ffi::OsStr) -> Option<PathBuf> {
     std::env::split_paths(path_var)
         .map(|dir| dir.join(name))
         .find(|candidate| is_executable(candidate))

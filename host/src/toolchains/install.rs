@@ -318,8 +318,8 @@ impl Installer<'_> {
             .arg("--manifest-path")
             .arg(source.join("Cargo.toml"))
             .env("CARGO_TARGET_DIR", &target)
-            // The crate pins no toolchain: a rust-toolchain.toml around the current
-            // folder must not choose one either.
+            // Run from the language's folder, not from wherever `weir` was started: a
+            // rust-toolchain.toml there must not choose the compiler.
             .current_dir(&self.folder);
         if self.options.offline {
             cargo.arg("--offline");
@@ -381,10 +381,10 @@ impl Installer<'_> {
     }
 }
 
-/// Whether `program` is on `PATH`.
-pub(super) fn on_path(program: &str) -> bool {
-    std::env::var_os("PATH")
-        .is_some_and(|path| std::env::split_paths(&path).any(|dir| dir.join(program).is_file()))
+/// Whether the executable `program` is on `PATH`.
+fn on_path(program: &str) -> bool {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    crate::build::toolchain::search_path(&path, program.as_ref()).is_some()
 }
 
 fn is_root() -> bool {
