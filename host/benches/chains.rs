@@ -137,7 +137,7 @@ fn run(keys: u64, label: &str, policy: ChainPolicy) -> Figures {
         max_chain_length,
         restore_ms,
     };
-    println!(
+    eprintln!(
         "{label}: full {full_bytes} B, dirty volume {dirty_bytes:.0} B/checkpoint, \
          written {:.0} B/checkpoint, stored {:.0} B, live {live_bytes:.0} B, \
          chain of {} at the end (max {max_chain_length}), restore {restore_ms:.0} ms",

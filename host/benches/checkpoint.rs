@@ -44,7 +44,7 @@ fn main() {
     for i in 0..keys {
         write(&mut backend, state, i, 0);
     }
-    println!("checkpoint: {keys} keys, {VALUE_LEN}-byte values, one subtask, file:// store");
+    eprintln!("checkpoint: {keys} keys, {VALUE_LEN}-byte values, one subtask, file:// store");
 
     let started = Instant::now();
     let full = backend.snapshot();
@@ -55,7 +55,7 @@ fn main() {
         .expect("put full");
     let full_total = started.elapsed();
     drop(full);
-    println!(
+    eprintln!(
         "full snapshot: {full_bytes} bytes, pause {:.1} ms, total {:.1} ms",
         ms(full_pause),
         ms(full_total)
@@ -76,7 +76,7 @@ fn main() {
             .block_on(put_increment(store.as_ref(), &path, &increment))
             .expect("put increment");
         let total = started.elapsed();
-        println!(
+        eprintln!(
             "{label}: {} dirty keys, {bytes} bytes, pause {:.2} ms, total {:.1} ms",
             increment.changes(),
             ms(pause),

@@ -198,7 +198,7 @@ fn main() {
     let fast_input = inputs.path().join("fast.txt");
     write_input(&slow_input, lines);
     write_input(&fast_input, lines * 8);
-    println!(
+    eprintln!(
         "word count, {lines} lines of {WORDS} words over {VOCABULARY} words (x8 for Rust), \
          interval 100 ms, counter parallelism 2"
     );
@@ -213,7 +213,7 @@ fn main() {
         for round in 1..=ROUNDS {
             let b = measure(&runtime, &engine, input, counter, InFlight::default());
             let u = measure(&runtime, &engine, input, counter, InFlight::Batches);
-            println!(
+            eprintln!(
                 "round {round}: {name} {:.0} records/s bounded, {:.0} with full batches",
                 b.records_per_sec, u.records_per_sec
             );

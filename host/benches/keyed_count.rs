@@ -205,7 +205,7 @@ fn main() {
         .build()
         .expect("runtime");
 
-    println!("keyed count: {records} records over {keys} keys, batch 1024, parallelism 1");
+    eprintln!("keyed count: {records} records over {keys} keys, batch 1024, parallelism 1");
     // Warm-up: page in code and grow allocator arenas for both, so neither pays first.
     measure(&runtime, wasm.clone(), records / 10, keys / 10);
     measure(&runtime, native.clone(), records / 10, keys / 10);
@@ -215,7 +215,7 @@ fn main() {
     for round in 1..=ROUNDS {
         let w = measure(&runtime, wasm.clone(), records, keys);
         let n = measure(&runtime, native.clone(), records, keys);
-        println!(
+        eprintln!(
             "round {round}: wasm {w:.0} records/s, native {n:.0} records/s, ratio {:.3}",
             w / n
         );

@@ -119,7 +119,7 @@ fn main() {
     for round in 1..=ROUNDS {
         for (i, (l, factory)) in languages.iter().zip(&factories).enumerate() {
             let rate = measure(&runtime, factory.clone(), l.records, KEYS);
-            println!("round {round}: {} {rate:.0} records/s", l.name);
+            eprintln!("round {round}: {} {rate:.0} records/s", l.name);
             rates[i].push(rate);
         }
     }
