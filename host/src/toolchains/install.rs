@@ -37,11 +37,13 @@ pub enum InstallError {
     #[error("{what}: {hint}")]
     Missing { what: String, hint: String },
     /// A step's program failed; its output was shown.
-    #[error("installing the {toolchain} toolchain failed: {step} ({status})")]
+    #[error("{step} failed ({status}){}", offline_hint(.offline))]
     Step {
         toolchain: Toolchain,
         step: String,
         status: std::process::ExitStatus,
+        /// The step ran with `--offline`: the cache may lack what it needs.
+        offline: Option<PathBuf>,
     },
     #[error("{what} {path}: {source}")]
     Io {
@@ -49,6 +51,16 @@ pub enum InstallError {
         path: PathBuf,
         source: std::io::Error,
     },
+}
+
+fn offline_hint(cache: &Option<PathBuf>) -> String {
+    match cache {
+        Some(cache) => format!(
+            "; with --offline, the cache {} must hold what an install without it downloaded",
+            cache.display()
+        ),
+        None => String::new(),
+    }
 }
 
 fn io(what: &'static str, path: &Path) -> impl FnOnce(std::io::Error) -> InstallError {
@@ -158,6 +170,7 @@ impl Installer<'_> {
                 toolchain: self.toolchain,
                 step: step.to_owned(),
                 status: output.status,
+                offline: self.options.offline.then(|| self.options.cache.clone()),
             });
         }
         Ok(output)
