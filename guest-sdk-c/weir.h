@@ -461,6 +461,79 @@ static inline bool weir_failure(exports_weir_operator_processor_failure_t *failu
   return false;
 }
 
+// ---------------------------------------------------------------------------------------------
+// Timers
+
+typedef exports_weir_operator_processor_fired_timers_t weir_fired_timers_t;
+
+// Registers (or, with weir_timer_delete, deletes) a timer of the key in `slot` in the batch's
+// log of writes: `domain` is WEIR_OPERATOR_TYPES_TIME_DOMAIN_EVENT_TIME (fires when the
+// watermark reaches `at`) or ..._PROCESSING_TIME (when the host's clock does); `at` is in
+// milliseconds since the Unix epoch; `tag` tells the operator's timers apart. One timer exists
+// per (key, domain, at, tag). Timers are keyed state: checkpointed and rescaled with the key.
+static inline void weir_timer_op(weir_ops_t *ops, weir_operator_state_op_kind_t kind,
+                                 weir_operator_types_time_domain_t domain, uint32_t slot,
+                                 int64_t at, uint32_t tag) {
+  uint8_t bytes[12];
+  for (int i = 0; i < 8; i++) bytes[i] = (uint8_t)((uint64_t)at >> (8 * i));
+  for (int i = 0; i < 4; i++) bytes[8 + i] = (uint8_t)(tag >> (8 * i));
+  weir_ops_push(ops, kind, (weir_operator_state_state_id_t)domain, slot, NULL, 0, bytes, 12);
+}
+
+static inline void weir_timer_register(weir_ops_t *ops, weir_operator_types_time_domain_t domain,
+                                       uint32_t slot, int64_t at, uint32_t tag) {
+  weir_timer_op(ops, WEIR_OPERATOR_STATE_OP_KIND_TIMER_REGISTER, domain, slot, at, tag);
+}
+
+static inline void weir_timer_delete(weir_ops_t *ops, weir_operator_types_time_domain_t domain,
+                                     uint32_t slot, int64_t at, uint32_t tag) {
+  weir_timer_op(ops, WEIR_OPERATOR_STATE_OP_KIND_TIMER_DELETE, domain, slot, at, tag);
+}
+
+// The subtask's watermark in *watermark; false before the first watermark.
+static inline bool weir_watermark(int64_t *watermark) {
+  return weir_operator_time_watermark(watermark);
+}
+
+// The host's clock, in milliseconds since the Unix epoch.
+static inline int64_t weir_processing_time(void) { return weir_operator_time_processing_time(); }
+
+// The key of fired timer `i`.
+static inline void weir_timer_key(const weir_fired_timers_t *timers, size_t i, const uint8_t **key,
+                                  size_t *len) {
+  size_t start = i == 0 ? 0 : timers->keys.ends.ptr[i - 1];
+  *key = timers->keys.data.ptr + start;
+  *len = timers->keys.ends.ptr[i] - start;
+}
+
+// Checks the fired timers' lists and counts their key slots (as weir_batch_check does).
+static inline bool weir_timers_check(const weir_fired_timers_t *timers, uint32_t *slot_count,
+                                     operator_string_t *err) {
+  size_t n = timers->key_slots.len;
+  if (timers->keys.ends.len != n || timers->timestamps.len != n || timers->tags.len != n) {
+    return weir_fail(err, "malformed timers: lists of different lengths");
+  }
+  uint32_t count = 0;
+  for (size_t i = 0; i < n; i++) {
+    uint32_t slot = timers->key_slots.ptr[i];
+    if (slot >= n) return weir_fail(err, "malformed timers: key slot %u of %zu timers", slot, n);
+    if (slot + 1 > count) count = slot + 1;
+  }
+  *slot_count = count;
+  return true;
+}
+
+// An on-timers function for operators that register no timers.
+static inline bool weir_no_timers(const weir_fired_timers_t *timers, uint32_t slot_count,
+                                  weir_out_t *out, weir_ops_t *ops, operator_string_t *err) {
+  (void)slot_count;
+  (void)out;
+  (void)ops;
+  return weir_fail(err, "%zu timers fired but the operator handles no timers (give "
+                        "WEIR_EXPORT_OPERATOR_WITH_TIMERS an on-timers function)",
+                   timers->key_slots.len);
+}
+
 // A close function for operators that emit nothing at the end of input.
 static inline bool weir_no_close(weir_out_t *out, operator_string_t *err) {
   (void)out;
@@ -468,9 +541,21 @@ static inline bool weir_no_close(weir_out_t *out, operator_string_t *err) {
   return true;
 }
 
-// Defines the three exports of operator.h around an operator's open, process and close
-// functions (see the top of this file). Use it once, in one .c file.
-#define WEIR_EXPORT_OPERATOR(open_fn, process_fn, close_fn)                                      \
+// Defines the exports of operator.h around an operator's open, process and close functions
+// (see the top of this file), for an operator without timers. Use it once, in one .c file.
+#define WEIR_EXPORT_OPERATOR(open_fn, process_fn, close_fn) \
+  WEIR_EXPORT_OPERATOR_WITH_TIMERS(open_fn, process_fn, weir_no_timers, close_fn)
+
+// The same with an on-timers function, called with the timers that fired:
+//
+//   static bool my_on_timers(const weir_fired_timers_t *timers, uint32_t slot_count,
+//                            weir_out_t *out, weir_ops_t *ops, operator_string_t *err);
+//
+// Timer i has key weir_timer_key(timers, i, ...), slot timers->key_slots.ptr[i] (state calls
+// and timer registrations name it), timestamp timers->timestamps.ptr[i] and tag
+// timers->tags.ptr[i]; timers->domain says which clock fired them. Records go to `out`, state
+// writes to `ops`, as in `process`; a failure names the timer set with weir_current_record_.
+#define WEIR_EXPORT_OPERATOR_WITH_TIMERS(open_fn, process_fn, timers_fn, close_fn)               \
   uint32_t weir_current_record_ = WEIR_NO_RECORD;                                                \
   static bool weir_opened_;                                                                      \
   static weir_out_t weir_out_;                                                                   \
@@ -501,6 +586,29 @@ static inline bool weir_no_close(weir_out_t *out, operator_string_t *err) {
       ok = weir_ops_apply(&weir_ops_, &message);                                                 \
     }                                                                                            \
     weir_input_free(batch, slots);                                                               \
+    if (!ok) {                                                                                   \
+      weir_out_discard(&weir_out_);                                                              \
+      weir_ops_clear(&weir_ops_);                                                                \
+      return weir_failure(err, &message, weir_current_record_);                                  \
+    }                                                                                            \
+    weir_out_finish(&weir_out_, ret);                                                            \
+    return true;                                                                                 \
+  }                                                                                              \
+                                                                                                 \
+  bool exports_weir_operator_processor_on_timers(weir_fired_timers_t *timers, weir_batch_t *ret, \
+                                                 exports_weir_operator_processor_failure_t *err) { \
+    operator_string_t message = {NULL, 0};                                                       \
+    uint32_t slot_count;                                                                         \
+    weir_current_record_ = WEIR_NO_RECORD;                                                       \
+    bool ok = weir_opened_ ? weir_timers_check(timers, &slot_count, &message) &&                 \
+                                 timers_fn(timers, slot_count, &weir_out_, &weir_ops_, &message) \
+                           : weir_fail(&message, "the operator is not open: on-timers called "   \
+                                                 "before open or after close");                  \
+    if (ok) {                                                                                    \
+      weir_current_record_ = WEIR_NO_RECORD;                                                     \
+      ok = weir_ops_apply(&weir_ops_, &message);                                                 \
+    }                                                                                            \
+    exports_weir_operator_processor_fired_timers_free(timers);                                   \
     if (!ok) {                                                                                   \
       weir_out_discard(&weir_out_);                                                              \
       weir_ops_clear(&weir_ops_);                                                                \

@@ -63,8 +63,9 @@
 // the StarlingMonkey bindings give and hands the host a `BigInt64Array`. StarlingMonkey
 // (`jco componentize --bundle -d http fetch-event`, no --backend) works too but runs slower.
 
-import * as stateApi from "weir:operator/state@0.3.0";
-import * as logApi from "weir:operator/log@0.3.0";
+import * as stateApi from "weir:operator/state@0.4.0";
+import * as timeApi from "weir:operator/time@0.4.0";
+import * as logApi from "weir:operator/log@0.4.0";
 
 /** The key slot of a record without key (and the slot outside of `process`). */
 export const NO_SLOT = 0xffffffff;
@@ -739,6 +740,8 @@ const MAP_REMOVE = 3;
 const MAP_CLEAR = 4;
 const LIST_APPEND = 5;
 const LIST_CLEAR = 6;
+const TIMER_REGISTER = 7;
+const TIMER_DELETE = 8;
 
 /** The operations of an `apply` log, as the WIT lays them out: five u32 words each (kind,
  * state, slot, key end, value end), little-endian like WebAssembly's memory. */
@@ -786,9 +789,12 @@ class Runtime {
     this.data = new ByteBuffer(1 << 14);
     /** Value states read or written in the current batch. */
     this.touched = [];
+    /** The watermark, read from the host at most once per batch (UNREAD until then). */
+    this.watermark = undefined;
   }
 
-  begin(slotCount) {
+  begin(slotCount, watermark = UNREAD) {
+    this.watermark = watermark;
     this.slotCount = slotCount;
     if (slotNumbers.length < slotCount) {
       slotNumbers = new Uint32Array(Math.max(slotCount, 2 * slotNumbers.length));
@@ -1155,15 +1161,101 @@ export class OpenContext {
   listState(name) {
     return new ListState(name);
   }
+
+  timers() {
+    return new Timers();
+  }
+}
+
+/** A timer's 12 bytes in an `apply` log: its timestamp (s64), then its tag (u32). */
+const timerBytes = new DataView(new ArrayBuffer(12));
+
+function timerWrite(kind, domain, ts, tag) {
+  if (!Number.isSafeInteger(ts) || !Number.isInteger(tag) || tag < 0 || tag > 0xffffffff) {
+    throw new TypeError(
+      `a timer's timestamp is an integer number of milliseconds and its tag an integer from 0 to 2**32 - 1, not ${ts} and ${tag}`,
+    );
+  }
+  const slot = rt.slotFor("timers");
+  timerBytes.setBigInt64(0, BigInt(ts), true);
+  timerBytes.setUint32(8, tag, true);
+  const data = rt.data;
+  const keyEnd = data.len;
+  data.write(new Uint8Array(timerBytes.buffer));
+  rt.ops.push(kind, domain, slot, keyEnd, data.len);
+}
+
+/** Timers of the current key: `ctx.timers()` in `open`. In `process` they act on the
+ * record's key, in `onTimer` on the timer's. An event-time timer at `ts` (milliseconds) fires
+ * once the watermark reaches `ts`; a processing-time timer once the host's clock does (those
+ * that came due while the job was down fire right after it restores). One timer exists per
+ * (key, clock, timestamp, tag): registering it again changes nothing, and a fired timer is
+ * gone. Tags (0 to 2**32 - 1) tell an operator's timers apart; `windows.js` uses those from
+ * 0xFFFF0000 up. Timers are keyed state: checkpointed with the key, moved with it on rescale. */
+export class Timers {
+  registerEventTime(ts, tag = 0) {
+    timerWrite(TIMER_REGISTER, 0, ts, tag);
+  }
+
+  deleteEventTime(ts, tag = 0) {
+    timerWrite(TIMER_DELETE, 0, ts, tag);
+  }
+
+  registerProcessingTime(ts, tag = 0) {
+    timerWrite(TIMER_REGISTER, 1, ts, tag);
+  }
+
+  deleteProcessingTime(ts, tag = 0) {
+    timerWrite(TIMER_DELETE, 1, ts, tag);
+  }
+
+  /** The subtask's watermark (milliseconds since the Unix epoch): records at or before it are
+   * late. null before the first watermark. */
+  watermark() {
+    if (rt.watermark === UNREAD) {
+      const w = timeApi.watermark();
+      rt.watermark = w === undefined || w === null ? null : Number(w);
+    }
+    return rt.watermark;
+  }
+
+  /** The host's clock, in milliseconds since the Unix epoch. */
+  processingTime() {
+    return Number(timeApi.processingTime());
+  }
+}
+
+/** A timer that fired, given to `Operator.onTimer`: `key` (a Uint8Array), `timestamp`
+ * (milliseconds), `tag` and `domain` ("event" or "processing"). */
+export class Timer {
+  constructor(key, timestamp, tag = 0, domain = "event") {
+    this.key = key;
+    this.timestamp = timestamp;
+    this.tag = tag;
+    this.domain = domain;
+  }
+
+  /** The key as text (UTF-8). */
+  keyStr() {
+    return utf8Decode(this.key);
+  }
 }
 
 /** Base class of operators. The SDK creates one instance per subtask (without arguments),
- * then calls `open` once, `process` for every record, `close` at the end of input. */
+ * then calls `open` once, `process` for every record, `onTimer` for every timer that fires,
+ * `close` at the end of input. */
 export class Operator {
   open(ctx) {}
 
   process(record, out) {
     throw new WeirError("an operator must implement process(record, out)");
+  }
+
+  /** Handles a `Timer` that fired; state acts on `timer.key` here. */
+  onTimer(timer, out) {
+    throw new WeirError(
+      `a timer fired (tag ${timer.tag}, at ${timer.timestamp}) but the operator does not implement onTimer(timer, out)`,
+    );
   }
 
   close(out) {}
@@ -1253,6 +1345,38 @@ export function exportOperator(OperatorClass) {
             currentSlot = keySlots[i];
             operator.process(record, out);
           }
+        }
+        i = -1;
+        rt.finish();
+        return out._take();
+      } catch (e) {
+        rt.abort();
+        out._reset();
+        throw failure(e, i >= 0 ? i : null);
+      }
+    },
+
+    onTimers(timers) {
+      if (operator === null) {
+        throw failure("the operator is not open: onTimers called before open or after close");
+      }
+      let i = -1;
+      try {
+        const { domain, keys, keySlots, timestamps, tags, watermark } = timers;
+        const n = keySlots.length;
+        if (keys.ends.length !== n || timestamps.length !== n || tags.length !== n) {
+          throw new WeirError("malformed timers: lists of different lengths");
+        }
+        const w = watermark === undefined || watermark === null ? null : Number(watermark);
+        rt.begin(slotCount(keySlots, n), w);
+        const clock = domain === "event-time" ? "event" : "processing";
+        let start = 0;
+        for (i = 0; i < n; i++) {
+          const end = keys.ends[i];
+          const timer = new Timer(keys.data.slice(start, end), Number(timestamps[i]), tags[i] >>> 0, clock);
+          start = end;
+          currentSlot = keySlots[i];
+          operator.onTimer(timer, out);
         }
         i = -1;
         rt.finish();

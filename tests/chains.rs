@@ -178,6 +178,7 @@ fn metadata(id: CheckpointId, handle: &SubtaskHandle) -> CheckpointMetadata {
         source: serde_json::Value::Null,
         sink: None,
         dead_letters: Default::default(),
+        source_max_timestamp: None,
         operators: vec![OperatorHandles {
             name: "op".into(),
             parallelism: 1,

@@ -45,6 +45,7 @@ fn metadata(job: &str, id: u64) -> CheckpointMetadata {
         source: serde_json::json!({ "offset": 1234 * id, "line": 10 * id }),
         sink: None,
         dead_letters: Default::default(),
+        source_max_timestamp: None,
         operators: vec![OperatorHandles {
             name: "count".into(),
             parallelism: 2,
@@ -60,6 +61,8 @@ fn metadata(job: &str, id: u64) -> CheckpointMetadata {
                         .cloned()
                         .collect(),
                     live_bytes: 100,
+                    watermark: None,
+                    timers: 0,
                 })
                 .collect(),
         }],

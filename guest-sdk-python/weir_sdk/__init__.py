@@ -22,7 +22,7 @@ exports as `weir:operator/processor`; the application module must bind it to the
 
 Put the operator in `operator.py` and build it with `weir build` (which stages this SDK, the
 one of the `weir` binary, beside it, and checks the component against the world
-`weir:operator/operator@0.3.0`); `weir new --lang python NAME` starts a project.
+`weir:operator/operator@0.4.0`); `weir new --lang python NAME` starts a project.
 
 Like the Rust SDK, this one is built around the cost of the component boundary:
 
@@ -69,7 +69,10 @@ from operator import length_hint
 
 from componentize_py_types import Err
 from wit_world.imports import log as _log
+from struct import Struct
+
 from wit_world.imports import state as _state
+from wit_world.imports import time as _time
 from wit_world.imports import types as _types
 
 __all__ = [
@@ -80,6 +83,8 @@ __all__ = [
     "ValueState",
     "MapState",
     "ListState",
+    "Timers",
+    "Timer",
     "WeirError",
     "export",
     "trace",
@@ -344,6 +349,10 @@ _MAP_REMOVE = _state.OpKind.MAP_REMOVE.value
 _MAP_CLEAR = _state.OpKind.MAP_CLEAR.value
 _LIST_APPEND = _state.OpKind.LIST_APPEND.value
 _LIST_CLEAR = _state.OpKind.LIST_CLEAR.value
+_TIMER_REGISTER = _state.OpKind.TIMER_REGISTER.value
+_TIMER_DELETE = _state.OpKind.TIMER_DELETE.value
+#: A timer in an `apply` log: its timestamp (s64) then its tag (u32), little-endian.
+_TIMER = Struct("<qI")
 
 
 #: `bisect_right(_DIGITS, n)` is the number of decimal digits of `n`, for 0 <= n < _DIGITS_BELOW.
@@ -362,11 +371,14 @@ class _Runtime:
         self.data = bytearray()
         # Value states read or written in the current batch.
         self.touched = []
+        # The watermark, read from the host at most once per batch.
+        self.watermark = _UNREAD
 
-    def begin(self, slot_count):
+    def begin(self, slot_count, watermark=None):
         if len(self.all_slots) != slot_count:
             self.all_slots = list(range(slot_count))
         self.in_batch = True
+        self.watermark = _UNREAD if watermark is None else watermark
 
     def log(self, kind, state, slot, key, value):
         """Appends one write; `key` and `value` are encoded bytes or None."""
@@ -425,11 +437,11 @@ class _Runtime:
         )
 
 
-_rt = _Runtime()
-
 # Markers in a value cache: not read yet, and no value.
 _UNREAD = object()
 _ABSENT = object()
+
+_rt = _Runtime()
 
 
 def _declare(name, kind):
@@ -694,6 +706,83 @@ class ListState:
         return [_decode(item) for item in _blobs(blobs)]
 
 
+class Timers:
+    """Timers of the current key: `ctx.timers()` in `open`.
+
+    In `process` they act on the record's key, in `on_timer` on the timer's. An event-time
+    timer at `ts` (milliseconds) fires once the watermark reaches `ts`; a processing-time
+    timer once the host's clock does (those that came due while the job was down fire right
+    after it restores). One timer exists per (key, clock, timestamp, tag): registering it again
+    changes nothing, and a fired timer is gone. Tags (0 to 2**32 - 1) tell an operator's
+    timers apart; `weir_sdk.windows` uses those from `0xFFFF0000` up. Registrations travel
+    with the batch's other state writes, in one host call. Timers are keyed state: they are
+    checkpointed with the key, and move with it when the job is rescaled."""
+
+    __slots__ = ()
+
+    def register_event_time(self, ts, tag=0):
+        _timer(_TIMER_REGISTER, 0, ts, tag)
+
+    def delete_event_time(self, ts, tag=0):
+        _timer(_TIMER_DELETE, 0, ts, tag)
+
+    def register_processing_time(self, ts, tag=0):
+        _timer(_TIMER_REGISTER, 1, ts, tag)
+
+    def delete_processing_time(self, ts, tag=0):
+        _timer(_TIMER_DELETE, 1, ts, tag)
+
+    def watermark(self):
+        """The subtask's watermark (milliseconds since the Unix epoch): records at or before
+        it are late. None before the first watermark."""
+        w = _rt.watermark
+        if w is _UNREAD:
+            w = _rt.watermark = _time.watermark()
+        return w
+
+    def processing_time(self):
+        """The host's clock, in milliseconds since the Unix epoch."""
+        return _time.processing_time()
+
+
+def _timer(kind, domain, ts, tag):
+    if type(ts) is not int or type(tag) is not int:
+        raise TypeError(
+            f"a timer's timestamp and tag are ints (milliseconds, tag), not {type(ts).__name__} "
+            f"and {type(tag).__name__}"
+        )
+    try:
+        packed = _TIMER.pack(ts, tag)
+    except Exception:
+        raise ValueError(
+            f"a timer's timestamp is a signed 64-bit number and its tag 0 to 2**32 - 1: {ts}, {tag}"
+        ) from None
+    _rt.log(kind, domain, _current_slot("timers"), None, packed)
+
+
+class Timer:
+    """A timer that fired, given to `Operator.on_timer`: `key` (`bytes`), `timestamp`
+    (milliseconds), `tag` and `domain` (`"event"` or `"processing"`)."""
+
+    __slots__ = ("key", "timestamp", "tag", "domain")
+
+    def __init__(self, key, timestamp, tag=0, domain="event"):
+        self.key = key
+        self.timestamp = timestamp
+        self.tag = tag
+        self.domain = domain
+
+    def key_str(self):
+        """The key as text (UTF-8)."""
+        return self.key.decode()
+
+    def __repr__(self):
+        return (
+            f"Timer(key={self.key!r}, timestamp={self.timestamp!r}, tag={self.tag!r}, "
+            f"domain={self.domain!r})"
+        )
+
+
 def _blobs(blobs):
     """The byte strings of a WIT `blobs`."""
     data, ends = blobs.data, blobs.ends
@@ -730,6 +819,9 @@ class OpenContext:
     def list_state(self, name):
         return ListState(name)
 
+    def timers(self):
+        return Timers()
+
 
 class Operator:
     """Base class of operators. The SDK creates one instance per subtask (without arguments),
@@ -740,6 +832,13 @@ class Operator:
 
     def process(self, record, out):
         raise NotImplementedError("an operator must implement process(record, out)")
+
+    def on_timer(self, timer, out):
+        """Handles a `Timer` that fired; state acts on `timer.key` here."""
+        raise WeirError(
+            f"a timer fired (tag {timer.tag}, at {timer.timestamp}) but the operator does not "
+            "implement on_timer(timer, out)"
+        )
 
     def close(self, out):
         pass
@@ -880,6 +979,24 @@ def _run(process, out, batch, key_slots):
     _Batch.slots = None
 
 
+def _run_timers(on_timer, out, timers):
+    """Calls `on_timer(timer, out)` for every timer of the WIT `fired-timers`."""
+    global _slot
+    key_slots = timers.key_slots
+    n = len(key_slots)
+    _Batch.slots = None
+    if not (len(timers.keys.ends) == len(timers.timestamps) == len(timers.tags) == n):
+        raise WeirError("malformed timers: lists of different lengths")
+    _rt.begin(_slot_count(key_slots, n), timers.watermark)
+    domain = "event" if timers.domain == _types.TimeDomain.EVENT_TIME else "processing"
+    slots = _Batch.slots = iter(key_slots)
+    _Batch.records = n
+    keys = _blobs(timers.keys)
+    for key, timestamp, tag, _slot in zip(keys, timers.timestamps, timers.tags, slots):
+        on_timer(Timer(key, timestamp, tag, domain), out)
+    _Batch.slots = None
+
+
 def export(operator_class):
     """The `Processor` class componentize-py exports, driving instances of `operator_class`.
     Bind it in the application module: `Processor = weir_sdk.export(MyOperator)`."""
@@ -910,6 +1027,22 @@ def export(operator_class):
             out = Processor.out
             try:
                 _run(operator.process, out, batch, key_slots)
+                _rt.finish()
+                return out._take()
+            except Exception as e:
+                record = _Batch.record()
+                _Batch.slots = None
+                _rt.abort()
+                out._discard()
+                raise _failure(e, record) from None
+
+        def on_timers(self, timers):
+            operator = Processor.operator
+            if operator is None:
+                raise _failure(WeirError("the operator is not open: on_timers called before open or after close"))
+            out = Processor.out
+            try:
+                _run_timers(operator.on_timer, out, timers)
                 _rt.finish()
                 return out._take()
             except Exception as e:

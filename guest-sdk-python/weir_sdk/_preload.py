@@ -104,6 +104,7 @@ def run(project):
     logging.root.handlers[:] = handlers
     logging.root.setLevel(level)
     warnings.filters[:] = filters
-    for name in project:
+    # The SDK's own library, for an operator that imports it inside a function.
+    for name in ["weir_sdk.windows", *project]:
         _import_tree(name)
     sys.meta_path.append(_NotInComponent)

@@ -2,6 +2,7 @@
 
 use serde::{Serialize, de::DeserializeOwned};
 
+use crate::Timers;
 use crate::bindings::weir::operator::types::Context;
 use crate::{Error, ListState, MapState, Result, ValueState};
 
@@ -76,6 +77,11 @@ impl OpenContext {
         V: Serialize + DeserializeOwned,
     {
         MapState::declare(name)
+    }
+
+    /// The operator's timers (see [`timers`](crate::timers)).
+    pub fn timers(&mut self) -> Timers {
+        Timers::new()
     }
 
     /// Declares the list state `name`, one list of `T` per key.

@@ -4,10 +4,14 @@ use std::any::Any;
 use std::cell::RefCell;
 use std::marker::PhantomData;
 
-use crate::bindings::exports::weir::operator::processor::{Batch, Context, Failure, Guest};
+use crate::bindings::exports::weir::operator::processor::{
+    Batch, Context, Failure, FiredTimers, Guest,
+};
+use crate::bindings::weir::operator::types::TimeDomain as WitDomain;
 use crate::record::BatchRecords;
 use crate::state::batch::{self, NO_SLOT};
-use crate::{Emitter, Error, OpenContext, Operator, Result};
+use crate::state::host::blob;
+use crate::{Emitter, Error, OpenContext, Operator, Result, TimeDomain, Timer};
 
 thread_local! {
     /// The operator of this component instance, from `open` until `close`. Borrowed for the
@@ -36,6 +40,13 @@ impl<T: Operator> Guest for Exports<T> {
         .map_err(Failed::outside_records)
         .and_then(|result| result)
         .map_err(Failure::from)
+    }
+
+    fn on_timers(timers: FiredTimers) -> Result<Batch, Failure> {
+        with_instance::<T, _>(|operator, emitter| Ok(on_timers(operator, emitter, &timers)))
+            .map_err(Failed::outside_records)
+            .and_then(|result| result)
+            .map_err(Failure::from)
     }
 
     fn close() -> Result<Batch, Failure> {
@@ -133,6 +144,54 @@ fn process<T: Operator>(
             return Err(Failed {
                 error,
                 record: Some(index),
+            });
+        }
+    }
+    if let Err(error) = scope.finish() {
+        out.discard();
+        return Err(Failed::outside_records(error));
+    }
+    out.take_batch().map_err(Failed::outside_records)
+}
+
+/// Hands every fired timer to the operator, its key's slot set, then sends the state writes
+/// in one flush, like a batch of records. A failure names the timer's index.
+fn on_timers<T: Operator>(
+    operator: &mut T,
+    out: &mut Emitter,
+    timers: &FiredTimers,
+) -> Result<Batch, Failed> {
+    let n = timers.key_slots.len();
+    if timers.keys.ends.len() != n || timers.timestamps.len() != n || timers.tags.len() != n {
+        return Err(Failed::outside_records(Error::new(
+            "malformed timers: their lists differ in length",
+        )));
+    }
+    let slot_count = slot_count(&timers.key_slots, n).map_err(Failed::outside_records)?;
+    let scope = batch::begin(slot_count).map_err(Failed::outside_records)?;
+    batch::with_runtime(|runtime| {
+        runtime.watermark = Some(timers.watermark);
+        Ok(())
+    })
+    .map_err(Failed::outside_records)?;
+    let domain = match timers.domain {
+        WitDomain::EventTime => TimeDomain::EventTime,
+        WitDomain::ProcessingTime => TimeDomain::ProcessingTime,
+    };
+    for index in 0..n {
+        batch::set_current_slot(timers.key_slots[index]);
+        let timer = blob(&timers.keys, index).map(|key| Timer {
+            key,
+            timestamp: timers.timestamps[index],
+            tag: timers.tags[index],
+            domain,
+        });
+        let result = timer.and_then(|timer| operator.on_timer(&timer, out));
+        if let Err(error) = result {
+            out.discard();
+            return Err(Failed {
+                error,
+                record: Some(index as u32),
             });
         }
     }

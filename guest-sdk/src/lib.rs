@@ -86,6 +86,8 @@ pub mod log;
 mod operator;
 mod record;
 pub mod state;
+pub mod timers;
+pub mod windows;
 
 pub use context::OpenContext;
 pub use emitter::Emitter;
@@ -93,6 +95,7 @@ pub use error::{Error, Result};
 pub use operator::Operator;
 pub use record::Record;
 pub use state::{ListState, MapState, ValueState};
+pub use timers::{TimeDomain, Timer, Timers};
 
 /// Used by [`export_operator!`]; not part of the API.
 #[doc(hidden)]

@@ -35,7 +35,8 @@
 //!   toolchains installed per user (`$WEIR_HOME`) or next to a checkout's binaries.
 //! - [`job`]: the job file ([`job::spec`]), the runnable [`job::Pipeline`], routing between
 //!   stages ([`job::router`]), the task runtime with barrier alignment ([`job::runtime`],
-//!   [`job::input_gate`]), restarts ([`job::supervisor`]), metrics and progress.
+//!   [`job::input_gate`]), event time between tasks ([`job::watermarks`]), restarts
+//!   ([`job::supervisor`]), metrics and progress.
 //! - [`engine`]: wasmtime set up once (components, epoch interruption), the on-disk cache of
 //!   precompiled components, loading and checking components against the world.
 //! - [`bindings`]: the one `bindgen!` over `wit/`, the single source of the interface.
@@ -44,14 +45,15 @@
 //! - [`operator`]: the [`operator::OperatorInstance`] trait the runtime drives, for Wasm and
 //!   for native operators (benchmarks), and operator errors.
 //! - [`state`]: the in-memory keyed state backend: per state and key group, dirty keys
-//!   tracked; snapshots (increments) and restore.
+//!   tracked; snapshots (increments) and restore; timers as keyed state ([`state::timers`]).
 //! - [`checkpoint`]: the coordinator and the messages it exchanges with tasks, each subtask's
 //!   uploads, chain and cleanup, checkpoint metadata, the artifact format, and stores chosen
 //!   by URL through `object_store`.
 //! - [`partition`]: key hashing, key groups and their ranges per subtask.
 //! - [`record`]: [`record::RecordBatch`], the flat batch that crosses tasks and the boundary.
-//! - [`connectors`]: replayable sources (text lines, JSON lines, generator) and two-phase
-//!   sinks (file; stdout and discard write through).
+//! - [`connectors`]: replayable sources (text lines, JSON lines, generator) that stamp
+//!   records with their event time, and two-phase sinks (file; stdout and discard write
+//!   through).
 //! - [`serve`]: `weir serve`, a long-running host running many jobs submitted over HTTP.
 //! - [`ids`]: identifier newtypes shared across modules.
 //!
@@ -75,6 +77,11 @@
 //!   when it completes. So a crash at any instant leaves either that checkpoint (restoring it
 //!   only commits) or an earlier one (restoring it replays), never committed output without a
 //!   checkpoint that covers it.
+//! - **Timers are keyed state.** A key's timers are one value of a reserved state, so they are
+//!   checkpointed, squashed, restored and rescaled by the code that does it for every value;
+//!   only the index that fires them by time is their own, and it is rebuilt from the state.
+//!   Watermarks travel in line with records and barriers, at fixed places in the input, and
+//!   checkpoints keep them (DESIGN.md §11).
 //! - **Chains are bounded without full snapshots.** The backend remembers the keys each
 //!   increment of its chain wrote; before a snapshot it re-writes, within a budget, the
 //!   entries whose latest version still lives in the oldest increments, and an increment

@@ -74,6 +74,8 @@ pub(crate) struct Runtime {
     /// `0 .. slot_count`: the `slots` argument of `read-values`, kept across batches.
     all_slots: Vec<u32>,
     slot_count: u32,
+    /// The watermark, read at most once per batch (a batch of timers brings it along).
+    pub(crate) watermark: Option<Option<i64>>,
 }
 
 impl Runtime {
@@ -86,6 +88,7 @@ impl Runtime {
             touched: Vec::new(),
             all_slots: Vec::new(),
             slot_count: 0,
+            watermark: None,
         }
     }
 
@@ -266,6 +269,7 @@ pub(crate) fn begin(slot_count: u32) -> Result<BatchScope> {
     with_runtime(|runtime| {
         runtime.abort_batch();
         runtime.slot_count = slot_count;
+        runtime.watermark = None;
         Ok(())
     })?;
     IN_BATCH.set(true);

@@ -34,6 +34,10 @@ pub(crate) struct FakeStore {
     pub(crate) read_slots: Vec<Vec<u32>>,
     /// The operations of every `apply` call.
     pub(crate) applied: Vec<Vec<(OpKind, StateId, u32)>>,
+    /// Registered timers: (slot, domain, timestamp, tag).
+    pub(crate) timers: std::collections::BTreeSet<(u32, u32, i64, u32)>,
+    pub(crate) watermark: Option<i64>,
+    pub(crate) now: i64,
 }
 
 /// The fake host; clones share one store.
@@ -103,6 +107,16 @@ impl StateHost for FakeHost {
                 OpKind::MapClear => drop(store.maps.remove(&at)),
                 OpKind::ListAppend => store.lists.entry(at).or_default().push(value),
                 OpKind::ListClear => drop(store.lists.remove(&at)),
+                OpKind::TimerRegister | OpKind::TimerDelete => {
+                    let ts = i64::from_le_bytes(value[..8].try_into().map_err(|_| "short")?);
+                    let tag = u32::from_le_bytes(value[8..12].try_into().map_err(|_| "short")?);
+                    let timer = (op.slot, op.state, ts, tag);
+                    if op.kind == OpKind::TimerRegister {
+                        store.timers.insert(timer);
+                    } else {
+                        store.timers.remove(&timer);
+                    }
+                }
             }
         }
         Ok(())
@@ -165,6 +179,14 @@ impl StateHost for FakeHost {
                 .flatten()
                 .map(Vec::as_slice),
         ))
+    }
+
+    fn watermark(&mut self) -> Option<i64> {
+        self.0.borrow().watermark
+    }
+
+    fn processing_time(&mut self) -> i64 {
+        self.0.borrow().now
     }
 }
 

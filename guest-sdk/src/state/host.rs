@@ -28,6 +28,9 @@ pub(crate) trait StateHost {
         limit: u32,
     ) -> Result<Entries, String>;
     fn list_read(&mut self, state: StateId, slot: u32) -> Result<Blobs, String>;
+    /// The imported `weir:operator/time` interface.
+    fn watermark(&mut self) -> Option<i64>;
+    fn processing_time(&mut self) -> i64;
 }
 
 /// The real host, through the generated imports.
@@ -71,6 +74,14 @@ impl StateHost for WitHost {
 
     fn list_read(&mut self, state: StateId, slot: u32) -> Result<Blobs, String> {
         wit::list_read(state, slot)
+    }
+
+    fn watermark(&mut self) -> Option<i64> {
+        crate::bindings::weir::operator::time::watermark()
+    }
+
+    fn processing_time(&mut self) -> i64 {
+        crate::bindings::weir::operator::time::processing_time()
     }
 }
 

@@ -120,6 +120,8 @@ pub(crate) fn decode(ops: &[u8]) -> Vec<Op> {
         OpKind::MapClear,
         OpKind::ListAppend,
         OpKind::ListClear,
+        OpKind::TimerRegister,
+        OpKind::TimerDelete,
     ];
     ops.chunks_exact(OP_BYTES)
         .map(|op| {

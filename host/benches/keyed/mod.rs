@@ -36,6 +36,7 @@ pub fn pipeline(factory: Arc<dyn OperatorFactory>, records: u64, keys: u64) -> P
         sink: Box::new(DiscardSink),
         dead_letters: Vec::new(),
         checkpointing: None,
+        watermarks: None,
     }
 }
 

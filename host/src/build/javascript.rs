@@ -8,7 +8,7 @@
 
 use std::path::Path;
 
-use super::staging::{JS_SDK, Staging, WORLD};
+use super::staging::{JS_SDK, JS_WINDOWS, Staging, WORLD};
 use super::{BuildError, Language, Project, Tool};
 
 pub(super) fn build(project: &Project, staging: &Staging, out: &Path) -> Result<(), BuildError> {
@@ -24,6 +24,7 @@ pub(super) fn build(project: &Project, staging: &Staging, out: &Path) -> Result<
     // After the project's files: a `weir.js` of the project (kept for an editor, say) gives
     // way to the SDK of this host.
     let root = staging.write("js/weir.js", JS_SDK)?;
+    staging.write("js/windows.js", JS_WINDOWS)?;
     let root = root.parent().unwrap_or(staging.dir());
     let mut command = tool.command();
     command

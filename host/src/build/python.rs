@@ -15,7 +15,7 @@
 
 use std::path::Path;
 
-use super::staging::{PYTHON_PRELOAD, PYTHON_SDK, Staging, WORLD};
+use super::staging::{PYTHON_PRELOAD, PYTHON_SDK, PYTHON_WINDOWS, Staging, WORLD};
 use super::{BuildError, Language, Project, Tool};
 
 /// The name `operator.py` is componentized under.
@@ -26,6 +26,7 @@ pub(super) fn build(project: &Project, staging: &Staging, out: &Path) -> Result<
     let wit = staging.write_wit()?;
     staging.write("weir_sdk/__init__.py", PYTHON_SDK)?;
     staging.write("weir_sdk/_preload.py", PYTHON_PRELOAD)?;
+    staging.write("weir_sdk/windows.py", PYTHON_WINDOWS)?;
     let marker = project.marker();
     let source =
         std::fs::read_to_string(&marker).map_err(BuildError::io("cannot read", &marker))?;

@@ -20,7 +20,7 @@ use super::staging::{STAGING_DIR, WIT};
 pub const STAGED_SDK: &str = ".weir-build/rust/weir-guest";
 
 /// The SDK's sources, by path relative to its `src/`.
-const SOURCES: [(&str, &str); 18] = [
+const SOURCES: [(&str, &str); 20] = [
     (
         "bindings.rs",
         include_str!("../../../guest-sdk/src/bindings.rs"),
@@ -80,6 +80,14 @@ const SOURCES: [(&str, &str); 18] = [
     (
         "state/value.rs",
         include_str!("../../../guest-sdk/src/state/value.rs"),
+    ),
+    (
+        "timers.rs",
+        include_str!("../../../guest-sdk/src/timers.rs"),
+    ),
+    (
+        "windows.rs",
+        include_str!("../../../guest-sdk/src/windows.rs"),
     ),
 ];
 const SDK_MANIFEST: &str = include_str!("../../../guest-sdk/Cargo.toml");

@@ -14,8 +14,13 @@ pub(super) const PYTHON_SDK: &str = include_str!("../../../guest-sdk-python/weir
 /// The Python SDK's module that imports, at build time, what an operator may import later.
 pub(super) const PYTHON_PRELOAD: &str =
     include_str!("../../../guest-sdk-python/weir_sdk/_preload.py");
+/// The Python SDK's windows library, staged as `weir_sdk.windows`.
+pub(super) const PYTHON_WINDOWS: &str =
+    include_str!("../../../guest-sdk-python/weir_sdk/windows.py");
 /// The JavaScript SDK, staged as `weir.js` beside the operator's modules.
 pub(super) const JS_SDK: &str = include_str!("../../../guest-sdk-js/weir.js");
+/// The JavaScript SDK's windows library, staged as `windows.js` beside `weir.js`.
+pub(super) const JS_WINDOWS: &str = include_str!("../../../guest-sdk-js/windows.js");
 /// The C SDK, staged as `weir.h`.
 pub(super) const C_SDK: &str = include_str!("../../../guest-sdk-c/weir.h");
 

@@ -98,6 +98,8 @@ struct InFlight {
     source: Option<SourcePosition>,
     /// Records the source had read when it sent the barrier.
     source_records: u64,
+    /// The latest event time the source had read.
+    source_max_timestamp: Option<i64>,
     handles: Vec<Vec<Option<SubtaskHandle>>>,
     /// Per operator, per subtask: what its acknowledgement reported.
     reports: Vec<Vec<BarrierReport>>,
@@ -182,6 +184,7 @@ pub struct Coordinator {
     /// The source's latest position and records read, for a retaken last checkpoint.
     position: SourcePosition,
     source_records: u64,
+    source_max_timestamp: Option<i64>,
     source_ended: bool,
     last_attempts: u32,
     /// Requests for a checkpoint now, besides the interval's.
@@ -206,6 +209,7 @@ impl Coordinator {
             counters,
             position: SourcePosition::Null,
             source_records: 0,
+            source_max_timestamp: None,
             source_ended: false,
             last_attempts: 0,
             requests,
@@ -311,6 +315,7 @@ impl Coordinator {
             started: Instant::now(),
             source: (!with_source).then(|| self.position.clone()),
             source_records: self.source_records,
+            source_max_timestamp: self.source_max_timestamp,
             handles,
             reports,
             sink_acknowledged: false,
@@ -346,12 +351,17 @@ impl Coordinator {
         pending.outstanding -= 1;
         match ack {
             Ack::Source {
-                position, records, ..
+                position,
+                records,
+                max_timestamp,
+                ..
             } => {
                 self.position = position.clone();
                 self.source_records = records;
+                self.source_max_timestamp = max_timestamp;
                 pending.source = Some(position);
                 pending.source_records = records;
+                pending.source_max_timestamp = max_timestamp;
             }
             Ack::Subtask {
                 operator,
@@ -498,6 +508,7 @@ impl Coordinator {
             sink: done.output.sink.clone(),
             dead_letters: done.output.dead_letters.clone(),
             operators,
+            source_max_timestamp: done.source_max_timestamp,
             timing: Some(done.timing()),
             counts: Some(done.counts()),
         };

@@ -45,6 +45,11 @@ pub struct CheckpointMetadata {
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub dead_letters: BTreeMap<String, SinkPosition>,
     pub operators: Vec<OperatorHandles>,
+    /// The latest event time the source had read (milliseconds since the Unix epoch), from
+    /// which its watermarks resume: a restore never moves a watermark back. Absent when the
+    /// source had read no timestamp.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source_max_timestamp: Option<i64>,
     /// Where the checkpoint's time went.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub timing: Option<CheckpointTiming>,
@@ -141,6 +146,17 @@ pub struct SubtaskHandle {
     /// chain's stored bytes over this is the space amplification.
     #[serde(default)]
     pub live_bytes: u64,
+    /// The subtask's watermark as the barrier passed (milliseconds since the Unix epoch), if
+    /// it had one: the restored subtask starts from it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub watermark: Option<i64>,
+    /// Timers pending in the subtask's state (both clocks).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub timers: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 /// One artifact of a chain.

@@ -95,6 +95,8 @@ mod tests {
                         })
                         .collect(),
                     live_bytes: 0,
+                    watermark: None,
+                    timers: 0,
                 }
             })
             .collect();
@@ -108,6 +110,7 @@ mod tests {
             source: serde_json::Value::Null,
             sink: None,
             dead_letters: Default::default(),
+            source_max_timestamp: None,
             operators: vec![OperatorHandles {
                 name: "op".into(),
                 parallelism,

@@ -55,6 +55,8 @@ pub struct BarrierReport {
     pub timing: BarrierTiming,
     /// The task's counters as they stood when the barrier passed: a restore continues them.
     pub counts: TaskCounts,
+    /// A subtask's watermark as the barrier passed.
+    pub watermark: Option<i64>,
 }
 
 /// A task's acknowledgement of a checkpoint, or the source's report that it has ended.
@@ -65,6 +67,8 @@ pub enum Ack {
         checkpoint: CheckpointId,
         position: SourcePosition,
         records: u64,
+        /// The latest event time read, from which watermarks resume.
+        max_timestamp: Option<i64>,
     },
     /// The source has read all its input and waits for the last checkpoint.
     SourceEnded,

@@ -269,6 +269,7 @@ mod tests {
             source: serde_json::Value::Null,
             sink: None,
             dead_letters: Default::default(),
+            source_max_timestamp: None,
             operators: Vec::new(),
             timing: None,
             counts: None,

@@ -417,7 +417,10 @@ impl SubtaskCheckpoints {
         self.counters
             .last_sync_pause_us
             .store(report.timing.sync_pause_us, Ordering::Relaxed);
-        self.acknowledge(checkpoint, backend.live_bytes() as u64, report);
+        let timers = backend
+            .timers_pending()
+            .map_or(0, |(event, processing)| (event + processing) as u64);
+        self.acknowledge(checkpoint, backend.live_bytes() as u64, timers, report);
     }
 
     /// Takes the links of the checkpoints `leaves` names out of the chain; uploads still
@@ -435,7 +438,14 @@ impl SubtaskCheckpoints {
     }
 
     /// Acknowledges `checkpoint` once every upload of the current chain has finished.
-    fn acknowledge(&self, checkpoint: CheckpointId, live_bytes: u64, report: BarrierReport) {
+    fn acknowledge(
+        &self,
+        checkpoint: CheckpointId,
+        live_bytes: u64,
+        timers: u64,
+        report: BarrierReport,
+    ) {
+        let watermark = report.watermark;
         let links: Vec<(ArtifactRef, Upload)> = self
             .chain
             .iter()
@@ -463,6 +473,8 @@ impl SubtaskCheckpoints {
                 key_groups: (range.start, range.end),
                 chain,
                 live_bytes,
+                watermark,
+                timers,
             });
             // The coordinator is gone only when the job is stopping.
             let _ = acks.send(Ack::Subtask {

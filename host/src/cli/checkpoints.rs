@@ -401,6 +401,14 @@ fn describe(detail: &CheckpointDetail) -> String {
                 s.live_bytes,
                 s.bytes(),
             );
+            let watermark = s
+                .watermark
+                .map_or_else(|| "none".to_owned(), watermark_text);
+            let _ = writeln!(
+                out,
+                "    timers pending {}, watermark {watermark}",
+                s.timers
+            );
             let mut table = vec![cells(&[
                 "PATH",
                 "CHECKPOINT",
@@ -427,6 +435,22 @@ fn describe(detail: &CheckpointDetail) -> String {
         }
     }
     out
+}
+
+/// A watermark as a UTC time with milliseconds, or the end of input.
+fn watermark_text(w: i64) -> String {
+    if w == crate::job::watermarks::END_OF_TIME {
+        return "end of input".to_owned();
+    }
+    match u64::try_from(w) {
+        Ok(ms) => format!(
+            "{} ({w} ms)",
+            humantime::format_rfc3339_millis(
+                std::time::UNIX_EPOCH + std::time::Duration::from_millis(ms)
+            )
+        ),
+        Err(_) => format!("{w} ms"),
+    }
 }
 
 /// Where the checkpoint's time went, and which task waited or paused longest.

@@ -269,7 +269,7 @@ fn submission(job: &Path) -> Result<SubmitRequest, Failure> {
     let mut table: toml::Table = toml::from_str(&text).map_err(Failure::input)?;
     // The spec resolved them against the job file's folder; the host needs them whole.
     let source = match &spec.source {
-        SourceSpec::TextLines { path } | SourceSpec::JsonLines { path, .. } => Some(path),
+        SourceSpec::TextLines { path, .. } | SourceSpec::JsonLines { path, .. } => Some(path),
         SourceSpec::Generator { .. } => None,
     };
     let sink = match &spec.sink {

@@ -16,6 +16,30 @@ struct GeneratorPosition {
     records: u64,
 }
 
+/// `[source] clock`: the generator's synthetic event time. Record `n` happens at
+/// `start_ms + n * 1000 / events_per_second`; a `disorder` fraction of the records (picked by
+/// a hash of `n`, so every replay is the same) come up to `max_delay_ms` late.
+#[derive(Clone, Copy, Debug, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct GeneratorClock {
+    pub start_ms: i64,
+    pub events_per_second: u64,
+    pub disorder: f64,
+    pub max_delay_ms: u64,
+}
+
+impl Default for GeneratorClock {
+    fn default() -> Self {
+        Self {
+            // 2023-11-14T22:13:20Z: a fixed instant, so generated jobs are reproducible.
+            start_ms: 1_700_000_000_000,
+            events_per_second: 1_000,
+            disorder: 0.0,
+            max_delay_ms: 0,
+        }
+    }
+}
+
 /// Record `n` has key and value `k<i>` with `i` a fixed scramble of `n` modulo `keys`, so keys
 /// arrive in a spread-out order while every run produces the same sequence.
 pub struct GeneratorSource {
@@ -24,6 +48,7 @@ pub struct GeneratorSource {
     keys: u64,
     key: Vec<u8>,
     progress: Arc<SourceProgress>,
+    clock: GeneratorClock,
 }
 
 impl GeneratorSource {
@@ -36,7 +61,35 @@ impl GeneratorSource {
             keys: keys.max(1),
             key: Vec::with_capacity(24),
             progress,
+            clock: GeneratorClock::default(),
         }
+    }
+
+    /// The generator with its records' event time on `clock`.
+    pub fn with_clock(mut self, clock: GeneratorClock) -> Self {
+        self.clock = clock;
+        self
+    }
+
+    /// The event time of record `n`.
+    pub fn timestamp(&self, n: u64) -> i64 {
+        let clock = &self.clock;
+        let eps = clock.events_per_second.max(1);
+        let on_time = clock.start_ms.saturating_add(
+            i64::try_from(u128::from(n) * 1000 / u128::from(eps)).unwrap_or(i64::MAX),
+        );
+        // Two independent scrambles of n: whether the record is late, and by how much.
+        let pick = n
+            .wrapping_add(1)
+            .wrapping_mul(0xd6e8_feb8_6659_fd93)
+            .rotate_left(29);
+        let fraction = (pick >> 11) as f64 / (1u64 << 53) as f64;
+        let late = fraction < clock.disorder;
+        if !late || clock.max_delay_ms == 0 {
+            return on_time;
+        }
+        let delay = pick.wrapping_mul(0x9e37_79b9_7f4a_7c15) % (clock.max_delay_ms + 1);
+        on_time.saturating_sub(delay as i64)
     }
 
     /// The key index of record `n`.
@@ -52,7 +105,11 @@ impl Source for GeneratorSource {
             self.key.clear();
             // Writing into a Vec cannot fail.
             let _ = write!(self.key, "k{}", self.key_index(n));
-            out.push_from_source(RecordRef::keyed(&self.key, &self.key), n);
+            let record = RecordRef {
+                timestamp: Some(self.timestamp(n)),
+                ..RecordRef::keyed(&self.key, &self.key)
+            };
+            out.push_from_source(record, n);
         }
         self.progress
             .done

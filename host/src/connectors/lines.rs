@@ -1,5 +1,7 @@
 //! Line-oriented file sources: one record per line.
 
+use super::timestamps::{TimestampPolicy, TimestampSpec, read_timestamp};
+use crate::guest::state_host::processing_time_now;
 use std::fs::File;
 use std::io::{BufRead, BufReader, Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
@@ -130,7 +132,8 @@ impl LineReader {
     }
 }
 
-/// A text file, one record per line: no key, the line as value.
+/// A text file, one record per line: no key, the line as value, and the time it was read as
+/// its timestamp (ingestion time).
 pub struct TextLinesSource {
     lines: LineReader,
 }
@@ -145,10 +148,17 @@ impl TextLinesSource {
 
 impl Source for TextLinesSource {
     fn read_batch(&mut self, max: usize, out: &mut RecordBatch) -> Result<bool, ConnectorError> {
+        let now = processing_time_now();
         for _ in 0..max {
             let number = self.lines.number + 1;
             match self.lines.next_line()? {
-                Some(line) => out.push_from_source(RecordRef::unkeyed(line), number),
+                Some(line) => {
+                    let record = RecordRef {
+                        timestamp: Some(now),
+                        ..RecordRef::unkeyed(line)
+                    };
+                    out.push_from_source(record, number)
+                }
                 None => return Ok(false),
             }
         }
@@ -180,6 +190,10 @@ impl Source for TextLinesSource {
 pub struct JsonLinesSource {
     lines: LineReader,
     key_pointer: Option<String>,
+    timestamp: Option<TimestampSpec>,
+    on_bad_timestamp: TimestampPolicy,
+    /// Lines dropped for want of a usable timestamp.
+    skipped_for_timestamp: u64,
     key: Vec<u8>,
     /// Bad lines set aside since the last drain; `None`: a bad line fails the source.
     rejected: Option<Vec<Rejected>>,
@@ -190,9 +204,24 @@ impl JsonLinesSource {
         Ok(Self {
             lines: LineReader::open(path)?,
             key_pointer,
+            timestamp: None,
+            on_bad_timestamp: TimestampPolicy::Fail,
+            skipped_for_timestamp: 0,
             key: Vec::new(),
             rejected: None,
         })
+    }
+
+    /// Reads each line's event time as `timestamp` says (none: records have no timestamp); a
+    /// line without a usable one fails the source or is dropped, as `on_bad` says.
+    pub fn with_timestamps(
+        mut self,
+        timestamp: Option<TimestampSpec>,
+        on_bad: TimestampPolicy,
+    ) -> Self {
+        self.timestamp = timestamp;
+        self.on_bad_timestamp = on_bad;
+        self
     }
 
     /// Sets bad lines aside instead of failing.
@@ -225,20 +254,43 @@ impl Source for JsonLinesSource {
             }
             let problem = match serde_json::from_slice::<serde_json::Value>(line) {
                 Err(e) => Some(format!("not valid JSON: {e}")),
-                Ok(value) => match &self.key_pointer {
-                    Some(pointer) => match value.pointer(pointer) {
-                        Some(key) => {
-                            json_key(key, &mut self.key);
-                            out.push_from_source(RecordRef::keyed(&self.key, line), number);
+                Ok(value) => {
+                    let timestamp = match &self.timestamp {
+                        None => Ok(None),
+                        Some(spec) => read_timestamp(spec, &value).map(Some),
+                    };
+                    match (timestamp, &self.key_pointer) {
+                        (Err(message), _) => match self.on_bad_timestamp {
+                            TimestampPolicy::Skip => {
+                                self.skipped_for_timestamp += 1;
+                                continue;
+                            }
+                            TimestampPolicy::Fail => Some(format!(
+                                "{message} (on_bad_timestamp = \"skip\" drops such lines)"
+                            )),
+                        },
+                        (Ok(timestamp), Some(pointer)) => match value.pointer(pointer) {
+                            Some(key) => {
+                                json_key(key, &mut self.key);
+                                let record = RecordRef {
+                                    timestamp,
+                                    ..RecordRef::keyed(&self.key, line)
+                                };
+                                out.push_from_source(record, number);
+                                None
+                            }
+                            None => Some(format!("no value at key_pointer {pointer:?}")),
+                        },
+                        (Ok(timestamp), None) => {
+                            let record = RecordRef {
+                                timestamp,
+                                ..RecordRef::unkeyed(line)
+                            };
+                            out.push_from_source(record, number);
                             None
                         }
-                        None => Some(format!("no value at key_pointer {pointer:?}")),
-                    },
-                    None => {
-                        out.push_from_source(RecordRef::unkeyed(line), number);
-                        None
                     }
-                },
+                }
             };
             match (problem, &mut self.rejected) {
                 (None, _) => read += 1,
@@ -279,6 +331,10 @@ impl Source for JsonLinesSource {
         if let Some(rejected) = &mut self.rejected {
             into.append(rejected);
         }
+    }
+
+    fn skipped_for_timestamp(&self) -> u64 {
+        self.skipped_for_timestamp
     }
 }
 

@@ -9,6 +9,7 @@
 pub mod generator;
 pub mod lines;
 pub mod sinks;
+pub mod timestamps;
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -128,6 +129,11 @@ pub trait Source: Send {
     /// input, made to set it aside rather than fail). A line is set aside when it is read:
     /// it belongs to the checkpoint whose barrier follows the batch it was read with.
     fn drain_rejected(&mut self, _into: &mut Vec<Rejected>) {}
+
+    /// Records dropped so far for want of a usable timestamp (`on_bad_timestamp = "skip"`).
+    fn skipped_for_timestamp(&self) -> u64 {
+        0
+    }
 }
 
 /// What a sink records in a checkpoint about the output it covers, in the sink's own JSON

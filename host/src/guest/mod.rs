@@ -78,6 +78,8 @@ pub struct GuestState {
     /// The state changes of the current `process` call, kept for operators whose failures
     /// are set aside (`on_error`), so that a failed call can be taken back.
     pub(crate) undo: Option<UndoLog>,
+    /// The subtask's watermark, as the `time` import reports it.
+    pub(crate) watermark: Option<i64>,
 }
 
 impl GuestState {
@@ -96,6 +98,7 @@ impl GuestState {
             slots: KeySlots::default(),
             log,
             undo: None,
+            watermark: None,
         }
     }
 

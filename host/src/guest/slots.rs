@@ -34,11 +34,7 @@ impl KeySlots {
     /// `hashes` holds the records' key hashes if the batch came through a keyed edge; keys of
     /// other batches are hashed here.
     pub fn assign(&mut self, batch: &Batch, hashes: &[KeyHash], record_slots: &mut Vec<u32>) {
-        self.arena.clear();
-        self.ends.clear();
-        self.hashes.clear();
-        self.index.clear();
-        self.hints.clear();
+        self.clear();
         record_slots.clear();
         let mut start = 0usize;
         for i in 0..batch.value_ends.len() {
@@ -50,34 +46,53 @@ impl KeySlots {
                 continue;
             }
             let hash = hashes.get(i).copied().unwrap_or_else(|| hash_key(key));
-            let (arena, ends) = (&self.arena, &self.ends);
-            let slot_key = |slot: u32| {
-                let s = slot as usize;
-                let from = if s == 0 { 0 } else { ends[s - 1] as usize };
-                &arena[from..ends[s] as usize]
-            };
-            let found = self
-                .index
-                .find(hash.table_hash(), |&s| {
-                    self.hashes[s as usize] == hash && slot_key(s) == key
-                })
-                .copied();
-            let slot = match found {
-                Some(slot) => slot,
-                None => {
-                    let slot = self.ends.len() as u32;
-                    self.arena.extend_from_slice(key);
-                    self.ends.push(self.arena.len() as u32);
-                    self.hashes.push(hash);
-                    let hashes = &self.hashes;
-                    self.index.insert_unique(hash.table_hash(), slot, |&s| {
-                        hashes[s as usize].table_hash()
-                    });
-                    slot
-                }
-            };
-            record_slots.push(slot);
+            record_slots.push(self.slot_of(key, hash));
         }
+    }
+
+    /// Numbers `keys` (the keys of fired timers) and writes each one's slot into `slots`.
+    pub fn assign_keys<'k>(&mut self, keys: impl Iterator<Item = &'k [u8]>, slots: &mut Vec<u32>) {
+        self.clear();
+        slots.clear();
+        for key in keys {
+            slots.push(self.slot_of(key, hash_key(key)));
+        }
+    }
+
+    fn clear(&mut self) {
+        self.arena.clear();
+        self.ends.clear();
+        self.hashes.clear();
+        self.index.clear();
+        self.hints.clear();
+    }
+
+    /// The slot of `key`, numbered now if it is new to the batch.
+    fn slot_of(&mut self, key: &[u8], hash: KeyHash) -> u32 {
+        let (arena, ends) = (&self.arena, &self.ends);
+        let slot_key = |slot: u32| {
+            let s = slot as usize;
+            let from = if s == 0 { 0 } else { ends[s - 1] as usize };
+            &arena[from..ends[s] as usize]
+        };
+        let found = self
+            .index
+            .find(hash.table_hash(), |&s| {
+                self.hashes[s as usize] == hash && slot_key(s) == key
+            })
+            .copied();
+        if let Some(slot) = found {
+            return slot;
+        }
+        let slot = self.ends.len() as u32;
+        self.arena.extend_from_slice(key);
+        self.ends.push(self.arena.len() as u32);
+        self.hashes.push(hash);
+        let hashes = &self.hashes;
+        self.index.insert_unique(hash.table_hash(), slot, |&s| {
+            hashes[s as usize].table_hash()
+        });
+        slot
     }
 
     /// Remembers where the entries of `slots` were found for `state` in this batch.

@@ -7,7 +7,7 @@ use super::GuestState;
 use crate::bindings::weir::operator::state::{self as wit, OpKind};
 use crate::bindings::weir::operator::types::Blobs;
 use crate::state::undo::Write;
-use crate::state::{StateError, StateId, StateKind};
+use crate::state::{StateError, StateId, StateKind, TimeDomain, Timer};
 
 /// Most entries one `map-entries` call returns, whatever the guest asks for (stated in the WIT).
 const MAX_PAGE: u32 = 4096;
@@ -25,6 +25,8 @@ fn op_kind(kind: u32) -> Option<OpKind> {
         4 => OpKind::MapClear,
         5 => OpKind::ListAppend,
         6 => OpKind::ListClear,
+        7 => OpKind::TimerRegister,
+        8 => OpKind::TimerDelete,
         _ => return None,
     })
 }
@@ -107,15 +109,37 @@ impl wit::Host for GuestState {
                 .slots
                 .key(slot)
                 .map_err(|e| format!("state operation {i}: {e}"))?;
+            let kind =
+                op_kind(kind).ok_or_else(|| format!("state operation {i}: unknown kind {kind}"))?;
+            if let OpKind::TimerRegister | OpKind::TimerDelete = kind {
+                let timer = timer(state, value).map_err(|e| format!("state operation {i}: {e}"))?;
+                let timers = self
+                    .backend
+                    .timers_state()
+                    .map_err(|e| format!("state operation {i}: {e}"))?;
+                if let Some(undo) = &mut self.undo
+                    && let Err(e) = undo.record(&self.backend, timers, key, Write::Value)
+                {
+                    return Err(format!("state operation {i}: timers: {e}"));
+                }
+                let result = match kind {
+                    OpKind::TimerRegister => self.backend.timer_register(key, timer),
+                    _ => self.backend.timer_delete(key, timer),
+                };
+                if let Err(e) = result {
+                    return Err(format!("state operation {i}: timers: {e}"));
+                }
+                continue;
+            }
             let id = StateId(state);
             if let Some(undo) = &mut self.undo {
-                let write = match op_kind(kind) {
-                    Some(OpKind::ValueSet | OpKind::ValueRemove) => Write::Value,
-                    Some(OpKind::MapPut | OpKind::MapRemove) => Write::MapEntry(map_key),
-                    Some(OpKind::MapClear) => Write::MapClear,
-                    Some(OpKind::ListAppend) => Write::ListAppend,
-                    Some(OpKind::ListClear) => Write::ListClear,
-                    None => return Err(format!("state operation {i}: unknown kind {kind}")),
+                let write = match kind {
+                    OpKind::ValueSet | OpKind::ValueRemove => Write::Value,
+                    OpKind::MapPut | OpKind::MapRemove => Write::MapEntry(map_key),
+                    OpKind::MapClear => Write::MapClear,
+                    OpKind::ListAppend => Write::ListAppend,
+                    OpKind::ListClear => Write::ListClear,
+                    OpKind::TimerRegister | OpKind::TimerDelete => continue,
                 };
                 let recorded = undo.record(&self.backend, id, key, write);
                 if let Err(e) = recorded {
@@ -123,17 +147,15 @@ impl wit::Host for GuestState {
                 }
             }
             let b = &mut self.backend;
-            let result = match op_kind(kind) {
-                Some(OpKind::ValueSet) => {
-                    b.value_set_hinted(id, key, self.slots.hint(id, slot), value)
-                }
-                Some(OpKind::ValueRemove) => b.value_remove(id, key),
-                Some(OpKind::MapPut) => b.map_put(id, key, map_key, value),
-                Some(OpKind::MapRemove) => b.map_remove(id, key, map_key),
-                Some(OpKind::MapClear) => b.map_clear(id, key),
-                Some(OpKind::ListAppend) => b.list_append(id, key, value),
-                Some(OpKind::ListClear) => b.list_clear(id, key),
-                None => return Err(format!("state operation {i}: unknown kind {kind}")),
+            let result = match kind {
+                OpKind::ValueSet => b.value_set_hinted(id, key, self.slots.hint(id, slot), value),
+                OpKind::ValueRemove => b.value_remove(id, key),
+                OpKind::MapPut => b.map_put(id, key, map_key, value),
+                OpKind::MapRemove => b.map_remove(id, key, map_key),
+                OpKind::MapClear => b.map_clear(id, key),
+                OpKind::ListAppend => b.list_append(id, key, value),
+                OpKind::ListClear => b.list_clear(id, key),
+                OpKind::TimerRegister | OpKind::TimerDelete => continue,
             };
             if let Err(e) = result {
                 return Err(format!("state operation {i}: {}", self.describe(state, e)));
@@ -217,7 +239,43 @@ impl wit::Host for GuestState {
     }
 }
 
+/// The timer a `timer-register` or `timer-delete` operation names: its domain (the
+/// operation's `state` word) and its 12 bytes of timestamp and tag.
+fn timer(domain: u32, value: &[u8]) -> Result<Timer, String> {
+    let domain = TimeDomain::from_ordinal(domain)
+        .ok_or_else(|| format!("a timer's time domain is 0 or 1, not {domain}"))?;
+    let bytes: &[u8; 12] = value.try_into().map_err(|_| {
+        format!(
+            "a timer is 12 bytes (timestamp, then tag), not {}",
+            value.len()
+        )
+    })?;
+    let (at, tag) = bytes.split_at(8);
+    Ok(Timer {
+        domain,
+        at: i64::from_le_bytes(at.try_into().unwrap_or_default()),
+        tag: u32::from_le_bytes(tag.try_into().unwrap_or_default()),
+    })
+}
+
 impl crate::bindings::weir::operator::types::Host for GuestState {}
+
+impl crate::bindings::weir::operator::time::Host for GuestState {
+    fn watermark(&mut self) -> Option<i64> {
+        self.watermark
+    }
+
+    fn processing_time(&mut self) -> i64 {
+        processing_time_now()
+    }
+}
+
+/// The wall clock in milliseconds since the Unix epoch (0 before it).
+pub fn processing_time_now() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
+}
 
 #[cfg(test)]
 mod tests {
@@ -278,11 +336,13 @@ mod tests {
             OpKind::MapClear,
             OpKind::ListAppend,
             OpKind::ListClear,
+            OpKind::TimerRegister,
+            OpKind::TimerDelete,
         ];
         for (ordinal, kind) in kinds.into_iter().enumerate() {
             assert_eq!(op_kind(ordinal as u32), Some(kind));
         }
-        assert_eq!(op_kind(7), None);
+        assert_eq!(op_kind(9), None);
     }
 
     #[test]

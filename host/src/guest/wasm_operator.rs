@@ -4,14 +4,16 @@ use wasmtime::Store;
 
 use super::{GuestState, LogContext};
 use crate::bindings::Operator;
-use crate::bindings::weir::operator::types::{Batch, Context, Failure};
+use crate::bindings::weir::operator::types::{
+    Batch, Blobs, Context, Failure, FiredTimers, TimeDomain as WitTimeDomain,
+};
 use crate::engine::{EPOCH_TICK, Engine, OperatorComponent};
 use crate::operator::{
     FailureKind, OperatorError, OperatorFactory, OperatorInstance, SubtaskContext,
 };
 use crate::record::RecordBatch;
-use crate::state::KeyedStateBackend;
 use crate::state::undo::UndoLog;
+use crate::state::{FiredTimer, KeyedStateBackend, TimeDomain};
 
 /// Instantiates one component per subtask.
 #[derive(Clone, Debug)]
@@ -205,6 +207,47 @@ impl OperatorInstance for WasmOperator {
         let result = processor.call_process(&mut self.store, &wit, &self.record_slots);
         *batch = RecordBatch::returned(wit, columns);
         self.finish_call("process", result)
+    }
+
+    fn set_watermark(&mut self, watermark: Option<i64>) {
+        self.store.data_mut().watermark = watermark;
+    }
+
+    fn on_timers(
+        &mut self,
+        domain: TimeDomain,
+        timers: &[FiredTimer],
+    ) -> Result<RecordBatch, OperatorError> {
+        let data = self.store.data_mut();
+        data.slots
+            .assign_keys(timers.iter().map(|t| &t.key[..]), &mut self.record_slots);
+        let mut keys = Blobs {
+            data: Vec::with_capacity(timers.iter().map(|t| t.key.len()).sum()),
+            ends: Vec::with_capacity(timers.len()),
+        };
+        for timer in timers {
+            keys.data.extend_from_slice(&timer.key);
+            keys.ends.push(keys.data.len() as u32);
+        }
+        let fired = FiredTimers {
+            domain: match domain {
+                TimeDomain::EventTime => WitTimeDomain::EventTime,
+                TimeDomain::ProcessingTime => WitTimeDomain::ProcessingTime,
+            },
+            keys,
+            key_slots: std::mem::take(&mut self.record_slots),
+            timestamps: timers.iter().map(|t| t.at).collect(),
+            tags: timers.iter().map(|t| t.tag).collect(),
+            watermark: data.watermark,
+        };
+        if let Some(undo) = &mut data.undo {
+            undo.clear();
+        }
+        self.start_call();
+        let processor = self.bindings.weir_operator_processor();
+        let result = processor.call_on_timers(&mut self.store, &fired);
+        self.record_slots = fired.key_slots;
+        self.finish_call("on-timers", result)
     }
 
     fn keep_undo_log(&mut self) {

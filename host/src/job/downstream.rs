@@ -6,6 +6,7 @@ use super::bad_records::{BadRecordPolicy, DeadLetter, DeadLetters};
 use super::in_flight::Output;
 use super::router::{Router, Unroutable};
 use super::runtime::JobError;
+use super::watermarks::WatermarkMessage;
 use crate::checkpoint::protocol::Barrier;
 use crate::connectors::SourceOrigin;
 use crate::record::RecordBatch;
@@ -81,6 +82,14 @@ impl Downstream {
             self.targets[target].send(batch)?;
         }
         self.letters.flush()
+    }
+
+    /// Sends `watermark` to every subtask of the next stage, after the records before it.
+    pub(super) fn watermark(&mut self, watermark: WatermarkMessage) -> Result<(), JobError> {
+        for target in &self.targets {
+            target.send_watermark(watermark)?;
+        }
+        Ok(())
     }
 
     /// Sends `barrier` after everything before it, downstream and to the dead letters.

@@ -40,6 +40,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::mpsc;
 
 use super::input_gate::{Closed, Message};
+use super::watermarks::WatermarkMessage;
 use crate::checkpoint::protocol::Barrier;
 use crate::record::RecordBatch;
 
@@ -213,6 +214,13 @@ impl Output {
     pub fn send_barrier(&self, barrier: Barrier) -> Result<(), Closed> {
         self.tx
             .blocking_send(Message::Barrier(barrier))
+            .map_err(|_| Closed)
+    }
+
+    /// Sends a watermark; like a barrier, it waits only for the channel's capacity.
+    pub fn send_watermark(&self, watermark: WatermarkMessage) -> Result<(), Closed> {
+        self.tx
+            .blocking_send(Message::Watermark(watermark))
             .map_err(|_| Closed)
     }
 

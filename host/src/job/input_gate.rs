@@ -21,6 +21,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::mpsc::UnboundedReceiver;
 
 use super::in_flight::{Input, Pace};
+use super::watermarks::{InputWatermarks, WatermarkChange, WatermarkMessage};
 use crate::checkpoint::metadata::BarrierTiming;
 use crate::checkpoint::protocol::{Barrier, Notification};
 use crate::record::RecordBatch;
@@ -38,6 +39,8 @@ pub enum Message {
     /// Everything before it belongs to the barrier's checkpoint. After a `last` barrier the
     /// producer sends nothing more.
     Barrier(Barrier),
+    /// The producer's event time (`job::watermarks`).
+    Watermark(WatermarkMessage),
 }
 
 /// What a task reads next.
@@ -51,6 +54,10 @@ pub enum Event {
     /// The barrier has arrived on every input.
     Barrier(Barrier),
     Notification(Notification),
+    /// The task's watermark changed.
+    Watermark(WatermarkChange),
+    /// The deadline given to [`InputGate::recv_until`] passed first.
+    Deadline,
 }
 
 /// An input or the coordinator went away before the end: another task failed.
@@ -73,6 +80,11 @@ pub struct InputGate {
     notifications: UnboundedReceiver<Notification>,
     /// Where the next round-robin poll starts, so no input starves the others.
     next: usize,
+    /// The watermark over the record inputs (dead-letter inputs carry none).
+    watermarks: InputWatermarks,
+    /// Watermark changes not delivered yet.
+    changes: std::collections::VecDeque<WatermarkChange>,
+    scratch: Vec<WatermarkChange>,
 }
 
 impl InputGate {
@@ -95,7 +107,22 @@ impl InputGate {
             ended: false,
             notifications,
             next: 0,
+            watermarks: InputWatermarks::new(n, None),
+            changes: Default::default(),
+            scratch: Vec::new(),
         }
+    }
+
+    /// Starts the task's watermark at `restored` (a restored checkpoint's): it never goes
+    /// below it.
+    pub fn restoring_watermark(mut self, restored: Option<i64>) -> Self {
+        self.watermarks.restore_floor(restored);
+        self
+    }
+
+    /// The task's watermark.
+    pub fn watermark(&self) -> Option<i64> {
+        self.watermarks.current()
     }
 
     /// The gate with `inputs` added that carry dead letters (to the sink): they take part in
@@ -112,9 +139,23 @@ impl InputGate {
     /// Blocks the calling (non-async) thread until something arrives. The task has finished
     /// what it received before.
     pub fn recv(&mut self) -> Result<Event, Closed> {
+        self.recv_until(None)
+    }
+
+    /// [`Self::recv`], or [`Event::Deadline`] once `deadline` passes first. A deadline needs
+    /// the tokio runtime (the task runs on one of its blocking threads).
+    pub fn recv_until(&mut self, deadline: Option<Instant>) -> Result<Event, Closed> {
         self.pace.asking();
         let asked = Instant::now();
-        let event = futures::executor::block_on(std::future::poll_fn(|cx| self.poll_next(cx)))?;
+        let next = std::future::poll_fn(|cx| self.poll_next(cx));
+        let event = match deadline {
+            None => futures::executor::block_on(next)?,
+            Some(deadline) => tokio::runtime::Handle::current().block_on(async {
+                tokio::time::timeout_at(deadline.into(), next)
+                    .await
+                    .unwrap_or(Ok(Event::Deadline))
+            })?,
+        };
         let now = Instant::now();
         let records = match &event {
             Event::Batch(batch) => batch.len(),
@@ -133,6 +174,9 @@ impl InputGate {
         if let Poll::Ready(n) = self.notifications.poll_recv(cx) {
             return Poll::Ready(n.map(Event::Notification).ok_or(Closed));
         }
+        if let Some(change) = self.changes.pop_front() {
+            return Poll::Ready(Ok(Event::Watermark(change)));
+        }
         if self.ended {
             return Poll::Pending;
         }
@@ -145,7 +189,20 @@ impl InputGate {
             match self.inputs[i].poll_recv(cx) {
                 Poll::Ready(Some(Message::Batch(batch))) => {
                     self.next = (i + 1) % n;
+                    self.watermarks.on_records(i, &mut self.scratch);
+                    self.changes.extend(self.scratch.drain(..));
                     return Poll::Ready(Ok(Event::Batch(batch)));
+                }
+                Poll::Ready(Some(Message::Watermark(message))) => {
+                    self.next = (i + 1) % n;
+                    self.watermarks.on_message(i, message, &mut self.scratch);
+                    self.changes.extend(self.scratch.drain(..));
+                    if let Some(change) = self.changes.pop_front() {
+                        return Poll::Ready(Ok(Event::Watermark(change)));
+                    }
+                    // Nothing changed: read on, at the next input.
+                    cx.waker().wake_by_ref();
+                    return Poll::Pending;
                 }
                 Poll::Ready(Some(Message::DeadLetters { file, batch })) => {
                     self.next = (i + 1) % n;

@@ -7,7 +7,7 @@
 
 use std::fmt;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::time::Duration;
 
 use super::bad_records::BadRecordCounters;
@@ -44,6 +44,13 @@ pub struct SubtaskMetrics {
     /// The last barrier's start delay and alignment at the subtask, in microseconds.
     pub barrier_start_delay_us: AtomicU64,
     pub barrier_alignment_us: AtomicU64,
+    /// The subtask's watermark in milliseconds since the Unix epoch; `i64::MIN`: none yet.
+    pub watermark: AtomicI64,
+    /// Records that came with a timestamp at or before the subtask's watermark.
+    pub late_records: AtomicU64,
+    /// Timers pending in the subtask's state (both clocks), and fired so far.
+    pub timers_pending: AtomicU64,
+    pub timers_fired: AtomicU64,
 }
 
 impl SubtaskMetrics {
@@ -79,6 +86,36 @@ impl SubtaskMetrics {
         self.bytes_out.store(counts.bytes_out, Ordering::Relaxed);
     }
 
+    pub fn set_watermark(&self, watermark: Option<i64>) {
+        self.watermark
+            .store(watermark.unwrap_or(i64::MIN), Ordering::Relaxed);
+    }
+
+    /// The subtask's watermark, if it has one.
+    pub fn watermark(&self) -> Option<i64> {
+        Some(self.watermark.load(Ordering::Relaxed)).filter(|w| *w != i64::MIN)
+    }
+
+    pub fn count_late(&self, records: usize) {
+        if records > 0 {
+            self.late_records
+                .fetch_add(records as u64, Ordering::Relaxed);
+        }
+    }
+
+    pub fn count_fired(&self, timers: usize) {
+        self.timers_fired
+            .fetch_add(timers as u64, Ordering::Relaxed);
+    }
+
+    /// Sets the pending timers: (event time, processing time), if they could be counted.
+    pub fn set_timers_pending(&self, pending: Option<(usize, usize)>) {
+        if let Some((event, processing)) = pending {
+            self.timers_pending
+                .store((event + processing) as u64, Ordering::Relaxed);
+        }
+    }
+
     /// A barrier passed the subtask at this cost.
     pub fn barrier_passed(&self, timing: BarrierTiming) {
         self.barrier_start_delay_us
@@ -96,6 +133,8 @@ pub struct JobMetrics {
     /// Lines the source could not read, set aside (`[source] on_bad_record`).
     pub source_bad_records: Arc<BadRecordCounters>,
     pub sink_records: AtomicU64,
+    /// Lines the source dropped for want of a usable timestamp.
+    pub source_skipped_timestamps: AtomicU64,
     /// The records the source had read when the run started (the restored checkpoint's
     /// count): the run's own rate leaves them out.
     pub source_records_restored: AtomicU64,
@@ -109,6 +148,7 @@ impl JobMetrics {
             source_records: AtomicU64::new(0),
             source_bad_records: Arc::default(),
             sink_records: AtomicU64::new(0),
+            source_skipped_timestamps: AtomicU64::new(0),
             source_records_restored: AtomicU64::new(0),
             operators: operators
                 .into_iter()

@@ -11,6 +11,8 @@
 //!   dead-lettered, as the job file says.
 //! - [`in_flight`]: the channels between tasks, and how each consumer bounds the records
 //!   queued in front of it by its pace (buffer debloating).
+//! - [`watermarks`]: event time between tasks: the source's watermarks from the timestamps it
+//!   reads, and each consumer's watermark over its inputs.
 //! - [`supervisor`]: [`run_job`], a job from its spec, restarted from its latest checkpoint
 //!   when it fails.
 //! - [`metrics`]: counters per operator and subtask, and the end-of-run [`RunSummary`];
@@ -29,6 +31,7 @@ pub mod router;
 pub mod runtime;
 pub mod spec;
 pub mod supervisor;
+pub mod watermarks;
 
 pub use metrics::{JobMetrics, RunSummary, SubtaskMetrics};
 pub use pipeline::{Pipeline, Stage};

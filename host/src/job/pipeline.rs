@@ -1,5 +1,6 @@
 //! [`Pipeline`]: a job ready to run.
 
+use crate::job::watermarks::WatermarkPolicy;
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -46,6 +47,8 @@ pub struct Pipeline {
     pub dead_letters: Vec<PathBuf>,
     /// `None`: the job keeps no checkpoints (only its last one, in memory, to end it).
     pub checkpointing: Option<Checkpointing>,
+    /// How the source makes watermarks; `None`: only the end of input's.
+    pub watermarks: Option<WatermarkPolicy>,
 }
 
 /// Why a job could not be prepared.
@@ -86,24 +89,31 @@ impl Pipeline {
             });
         }
         let source: Box<dyn Source> = match &spec.source {
-            SourceSpec::TextLines { path } => {
+            SourceSpec::TextLines { path, .. } => {
                 Box::new(TextLinesSource::open(path).map_err(PrepareError::Source)?)
             }
             SourceSpec::JsonLines {
                 path,
                 key_pointer,
                 on_bad_record,
+                timestamp,
+                on_bad_timestamp,
+                ..
             } => {
                 let source = JsonLinesSource::open(path, key_pointer.clone())
-                    .map_err(PrepareError::Source)?;
+                    .map_err(PrepareError::Source)?
+                    .with_timestamps(timestamp.clone(), *on_bad_timestamp);
                 Box::new(match on_bad_record {
                     RecordPolicy::Fail => source,
                     _ => source.setting_bad_lines_aside(),
                 })
             }
-            SourceSpec::Generator { records, keys } => {
-                Box::new(GeneratorSource::new(*records, *keys))
-            }
+            SourceSpec::Generator {
+                records,
+                keys,
+                clock,
+                ..
+            } => Box::new(GeneratorSource::new(*records, *keys).with_clock(*clock)),
         };
         let sink: Box<dyn Sink> = match &spec.sink {
             SinkSpec::Stdout => Box::new(StdoutSink::new()),
@@ -128,6 +138,7 @@ impl Pipeline {
             .transpose()?;
         Ok(Self {
             checkpointing,
+            watermarks: spec.watermark,
             name: spec.name.clone(),
             key_groups: spec.key_groups,
             batch_size: spec.batch_size,

@@ -31,11 +31,12 @@ use super::bad_records::{
 use super::downstream::Downstream;
 use super::in_flight::{self, Input, Output};
 use super::input_gate::{Closed, Event, InputGate};
-use super::metrics::JobMetrics;
+use super::metrics::{JobMetrics, SubtaskMetrics};
 use super::pipeline::{Pipeline, Stage};
 use super::progress::Progress;
 use super::router::{RouteError, Router};
 use super::spec::RecordPolicy;
+use super::watermarks::{END_OF_TIME, WatermarkChange, WatermarkGenerator, WatermarkMessage};
 use crate::checkpoint::actor::{Actor, acting};
 use crate::checkpoint::coordinator::{Coordinator, CoordinatorSetup};
 use crate::checkpoint::metadata::{BarrierTiming, TaskCounts};
@@ -48,9 +49,14 @@ use crate::connectors::{
     ConnectorError, FileSink, Rejected, Sink, SinkRestore, Source, SourceOrigin,
 };
 use crate::guest::GuestLogFile;
+use crate::guest::state_host::processing_time_now;
 use crate::ids::{CheckpointId, OperatorName, SubtaskIndex};
 use crate::operator::{FailureKind, OperatorError, OperatorInstance, SubtaskContext};
 use crate::record::RecordBatch;
+use crate::state::TimeDomain;
+
+/// Most timers handed to an operator in one call.
+const TIMERS_PER_CALL: usize = 1024;
 
 /// Options for [`run`].
 #[derive(Clone, Debug)]
@@ -196,6 +202,7 @@ pub async fn run(
         sink,
         dead_letters,
         checkpointing,
+        watermarks,
     } = pipeline;
     let metrics = options.metrics.clone().unwrap_or_else(|| {
         Arc::new(JobMetrics::new(
@@ -319,6 +326,10 @@ pub async fn run(
         acks: ack_tx.clone(),
         metrics: metrics.clone(),
         stop: options.stop.clone(),
+        watermarks: WatermarkGenerator::new(
+            watermarks,
+            start.restored.as_ref().and_then(|m| m.source_max_timestamp),
+        ),
     };
     tasks.spawn_blocking(move || source_task.run());
 
@@ -392,11 +403,13 @@ pub async fn run(
                 );
                 checkpoints
             });
+            let restored_watermark = restored_watermark(start.restored.as_deref(), s, ctx.range);
             let task = SubtaskTask {
                 stage: stage.clone(),
                 stage_index: s,
                 ctx,
-                gate: InputGate::new(input, notify_rx, target, batch_size),
+                gate: InputGate::new(input, notify_rx, target, batch_size)
+                    .restoring_watermark(restored_watermark),
                 downstream,
                 on_error: policy(&stage.on_error, &metrics.operators[s].bad_records),
                 origin: origin.clone(),
@@ -577,6 +590,27 @@ impl Sweep {
     }
 }
 
+/// The watermark a subtask of operator `operator` owning `range` restores: the least of the
+/// restored subtasks' whose key groups it takes (the subtasks of an operator pass a barrier
+/// with the same watermark, since watermarks travel in line with barriers).
+fn restored_watermark(
+    restored: Option<&CheckpointMetadata>,
+    operator: usize,
+    range: crate::partition::KeyGroupRange,
+) -> Option<i64> {
+    restored?
+        .operators
+        .get(operator)?
+        .subtasks
+        .iter()
+        .filter(|h| {
+            let old = h.range();
+            old.start < range.end && range.start < old.end
+        })
+        .filter_map(|h| h.watermark)
+        .min()
+}
+
 /// A name for this run's artifacts, unique enough across runs of a job.
 fn run_id() -> String {
     use std::hash::{BuildHasher, Hasher};
@@ -630,6 +664,7 @@ struct SourceTask {
     acks: UnboundedSender<Ack>,
     metrics: Arc<JobMetrics>,
     stop: StopSignal,
+    watermarks: WatermarkGenerator,
 }
 
 impl SourceTask {
@@ -641,9 +676,12 @@ impl SourceTask {
             while let Ok(barrier) = self.triggers.try_recv() {
                 self.barrier(barrier)?;
             }
-            // No more than the next stage wants: a batch read is in flight too.
+            // No more than the next stage wants: a batch read is in flight too. And no further
+            // than the next place a watermark goes (`job::watermarks`).
+            let read = self.metrics.source_records.load(Ordering::Relaxed);
+            let to_mark = self.batch_size - (read % self.batch_size as u64) as usize;
             let wanted = self.downstream.batch_size();
-            let size = wanted.clamp(1, self.batch_size);
+            let size = wanted.clamp(1, to_mark);
             let mut batch = crate::record::RecordBatch::with_capacity(size, size * 32);
             let more = self
                 .source
@@ -652,12 +690,24 @@ impl SourceTask {
             self.metrics
                 .source_records
                 .fetch_add(batch.len() as u64, Ordering::Relaxed);
+            self.metrics
+                .source_skipped_timestamps
+                .store(self.source.skipped_for_timestamp(), Ordering::Relaxed);
             self.set_aside_bad_lines();
+            let read = self.metrics.source_records.load(Ordering::Relaxed);
+            let at_mark = read.is_multiple_of(self.batch_size as u64);
+            let watermark = self.watermarks.observe(&batch, at_mark);
             self.downstream.send(batch)?;
+            if let Some(watermark) = watermark {
+                self.downstream.watermark(watermark)?;
+            }
             if !more {
                 break;
             }
         }
+        // The end of the input: every pending event-time timer fires before the last barrier.
+        self.downstream
+            .watermark(WatermarkMessage::At(END_OF_TIME))?;
         self.acks
             .send(Ack::SourceEnded)
             .map_err(|_| JobError::Aborted)?;
@@ -695,6 +745,7 @@ impl SourceTask {
                 checkpoint: barrier.checkpoint,
                 position: self.source.position(),
                 records: self.metrics.source_records.load(Ordering::Relaxed),
+                max_timestamp: self.watermarks.max_timestamp(),
             })
             .map_err(|_| JobError::Aborted)?;
         self.downstream.barrier(barrier)
@@ -732,10 +783,43 @@ impl SubtaskTask {
         }
         let counters =
             self.metrics.operators[self.stage_index].subtasks[self.ctx.subtask.0 as usize].clone();
+        operator.set_watermark(self.gate.watermark());
+        counters.set_watermark(self.gate.watermark());
         let mut last: Option<CheckpointId> = None;
         loop {
-            match self.gate.recv()? {
+            // Processing-time timers due now fire first (after a restore: those that came
+            // due while the job was down); the next one bounds the wait for input.
+            let deadline = if last.is_none() {
+                self.fire_processing_timers(operator.as_mut(), &counters)?
+            } else {
+                None
+            };
+            counters.set_timers_pending(operator.state_mut().timers_pending().ok());
+            match self.gate.recv_until(deadline)? {
+                Event::Deadline => {}
+                Event::Watermark(WatermarkChange::Advanced(watermark)) => {
+                    operator.set_watermark(Some(watermark));
+                    counters.set_watermark(Some(watermark));
+                    self.fire_timers(
+                        operator.as_mut(),
+                        TimeDomain::EventTime,
+                        watermark,
+                        &counters,
+                    )?;
+                    self.downstream.watermark(WatermarkMessage::At(watermark))?;
+                }
+                Event::Watermark(WatermarkChange::Idle) => {
+                    self.downstream.watermark(WatermarkMessage::Idle)?;
+                }
+                Event::Watermark(WatermarkChange::Active) => {
+                    if let Some(watermark) = self.gate.watermark() {
+                        self.downstream.watermark(WatermarkMessage::At(watermark))?;
+                    }
+                }
                 Event::Batch(batch) => {
+                    if let Some(watermark) = self.gate.watermark() {
+                        counters.count_late(batch.count_at_or_before(watermark));
+                    }
                     counters.count_in(&batch);
                     let started = Instant::now();
                     let out = self.process(operator.as_mut(), batch)?;
@@ -757,6 +841,7 @@ impl SubtaskTask {
                     let report = BarrierReport {
                         timing,
                         counts: counters.counts(),
+                        watermark: self.gate.watermark(),
                     };
                     self.snapshot(operator.as_mut(), barrier.checkpoint, report)?;
                     self.downstream.barrier(barrier)?;
@@ -775,6 +860,7 @@ impl SubtaskTask {
                 Event::Notification(Notification::Retake(checkpoint)) => {
                     let report = BarrierReport {
                         counts: counters.counts(),
+                        watermark: self.gate.watermark(),
                         ..BarrierReport::default()
                     };
                     self.snapshot(operator.as_mut(), checkpoint, report)?;
@@ -797,6 +883,59 @@ impl SubtaskTask {
             "subtask finished"
         );
         Ok(())
+    }
+
+    /// Fires the timers of `domain` due at `upto`, batch after batch, until none is due: a
+    /// timer the operator registers while handling one and that is due already fires in
+    /// the same call.
+    fn fire_timers(
+        &mut self,
+        operator: &mut dyn OperatorInstance,
+        domain: TimeDomain,
+        upto: i64,
+        counters: &SubtaskMetrics,
+    ) -> Result<(), JobError> {
+        loop {
+            let due = operator
+                .state_mut()
+                .take_due_timers(domain, upto, TIMERS_PER_CALL)
+                .map_err(|e| self.ctx.error(FailureKind::Timers, e.to_string()))?;
+            if due.is_empty() {
+                return Ok(());
+            }
+            counters.count_fired(due.len());
+            let started = Instant::now();
+            let out = operator.on_timers(domain, &due)?;
+            counters.batch_latency.observe(started.elapsed());
+            counters.count_out(&out);
+            self.downstream.send(out)?;
+        }
+    }
+
+    /// Fires the processing-time timers due now; returns when the next one is due.
+    fn fire_processing_timers(
+        &mut self,
+        operator: &mut dyn OperatorInstance,
+        counters: &SubtaskMetrics,
+    ) -> Result<Option<Instant>, JobError> {
+        let ctx = self.ctx.clone();
+        let next = |operator: &mut dyn OperatorInstance| {
+            operator
+                .state_mut()
+                .next_timer(TimeDomain::ProcessingTime)
+                .map_err(|e| ctx.error(FailureKind::Timers, e.to_string()))
+        };
+        let Some(at) = next(operator)? else {
+            return Ok(None);
+        };
+        let now = processing_time_now();
+        if at <= now {
+            self.fire_timers(operator, TimeDomain::ProcessingTime, now, counters)?;
+        }
+        Ok(next(operator)?.map(|at| {
+            let wait = at.saturating_sub(processing_time_now()).max(0) as u64;
+            Instant::now() + Duration::from_millis(wait)
+        }))
     }
 
     /// Processes `batch`. A record the operator fails on fails the job, named, unless
@@ -870,6 +1009,8 @@ impl SubtaskTask {
                             key_groups: (range.start, range.end),
                             chain: Vec::new(),
                             live_bytes: 0,
+                            watermark: report.watermark,
+                            timers: 0,
                         }),
                         report,
                     })
@@ -925,6 +1066,7 @@ impl SinkTask {
                     }
                 }
                 Event::Notification(Notification::Abort(_)) => {}
+                Event::Watermark(_) | Event::Deadline => {}
             }
         }
     }
@@ -944,6 +1086,7 @@ impl SinkTask {
                 records_in: self.metrics.sink_records.load(Ordering::Relaxed),
                 ..TaskCounts::default()
             },
+            watermark: None,
         };
         self.acks
             .send(Ack::Sink {

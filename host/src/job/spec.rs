@@ -53,6 +53,9 @@ use std::time::Duration;
 use serde::Deserialize;
 
 use crate::checkpoint::ChainPolicy;
+use crate::connectors::generator::GeneratorClock;
+use crate::connectors::timestamps::{TimestampPolicy, TimestampSpec};
+use crate::job::watermarks::WatermarkPolicy;
 use crate::operator::GuestLimits;
 use crate::partition::KeyGroups;
 
@@ -142,8 +145,11 @@ pub struct JobSection {
 #[derive(Clone, Debug, PartialEq, Deserialize)]
 #[serde(tag = "kind", rename_all = "kebab-case", deny_unknown_fields)]
 pub enum SourceSpec {
+    /// Each line a record, stamped with the time it was read (ingestion time).
     TextLines {
         path: PathBuf,
+        #[serde(default)]
+        watermark: Option<WatermarkFile>,
     },
     JsonLines {
         path: PathBuf,
@@ -152,11 +158,33 @@ pub enum SourceSpec {
         /// What happens to a line that is not JSON, or has no value at `key_pointer`.
         #[serde(default)]
         on_bad_record: RecordPolicy,
+        /// Where each line's event time is; none: records have no timestamp.
+        #[serde(default)]
+        timestamp: Option<TimestampSpec>,
+        /// What happens to a line without a usable timestamp.
+        #[serde(default)]
+        on_bad_timestamp: TimestampPolicy,
+        #[serde(default)]
+        watermark: Option<WatermarkFile>,
     },
+    /// Synthetic records on a synthetic clock.
     Generator {
         records: u64,
         keys: u64,
+        #[serde(default)]
+        clock: GeneratorClock,
+        #[serde(default)]
+        watermark: Option<WatermarkFile>,
     },
+}
+
+/// `[source] watermark = { max_out_of_order_ms = N, idle_ms = M }`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WatermarkFile {
+    #[serde(default)]
+    pub max_out_of_order_ms: u64,
+    pub idle_ms: Option<u64>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -271,6 +299,8 @@ pub struct JobSpec {
     pub operators: Vec<OperatorSpec>,
     pub sink: SinkSpec,
     pub checkpoints: Option<CheckpointSpec>,
+    /// How the source makes watermarks (`[source] watermark`).
+    pub watermark: Option<WatermarkPolicy>,
 }
 
 #[derive(Clone, Debug)]
@@ -509,6 +539,14 @@ impl Checker<'_> {
             .checkpoints
             .map(|c| self.check_checkpoints(c))
             .transpose()?;
+        let watermark = match &source {
+            SourceSpec::TextLines { watermark, .. }
+            | SourceSpec::JsonLines { watermark, .. }
+            | SourceSpec::Generator { watermark, .. } => watermark.map(|w| WatermarkPolicy {
+                max_out_of_order: Duration::from_millis(w.max_out_of_order_ms),
+                idle: w.idle_ms.map(Duration::from_millis),
+            }),
+        };
         Ok(JobSpec {
             name: file.job.name,
             key_groups: KeyGroups::new(max),
@@ -517,6 +555,7 @@ impl Checker<'_> {
             operators,
             sink,
             checkpoints,
+            watermark,
         })
     }
 
@@ -554,7 +593,7 @@ impl Checker<'_> {
         if let SinkSpec::File { path } = sink {
             taken.push((path, "the sink's output"));
         }
-        if let SourceSpec::TextLines { path } | SourceSpec::JsonLines { path, .. } = source {
+        if let SourceSpec::TextLines { path, .. } | SourceSpec::JsonLines { path, .. } = source {
             taken.push((path, "the source's input"));
         }
         let policies = source_policy(source)
@@ -657,35 +696,74 @@ impl Checker<'_> {
 
     fn check_source(&self, source: SourceSpec) -> Result<SourceSpec, SpecError> {
         Ok(match source {
-            SourceSpec::TextLines { path } => SourceSpec::TextLines {
+            SourceSpec::TextLines { path, watermark } => SourceSpec::TextLines {
                 path: self
                     .existing_file("[source] path", &path, "input file", |_| String::new())?,
+                watermark,
             },
             SourceSpec::JsonLines {
                 path,
                 key_pointer,
                 on_bad_record,
+                timestamp,
+                on_bad_timestamp,
+                watermark,
             } => {
-                if let Some(p) = &key_pointer
-                    && !(p.is_empty() || p.starts_with('/'))
-                {
-                    return Err(self.invalid(
-                        "[source] key_pointer",
-                        format!("{p:?} is not a JSON pointer: it must be empty or start with '/'"),
-                    ));
+                let pointers = [
+                    ("[source] key_pointer", key_pointer.as_ref()),
+                    (
+                        "[source] timestamp.json_pointer",
+                        timestamp.as_ref().map(|t| &t.json_pointer),
+                    ),
+                ];
+                for (at, pointer) in pointers {
+                    if let Some(p) = pointer
+                        && !(p.is_empty() || p.starts_with('/'))
+                    {
+                        return Err(self.invalid(
+                            at,
+                            format!(
+                                "{p:?} is not a JSON pointer: it must be empty or start with '/'"
+                            ),
+                        ));
+                    }
                 }
                 SourceSpec::JsonLines {
                     path: self
                         .existing_file("[source] path", &path, "input file", |_| String::new())?,
                     key_pointer,
                     on_bad_record: self.check_policy("[source] on_bad_record", on_bad_record)?,
+                    timestamp,
+                    on_bad_timestamp,
+                    watermark,
                 }
             }
-            SourceSpec::Generator { records, keys } => {
+            SourceSpec::Generator {
+                records,
+                keys,
+                clock,
+                watermark,
+            } => {
                 if keys == 0 {
                     return Err(self.invalid("[source] keys", "must be at least 1"));
                 }
-                SourceSpec::Generator { records, keys }
+                if clock.events_per_second == 0 {
+                    return Err(
+                        self.invalid("[source] clock.events_per_second", "must be at least 1")
+                    );
+                }
+                if !(0.0..=1.0).contains(&clock.disorder) {
+                    return Err(self.invalid(
+                        "[source] clock.disorder",
+                        "is the fraction of records that come late: between 0 and 1",
+                    ));
+                }
+                SourceSpec::Generator {
+                    records,
+                    keys,
+                    clock,
+                    watermark,
+                }
             }
         })
     }
@@ -817,7 +895,8 @@ mod tests {
         assert_eq!(
             spec.source,
             SourceSpec::TextLines {
-                path: dir.path().join("in.txt")
+                path: dir.path().join("in.txt"),
+                watermark: None,
             }
         );
         let op = &spec.operators[0];

@@ -27,6 +27,8 @@ pub enum FailureKind {
     Restore,
     /// Its keyed state grew past the limit.
     StateLimit,
+    /// Its timers could not be read from its state.
+    Timers,
 }
 
 impl FailureKind {
@@ -60,6 +62,7 @@ impl fmt::Display for FailureKind {
             FailureKind::BadOutput => "returned a malformed batch",
             FailureKind::Restore => "could not restore its state",
             FailureKind::StateLimit => "exceeded its state limit",
+            FailureKind::Timers => "could not read its timers",
         })
     }
 }

@@ -16,7 +16,7 @@ use crate::guest::GuestLogFile;
 use crate::ids::{CheckpointId, OperatorName, SubtaskIndex};
 use crate::partition::{KeyGroupRange, KeyGroups};
 use crate::record::RecordBatch;
-use crate::state::KeyedStateBackend;
+use crate::state::{FiredTimer, KeyedStateBackend, TimeDomain};
 
 /// Resource bounds of one guest instance.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -113,6 +113,22 @@ pub trait OperatorInstance: Send {
     /// when the instance keeps no undo log.
     fn roll_back(&mut self) -> Result<(), String> {
         Err("this operator cannot take back a failed call".into())
+    }
+
+    /// Tells the instance its subtask's watermark (what the guest's `time.watermark` says).
+    fn set_watermark(&mut self, watermark: Option<i64>) {
+        let _ = watermark;
+    }
+
+    /// Hands the instance `timers` of `domain` that fired (taken from its state, in firing
+    /// order); returns the records it emits. Operators without timers never get any.
+    fn on_timers(
+        &mut self,
+        domain: TimeDomain,
+        timers: &[FiredTimer],
+    ) -> Result<RecordBatch, OperatorError> {
+        let _ = (domain, timers);
+        Ok(RecordBatch::new())
     }
 
     /// Ends the input; returns the records emitted at the end.

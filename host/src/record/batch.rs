@@ -96,6 +96,25 @@ impl RecordBatch {
         self.value_ends.is_empty()
     }
 
+    /// The latest timestamp of the batch's records, if any has one.
+    pub fn max_timestamp(&self) -> Option<i64> {
+        self.flags
+            .iter()
+            .zip(&self.timestamps)
+            .filter(|(f, _)| **f & FLAG_HAS_TIMESTAMP != 0)
+            .map(|(_, t)| *t)
+            .max()
+    }
+
+    /// Records with a timestamp at or before `watermark`: late ones, behind a watermark.
+    pub fn count_at_or_before(&self, watermark: i64) -> usize {
+        self.flags
+            .iter()
+            .zip(&self.timestamps)
+            .filter(|(f, t)| **f & FLAG_HAS_TIMESTAMP != 0 && **t <= watermark)
+            .count()
+    }
+
     /// Bytes of keys and values held.
     pub fn data_len(&self) -> usize {
         self.data.len()

@@ -4,7 +4,10 @@
 //! batch latency, state size, entries per snapshot ("dirty keys"), uploaded and deleted
 //! artifacts, and the last barrier's start delay, alignment and synchronous pause. Per job:
 //! source and sink records, checkpoints completed and failed, and the last completed
-//! checkpoint's duration and longest start delay, alignment and pause of any task. Per place
+//! checkpoint's duration and longest start delay, alignment and pause of any task. Event
+//! time per subtask: its watermark and the watermark's lag behind the wall clock (for
+//! subtasks that have one), late records, timers pending and fired; per job, lines the source
+//! dropped for want of a timestamp. Per place
 //! that can meet bad records (labels `operator`, the source being `(source)`, and `policy`):
 //! the records it skipped or dead-lettered.
 //!
@@ -17,6 +20,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::Registry;
+use crate::job::watermarks::END_OF_TIME;
 use crate::job::{JobMetrics, SubtaskMetrics};
 
 /// A per-subtask counter or gauge: its name, type, help, and where to read it.
@@ -27,7 +31,7 @@ type SubtaskFamily = (
     fn(&SubtaskMetrics) -> &AtomicU64,
 );
 
-const SUBTASK_FAMILIES: [SubtaskFamily; 9] = [
+const SUBTASK_FAMILIES: [SubtaskFamily; 12] = [
     (
         "weir_records_in_total",
         "counter",
@@ -81,6 +85,24 @@ const SUBTASK_FAMILIES: [SubtaskFamily; 9] = [
         "counter",
         "Snapshot artifacts a subtask deleted (cleanup and orphan sweeps).",
         |s| &s.snapshots.deleted_artifacts,
+    ),
+    (
+        "weir_late_records_total",
+        "counter",
+        "Records that reached an operator subtask with a timestamp at or before its watermark.",
+        |s| &s.late_records,
+    ),
+    (
+        "weir_timers_pending",
+        "gauge",
+        "Timers pending in an operator subtask's state, event and processing time.",
+        |s| &s.timers_pending,
+    ),
+    (
+        "weir_timers_fired_total",
+        "counter",
+        "Timers an operator subtask fired.",
+        |s| &s.timers_fired,
     ),
 ];
 
@@ -168,6 +190,15 @@ const SUBTASK_TIMES: [SubtaskTime; 3] = [
     ),
 ];
 
+/// A watermark in seconds, the end of input as `+Inf`.
+fn watermark_seconds(w: i64) -> String {
+    if w == END_OF_TIME {
+        "+Inf".into()
+    } else {
+        (w as f64 / 1e3).to_string()
+    }
+}
+
 /// Renders the metrics of every job of `registry`.
 pub fn render(registry: &Registry) -> String {
     render_jobs(&registry.metrics())
@@ -215,6 +246,47 @@ fn render_jobs(jobs: &[(String, String, Arc<JobMetrics>)]) -> String {
             let seconds = read(s).load(Ordering::Relaxed) as f64 / 1e6;
             let _ = writeln!(out, "{name}{{{labels}}} {seconds}");
         }
+    }
+    // Event time: present only for subtasks that have a watermark.
+    let now_ms = crate::guest::state_host::processing_time_now();
+    let name = "weir_watermark_seconds";
+    header(
+        &mut out,
+        name,
+        "gauge",
+        "An operator subtask's watermark, in seconds since the Unix epoch (+Inf at the end of input).",
+    );
+    for (labels, s) in &subtasks {
+        if let Some(w) = s.watermark() {
+            let _ = writeln!(out, "{name}{{{labels}}} {}", watermark_seconds(w));
+        }
+    }
+    let name = "weir_watermark_lag_seconds";
+    header(
+        &mut out,
+        name,
+        "gauge",
+        "Processing time less an operator subtask's watermark: how far event time trails the wall clock.",
+    );
+    for (labels, s) in &subtasks {
+        if let Some(w) = s.watermark().filter(|w| *w != END_OF_TIME) {
+            let _ = writeln!(out, "{name}{{{labels}}} {}", (now_ms - w) as f64 / 1e3);
+        }
+    }
+    let name = "weir_source_skipped_timestamps_total";
+    header(
+        &mut out,
+        name,
+        "counter",
+        "Lines a source dropped for want of a usable timestamp (on_bad_timestamp = \"skip\").",
+    );
+    for (id, job, m) in jobs {
+        let _ = writeln!(
+            out,
+            "{name}{{{}}} {}",
+            job_labels(id, job),
+            m.source_skipped_timestamps.load(Ordering::Relaxed)
+        );
     }
     let name = "weir_records_set_aside_total";
     header(

@@ -280,7 +280,7 @@ impl Registry {
             .map_err(|e| SubmitError(format!("{}: {e}", self.data_dir.display())))?;
         let mut paths = Vec::new();
         match &spec.source {
-            SourceSpec::TextLines { path } | SourceSpec::JsonLines { path, .. } => {
+            SourceSpec::TextLines { path, .. } | SourceSpec::JsonLines { path, .. } => {
                 paths.push(("source", path.clone()))
             }
             _ => {}

@@ -6,6 +6,7 @@ use super::aging::Ages;
 use super::list::ListBody;
 use super::map::MapBody;
 use super::table::KeyedTable;
+use super::timers::TimerIndex;
 use super::value::ValueBody;
 use super::{StateBytes, StateError, StateId, StateKind};
 use crate::ids::CheckpointId;
@@ -139,6 +140,8 @@ pub struct KeyedStateBackend {
     /// Bytes of the live keys and values (maps and lists: their elements), kept as writes
     /// happen: the state's size without reading it all.
     pub(super) live_bytes: usize,
+    /// The pending timers by time (`state::timers`).
+    pub(super) timers: TimerIndex,
 }
 
 impl KeyedStateBackend {
@@ -153,6 +156,7 @@ impl KeyedStateBackend {
             declaring: true,
             ages: Ages::new(),
             live_bytes: 0,
+            timers: TimerIndex::default(),
         }
     }
 
@@ -177,6 +181,9 @@ impl KeyedStateBackend {
 
     /// Declares a state, or returns the id of the same state declared before.
     pub fn declare(&mut self, name: &str, kind: StateKind) -> Result<StateId, StateError> {
+        if name.starts_with('@') {
+            return Err(StateError::ReservedName(name.to_owned()));
+        }
         if !self.declaring && !self.by_name.contains_key(name) {
             return Err(StateError::DeclareAfterOpen);
         }
@@ -338,6 +345,22 @@ impl KeyedStateBackend {
             }
         }
         Ok(())
+    }
+
+    /// Every live (key, value) of the value state `state`, in no particular order.
+    pub fn value_entries(
+        &self,
+        state: StateId,
+    ) -> Result<impl Iterator<Item = (&StateBytes, &[u8])>, StateError> {
+        let tables = self
+            .states
+            .get(state.0 as usize)
+            .and_then(|s| ValueBody::tables(&s.tables))
+            .ok_or_else(|| self.wrong_kind(state, StateKind::Value))?;
+        Ok(tables
+            .iter()
+            .flat_map(|t| t.iter())
+            .filter_map(|e| Some((&e.key, e.body.as_deref()?))))
     }
 
     /// Sets the value of `key`, trying `hint` (from [`KeyedStateBackend::value_get_many`]

@@ -21,6 +21,8 @@
 //! - [`table`]: [`table::KeyedTable`], one (state, key group) hash table with its dirty list.
 //! - [`value`], [`map`], [`list`]: what an entry holds for each kind of state.
 //! - [`bytes`]: [`StateBytes`], how keys and values are held.
+//! - [`timers`]: timers as keyed state (a reserved value state per key) and the index that
+//!   fires them by time.
 //! - [`undo`]: [`undo::UndoLog`], the changes of one call, to take them back.
 //! - [`snapshot`]: [`Increment`], what a snapshot pins, and [`KeyedStateBackend::snapshot`] /
 //!   [`KeyedStateBackend::restore`] in the backend.
@@ -34,6 +36,7 @@ mod restore;
 pub mod snapshot;
 pub mod table;
 mod take;
+pub mod timers;
 pub mod undo;
 pub mod value;
 
@@ -45,6 +48,7 @@ use std::fmt;
 pub use backend::{EntryHint, KeyRef, KeyedStateBackend, StateStats};
 pub use bytes::StateBytes;
 pub use snapshot::{Change, GroupIncrement, Increment, StateChanges};
+pub use timers::{FiredTimer, TIMERS_STATE, TimeDomain, Timer};
 
 use crate::partition::{KeyGroup, KeyGroupRange};
 
@@ -103,4 +107,8 @@ pub enum StateError {
     RestoreOverWrites,
     #[error("invalid state name {0:?}: use 1 to 128 characters")]
     InvalidName(String),
+    #[error("invalid state name {0:?}: names starting with `@` are the host's own")]
+    ReservedName(String),
+    #[error("the timers of a key are unreadable: {0}")]
+    BadTimers(String),
 }

@@ -3,13 +3,14 @@
 //! snapshot) over a tiny key space (to force collisions, overwrites, removals and clears of
 //! the same keys).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use proptest::prelude::*;
 
 use super::backend::Tables;
 use super::snapshot::{Change, GroupIncrement, Increment, StateChanges};
-use super::{KeyRef, KeyedStateBackend, StateBytes, StateId, StateKind};
+use super::timers::{TIMERS_STATE, decode_set, encode_set};
+use super::{KeyRef, KeyedStateBackend, StateBytes, StateId, StateKind, TimeDomain, Timer};
 use crate::checkpoint::format;
 use crate::ids::{CheckpointId, SubtaskIndex};
 use crate::partition::{KeyGroups, hash_key};
@@ -23,6 +24,11 @@ enum Op {
     MapClear(u8),
     ListAppend(u8, Vec<u8>),
     ListClear(u8),
+    /// Registers the timer (key, processing time?, timestamp, tag).
+    TimerRegister(u8, bool, i64, u32),
+    TimerDelete(u8, bool, i64, u32),
+    /// The clock (processing time?) moves to this: the timers due fire, in order.
+    Advance(bool, i64),
     /// A snapshot that first re-writes up to this many entries of the oldest increments;
     /// those it drains leave the chain.
     Snapshot(usize),
@@ -59,7 +65,12 @@ fn op() -> impl Strategy<Value = Op> {
         2 => (key.clone(), map_key).prop_map(|(k, m)| Op::MapRemove(k, m)),
         1 => key.clone().prop_map(Op::MapClear),
         3 => (key.clone(), value()).prop_map(|(k, v)| Op::ListAppend(k, v)),
-        1 => key.prop_map(Op::ListClear),
+        1 => key.clone().prop_map(Op::ListClear),
+        3 => (key.clone(), any::<bool>(), -2..8i64, 0..3u32)
+            .prop_map(|(k, p, at, tag)| Op::TimerRegister(k, p, at, tag)),
+        1 => (key, any::<bool>(), -2..8i64, 0..3u32)
+            .prop_map(|(k, p, at, tag)| Op::TimerDelete(k, p, at, tag)),
+        2 => (any::<bool>(), -3..9i64).prop_map(|(p, at)| Op::Advance(p, at)),
         3 => (0..6usize).prop_map(Op::Snapshot),
         1 => Just(Op::FullSnapshot),
         1 => any::<usize>().prop_map(Op::Restore),
@@ -74,12 +85,31 @@ struct Dump {
     values: BTreeMap<Vec<u8>, Vec<u8>>,
     maps: BTreeMap<Vec<u8>, BTreeMap<Vec<u8>, Vec<u8>>>,
     lists: BTreeMap<Vec<u8>, Vec<Vec<u8>>>,
+    /// Pending timers: (domain, timestamp, key, tag).
+    timers: BTreeSet<(TimeDomain, i64, Vec<u8>, u32)>,
+}
+
+fn domain(processing: bool) -> TimeDomain {
+    if processing {
+        TimeDomain::ProcessingTime
+    } else {
+        TimeDomain::EventTime
+    }
 }
 
 fn dump(backend: &KeyedStateBackend) -> Dump {
     let mut d = Dump::default();
     for state in &backend.states {
         match &state.tables {
+            Tables::Value(tables) if state.name == TIMERS_STATE => {
+                for e in tables.iter().flat_map(|t| t.iter()) {
+                    if let Some(set) = &e.body {
+                        for t in decode_set(set).expect("timers") {
+                            d.timers.insert((t.domain, t.at, e.key.to_vec(), t.tag));
+                        }
+                    }
+                }
+            }
             Tables::Value(tables) => {
                 for e in tables.iter().flat_map(|t| t.iter()) {
                     if let Some(v) = &e.body {
@@ -188,6 +218,25 @@ fn full_snapshot(groups: KeyGroups, d: &Dump, checkpoint: CheckpointId) -> Incre
             },
         );
     }
+    let mut timers: BTreeMap<&[u8], Vec<Timer>> = BTreeMap::new();
+    for (domain, at, key, tag) in &d.timers {
+        timers.entry(key).or_default().push(Timer {
+            domain: *domain,
+            at: *at,
+            tag: *tag,
+        });
+    }
+    for (k, set) in timers {
+        push(
+            k,
+            TIMERS_STATE,
+            StateKind::Value,
+            Change::Value {
+                key: bytes(k),
+                value: Some(bytes(&encode_set(set))),
+            },
+        );
+    }
     for (k, l) in &d.lists {
         let appended = l.iter().map(|i| bytes(i)).collect();
         push(
@@ -223,7 +272,12 @@ fn weigh(d: &Dump) -> usize {
         .map(|(k, v)| k.len() + v.len())
         .sum();
     let lists: usize = d.lists.values().flatten().map(Vec::len).sum();
-    values + maps + lists
+    let mut timer_keys: BTreeMap<&[u8], usize> = BTreeMap::new();
+    for (_, _, key, _) in &d.timers {
+        *timer_keys.entry(key).or_default() += 1;
+    }
+    let timers: usize = timer_keys.iter().map(|(k, n)| k.len() + 13 * n).sum();
+    values + maps + lists + timers
 }
 
 fn run(ops: Vec<Op>) -> Result<(), TestCaseError> {
@@ -294,6 +348,48 @@ fn run(ops: Vec<Op>) -> Result<(), TestCaseError> {
                     .expect("clear");
                 oracle.lists.remove(&key);
             }
+            Op::TimerRegister(k, p, at, tag) | Op::TimerDelete(k, p, at, tag) => {
+                let key = key_of(k);
+                let timer = Timer {
+                    domain: domain(p),
+                    at,
+                    tag,
+                };
+                let entry = (timer.domain, at, key.clone(), tag);
+                let key = KeyRef::new(&key, hash_key(&key));
+                if let Op::TimerRegister(..) = op {
+                    let new = backend.timer_register(key, timer).expect("register");
+                    prop_assert_eq!(new, oracle.timers.insert(entry));
+                } else {
+                    let was = backend.timer_delete(key, timer).expect("delete");
+                    prop_assert_eq!(was, oracle.timers.remove(&entry));
+                }
+            }
+            Op::Advance(p, upto) => {
+                let domain = domain(p);
+                let fired = backend
+                    .take_due_timers(domain, upto, usize::MAX)
+                    .expect("due");
+                let fired: Vec<(i64, Vec<u8>, u32)> = fired
+                    .into_iter()
+                    .map(|f| (f.at, f.key.to_vec(), f.tag))
+                    .collect();
+                // In (timestamp, key, tag) order, exactly the oracle's due timers.
+                let due: Vec<_> = oracle
+                    .timers
+                    .iter()
+                    .filter(|(d, at, _, _)| *d == domain && *at <= upto)
+                    .cloned()
+                    .collect();
+                for timer in &due {
+                    oracle.timers.remove(timer);
+                }
+                let due: Vec<_> = due
+                    .into_iter()
+                    .map(|(_, at, k, tag)| (at, k, tag))
+                    .collect();
+                prop_assert_eq!(fired, due, "timers fired");
+            }
             Op::Snapshot(_) | Op::FullSnapshot => {
                 let id = CheckpointId(next_id);
                 next_id += 1;
@@ -346,6 +442,7 @@ fn run(ops: Vec<Op>) -> Result<(), TestCaseError> {
                     union.values.extend(d.values);
                     union.maps.extend(d.maps);
                     union.lists.extend(d.lists);
+                    union.timers.extend(d.timers);
                     let full = part.snapshot_full(id);
                     let bytes = format::encode(&full).expect("encode");
                     let stored = format::decode(&bytes, None).expect("decode");
@@ -377,6 +474,17 @@ fn run(ops: Vec<Op>) -> Result<(), TestCaseError> {
         }
         prop_assert_eq!(&dump(&backend), &oracle, "live state");
         prop_assert_eq!(backend.live_bytes(), weigh(&oracle), "live bytes");
+        // The index that fires timers (rebuilt after restores) holds what the state holds.
+        let pending = backend.timers_pending().expect("pending");
+        let count = |d: TimeDomain| oracle.timers.iter().filter(|t| t.0 == d).count();
+        prop_assert_eq!(
+            pending,
+            (
+                count(TimeDomain::EventTime),
+                count(TimeDomain::ProcessingTime)
+            ),
+            "pending timers"
+        );
     }
     if let (Some(last), Some((_, expected))) = (chain.last(), completed.last()) {
         // The chain, a full snapshot and a rescaled restore all give the same state.
@@ -393,6 +501,7 @@ fn run(ops: Vec<Op>) -> Result<(), TestCaseError> {
             union.values.extend(part.values);
             union.maps.extend(part.maps);
             union.lists.extend(part.lists);
+            union.timers.extend(part.timers);
         }
         prop_assert_eq!(
             &union,

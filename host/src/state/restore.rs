@@ -45,6 +45,7 @@ impl KeyedStateBackend {
         }
         self.age(checkpoint, aged);
         self.recount_live_bytes();
+        self.timers_changed();
         if self.epoch <= checkpoint {
             self.epoch = CheckpointId(checkpoint.0 + 1);
         }

@@ -124,6 +124,8 @@ impl UndoLog {
 
     /// Undoes every recorded change, newest first, and forgets them.
     pub fn roll_back(&mut self, backend: &mut KeyedStateBackend) -> Result<(), StateError> {
+        // Timer writes are value writes; the index that fires them follows the state.
+        backend.timers_changed();
         while let Some((state, key, undo)) = self.entries.pop() {
             let key = key.get();
             match undo {

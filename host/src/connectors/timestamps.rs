@@ -1,0 +1,136 @@
+//! Event time from records' contents: [`TimestampSpec`], the `[source] timestamp` of
+//! JSON-lines sources, and [`read_timestamp`].
+
+use serde::Deserialize;
+
+/// `[source] timestamp = { json_pointer = "/ts", format = "ms" }`.
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TimestampSpec {
+    pub json_pointer: String,
+    #[serde(default)]
+    pub format: TimestampFormat,
+}
+
+/// How a JSON timestamp is written.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum TimestampFormat {
+    /// A number of milliseconds since the Unix epoch.
+    #[default]
+    Ms,
+    /// A number of seconds since the Unix epoch (fractions kept to the millisecond).
+    S,
+    /// An RFC 3339 string: `2026-12-01T23:00:00Z`, `2026-12-02T00:00:00.250+01:00`.
+    Rfc3339,
+}
+
+/// `[source] on_bad_timestamp`: what a line without a usable timestamp does.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum TimestampPolicy {
+    /// Fails the job, naming the line.
+    #[default]
+    Fail,
+    /// Drops the line, counted in the metrics.
+    Skip,
+}
+
+/// The event time, in milliseconds since the Unix epoch, of the JSON value `value`, or why
+/// it has none.
+pub fn read_timestamp(spec: &TimestampSpec, value: &serde_json::Value) -> Result<i64, String> {
+    let pointer = &spec.json_pointer;
+    let found = value
+        .pointer(pointer)
+        .ok_or_else(|| format!("no timestamp at {pointer:?}"))?;
+    let wrong = |expected: &str| format!("the timestamp at {pointer:?} is {found}, not {expected}");
+    match spec.format {
+        TimestampFormat::Ms => found
+            .as_i64()
+            .or_else(|| found.as_f64().filter(|f| f.is_finite()).map(|f| f as i64))
+            .ok_or_else(|| wrong("a number of milliseconds")),
+        TimestampFormat::S => found
+            .as_f64()
+            .filter(|f| f.is_finite() && f.abs() < 9.2e15)
+            .map(|s| (s * 1000.0).round() as i64)
+            .ok_or_else(|| wrong("a number of seconds")),
+        TimestampFormat::Rfc3339 => found
+            .as_str()
+            .and_then(rfc3339_ms)
+            .ok_or_else(|| wrong("an RFC 3339 date and time")),
+    }
+}
+
+/// Milliseconds since the Unix epoch of an RFC 3339 date and time, with `Z` or an offset.
+fn rfc3339_ms(text: &str) -> Option<i64> {
+    // humantime reads UTC (`Z`) only: an offset is taken off first and applied after.
+    let (local, offset_ms) = match text.len().checked_sub(6).map(|at| text.split_at(at)) {
+        Some((local, offset))
+            if (offset.starts_with('+') || offset.starts_with('-'))
+                && offset.as_bytes()[3] == b':' =>
+        {
+            let hours: i64 = offset[1..3].parse().ok()?;
+            let minutes: i64 = offset[4..6].parse().ok()?;
+            let sign = if offset.starts_with('-') { -1 } else { 1 };
+            (
+                local.to_owned() + "Z",
+                sign * (hours * 60 + minutes) * 60_000,
+            )
+        }
+        _ => (text.to_owned(), 0),
+    };
+    let time = humantime::parse_rfc3339_weak(&local).ok()?;
+    let ms = match time.duration_since(std::time::UNIX_EPOCH) {
+        Ok(after) => i64::try_from(after.as_millis()).ok()?,
+        Err(before) => -i64::try_from(before.duration().as_millis()).ok()?,
+    };
+    Some(ms - offset_ms)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn read(format: TimestampFormat, value: serde_json::Value) -> Result<i64, String> {
+        let spec = TimestampSpec {
+            json_pointer: "/ts".into(),
+            format,
+        };
+        read_timestamp(&spec, &serde_json::json!({ "ts": value }))
+    }
+
+    #[test]
+    fn each_format_reads_to_milliseconds() {
+        use serde_json::json;
+        assert_eq!(
+            read(TimestampFormat::Ms, json!(1_700_000_000_123i64)),
+            Ok(1_700_000_000_123)
+        );
+        assert_eq!(
+            read(TimestampFormat::S, json!(1_700_000_000.25)),
+            Ok(1_700_000_000_250)
+        );
+        assert_eq!(
+            read(TimestampFormat::Rfc3339, json!("2023-11-14T22:13:20.5Z")),
+            Ok(1_700_000_000_500)
+        );
+        assert_eq!(
+            read(TimestampFormat::Rfc3339, json!("2023-11-14T23:13:20+01:00")),
+            Ok(1_700_000_000_000)
+        );
+        assert!(
+            read(TimestampFormat::Ms, json!("soon"))
+                .expect_err("a string is no number")
+                .contains("not a number")
+        );
+        assert!(read(TimestampFormat::Rfc3339, json!("yesterday")).is_err());
+        let none = read_timestamp(
+            &TimestampSpec {
+                json_pointer: "/at".into(),
+                format: TimestampFormat::Ms,
+            },
+            &json!({}),
+        );
+        assert_eq!(none, Err("no timestamp at \"/at\"".into()));
+    }
+}

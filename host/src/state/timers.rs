@@ -1,0 +1,375 @@
+//! Timers as keyed state (DESIGN.md §11): [`KeyedStateBackend::timer_register`] and the index
+//! that fires them.
+//!
+//! A key's timers are one value of a reserved value state, [`TIMERS_STATE`]: the key's timer
+//! set, sorted, 13 bytes a timer. Registering or deleting a timer writes that value, so it
+//! marks the key dirty like any write, and everything the backend does for values it does for
+//! timers with no code of its own: squashed into the next increment (a key's whole set, once
+//! per checkpoint however often it changed), a tombstone when the last timer goes, bounded
+//! chains, restore by key group, rescale, cleanup. A key with one timer holds it inline in its
+//! entry (no allocation); a few timers per key, the usual case (a window's end, a session's
+//! gap), cost a short copy per change.
+//!
+//! What fires them is an in-memory index per clock, ordered by (timestamp, key, tag): the
+//! order timers fire in. It holds each timer once more (its timestamp, tag and a copy of the
+//! key, inline when short), and is not checkpointed: a restore, or a roll-back of a failed
+//! call, marks it stale and the next access rebuilds it from the state.
+
+use std::collections::BTreeSet;
+
+use super::{KeyRef, KeyedStateBackend, StateBytes, StateError, StateId, StateKind};
+use crate::partition::hash_key;
+
+/// The reserved value state holding every key's timers. Operators cannot declare names that
+/// start with `@`.
+pub const TIMERS_STATE: &str = "@timers";
+
+/// Bytes of one timer in a key's timer set.
+const TIMER_BYTES: usize = 13;
+
+/// The clock a timer follows.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum TimeDomain {
+    /// Fires when the watermark reaches the timer's timestamp.
+    EventTime,
+    /// Fires when the wall clock reaches it.
+    ProcessingTime,
+}
+
+impl TimeDomain {
+    /// The domain numbered `n` in the WIT (`time-domain`'s ordinal).
+    pub fn from_ordinal(n: u32) -> Option<Self> {
+        match n {
+            0 => Some(Self::EventTime),
+            1 => Some(Self::ProcessingTime),
+            _ => None,
+        }
+    }
+
+    fn index(self) -> usize {
+        self as usize
+    }
+}
+
+/// One timer of a key.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Timer {
+    pub domain: TimeDomain,
+    /// Milliseconds since the Unix epoch.
+    pub at: i64,
+    pub tag: u32,
+}
+
+impl Timer {
+    /// Its bytes in a timer set; byte order is (domain, timestamp, tag) order.
+    fn encode(self) -> [u8; TIMER_BYTES] {
+        let mut out = [0; TIMER_BYTES];
+        out[0] = self.domain as u8;
+        // Flipping the sign bit makes big-endian bytes sort like the signed numbers.
+        out[1..9].copy_from_slice(&((self.at as u64) ^ (1 << 63)).to_be_bytes());
+        out[9..].copy_from_slice(&self.tag.to_be_bytes());
+        out
+    }
+
+    fn decode(bytes: &[u8]) -> Option<Self> {
+        let bytes: &[u8; TIMER_BYTES] = bytes.try_into().ok()?;
+        let domain = TimeDomain::from_ordinal(u32::from(bytes[0]))?;
+        let at = (u64::from_be_bytes(bytes[1..9].try_into().ok()?) ^ (1 << 63)) as i64;
+        let tag = u32::from_be_bytes(bytes[9..].try_into().ok()?);
+        Some(Self { domain, at, tag })
+    }
+}
+
+/// A key's timer set holding `timers` (sorted and deduplicated here).
+#[cfg(test)]
+pub(super) fn encode_set(timers: impl IntoIterator<Item = Timer>) -> Vec<u8> {
+    let mut encoded: Vec<[u8; TIMER_BYTES]> = timers.into_iter().map(Timer::encode).collect();
+    encoded.sort_unstable();
+    encoded.dedup();
+    encoded.concat()
+}
+
+/// The timers of a key's set, or why they cannot be read.
+pub(super) fn decode_set(set: &[u8]) -> Result<impl Iterator<Item = Timer> + '_, StateError> {
+    if !set.len().is_multiple_of(TIMER_BYTES) {
+        return Err(StateError::BadTimers(format!(
+            "a key's timer set holds {} bytes, not a multiple of {TIMER_BYTES}",
+            set.len()
+        )));
+    }
+    let timers: Vec<Timer> = set
+        .chunks_exact(TIMER_BYTES)
+        .map(Timer::decode)
+        .collect::<Option<_>>()
+        .ok_or_else(|| StateError::BadTimers("a timer names an unknown clock".into()))?;
+    Ok(timers.into_iter())
+}
+
+/// A timer that fired: removed from its key's set, handed to the operator.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FiredTimer {
+    pub key: StateBytes,
+    pub at: i64,
+    pub tag: u32,
+}
+
+/// The timers of a subtask by clock, in firing order: (timestamp, key, tag).
+#[derive(Debug, Default)]
+pub(super) struct TimerIndex {
+    by_time: [BTreeSet<(i64, StateBytes, u32)>; 2],
+    /// The state changed under the index (a restore, a roll-back): rebuild before use.
+    stale: bool,
+}
+
+impl TimerIndex {
+    pub(super) fn mark_stale(&mut self) {
+        self.stale = true;
+    }
+}
+
+impl KeyedStateBackend {
+    /// The timer state's id, declared on first use (in any phase: it is the backend's own).
+    pub fn timers_state(&mut self) -> Result<StateId, StateError> {
+        self.declare_new(TIMERS_STATE, StateKind::Value)
+    }
+
+    /// Rebuilds the index from the state if it went stale.
+    fn fresh_timer_index(&mut self) -> Result<(), StateError> {
+        if !self.timers.stale {
+            return Ok(());
+        }
+        let mut index = TimerIndex::default();
+        if let Some(id) = self.state_id(TIMERS_STATE) {
+            for (key, set) in self.value_entries(id)? {
+                for timer in decode_set(set)? {
+                    index.by_time[timer.domain.index()].insert((timer.at, key.clone(), timer.tag));
+                }
+            }
+        }
+        self.timers = index;
+        Ok(())
+    }
+
+    /// Registers `timer` for `key`; returns false if it was registered already (one timer per
+    /// key, domain, timestamp and tag).
+    pub fn timer_register(&mut self, key: KeyRef<'_>, timer: Timer) -> Result<bool, StateError> {
+        self.fresh_timer_index()?;
+        let id = self.timers_state()?;
+        let encoded = timer.encode();
+        let set = self.value_get(id, key)?.unwrap_or_default();
+        let position = match binary_search(set, &encoded) {
+            Ok(_) => return Ok(false),
+            Err(position) => position,
+        };
+        let mut updated = Vec::with_capacity(set.len() + TIMER_BYTES);
+        updated.extend_from_slice(&set[..position]);
+        updated.extend_from_slice(&encoded);
+        updated.extend_from_slice(&set[position..]);
+        self.value_set(id, key, &updated)?;
+        self.timers.by_time[timer.domain.index()].insert((
+            timer.at,
+            StateBytes::copy_from_slice(key.bytes),
+            timer.tag,
+        ));
+        Ok(true)
+    }
+
+    /// Deletes `timer` of `key`; returns false if there was no such timer.
+    pub fn timer_delete(&mut self, key: KeyRef<'_>, timer: Timer) -> Result<bool, StateError> {
+        self.fresh_timer_index()?;
+        let Some(id) = self.state_id(TIMERS_STATE) else {
+            return Ok(false);
+        };
+        let encoded = timer.encode();
+        let Some(set) = self.value_get(id, key)? else {
+            return Ok(false);
+        };
+        let Ok(position) = binary_search(set, &encoded) else {
+            return Ok(false);
+        };
+        if set.len() == TIMER_BYTES {
+            self.value_remove(id, key)?;
+        } else {
+            let mut updated = Vec::with_capacity(set.len() - TIMER_BYTES);
+            updated.extend_from_slice(&set[..position]);
+            updated.extend_from_slice(&set[position + TIMER_BYTES..]);
+            self.value_set(id, key, &updated)?;
+        }
+        self.timers.by_time[timer.domain.index()].remove(&(
+            timer.at,
+            StateBytes::copy_from_slice(key.bytes),
+            timer.tag,
+        ));
+        Ok(true)
+    }
+
+    /// The earliest timestamp of a pending timer of `domain`.
+    pub fn next_timer(&mut self, domain: TimeDomain) -> Result<Option<i64>, StateError> {
+        self.fresh_timer_index()?;
+        Ok(self.timers.by_time[domain.index()]
+            .first()
+            .map(|(at, _, _)| *at))
+    }
+
+    /// Removes up to `most` timers of `domain` due at `upto` (timestamp at or before it), in
+    /// firing order, and returns them: each leaves its key's set, a write of that key.
+    pub fn take_due_timers(
+        &mut self,
+        domain: TimeDomain,
+        upto: i64,
+        most: usize,
+    ) -> Result<Vec<FiredTimer>, StateError> {
+        self.fresh_timer_index()?;
+        let mut fired = Vec::new();
+        while fired.len() < most {
+            let index = &mut self.timers.by_time[domain.index()];
+            if index.first().is_none_or(|(at, _, _)| *at > upto) {
+                break;
+            }
+            let Some((at, key, tag)) = index.pop_first() else {
+                break;
+            };
+            let timer = Timer { domain, at, tag };
+            let key_ref = KeyRef::new(&key, hash_key(&key));
+            // Through the set, so the key is written; the index entry is gone already.
+            self.timer_delete(key_ref, timer)?;
+            fired.push(FiredTimer { key, at, tag });
+        }
+        Ok(fired)
+    }
+
+    /// Pending timers of each domain: event time, processing time.
+    pub fn timers_pending(&mut self) -> Result<(usize, usize), StateError> {
+        self.fresh_timer_index()?;
+        Ok((self.timers.by_time[0].len(), self.timers.by_time[1].len()))
+    }
+
+    /// Every timer of `key`, in (domain, timestamp, tag) order.
+    pub fn timers_of(&self, key: KeyRef<'_>) -> Result<Vec<Timer>, StateError> {
+        let Some(id) = self.state_id(TIMERS_STATE) else {
+            return Ok(Vec::new());
+        };
+        match self.value_get(id, key)? {
+            Some(set) => Ok(decode_set(set)?.collect()),
+            None => Ok(Vec::new()),
+        }
+    }
+
+    /// The state changed without the index seeing it: rebuild it before its next use.
+    pub(super) fn timers_changed(&mut self) {
+        self.timers.mark_stale();
+    }
+}
+
+/// Where `timer` is, or would go, in the sorted set `set` (in bytes).
+fn binary_search(set: &[u8], timer: &[u8; TIMER_BYTES]) -> Result<usize, usize> {
+    let count = set.len() / TIMER_BYTES;
+    let (mut low, mut high) = (0, count);
+    while low < high {
+        let mid = (low + high) / 2;
+        let at = &set[mid * TIMER_BYTES..(mid + 1) * TIMER_BYTES];
+        match at.cmp(&timer[..]) {
+            std::cmp::Ordering::Less => low = mid + 1,
+            std::cmp::Ordering::Greater => high = mid,
+            std::cmp::Ordering::Equal => return Ok(mid * TIMER_BYTES),
+        }
+    }
+    Err(low * TIMER_BYTES)
+}
+
+/// Counts timers in the timer sets of a restored increment's changes, for inspection.
+pub fn count_timers(set: &[u8]) -> usize {
+    set.len() / TIMER_BYTES
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ids::SubtaskIndex;
+    use crate::partition::KeyGroups;
+
+    fn backend() -> KeyedStateBackend {
+        let groups = KeyGroups::default();
+        KeyedStateBackend::new(groups, groups.range_of(SubtaskIndex(0), 1))
+    }
+
+    fn key(k: &str) -> KeyRef<'_> {
+        KeyRef::new(k.as_bytes(), hash_key(k.as_bytes()))
+    }
+
+    fn event(at: i64, tag: u32) -> Timer {
+        Timer {
+            domain: TimeDomain::EventTime,
+            at,
+            tag,
+        }
+    }
+
+    #[test]
+    fn encoding_sorts_like_the_numbers() {
+        let timers = [
+            event(-5, 0),
+            event(-1, 7),
+            event(0, 0),
+            event(3, 1),
+            event(3, 2),
+        ];
+        for pair in timers.windows(2) {
+            assert!(pair[0].encode() < pair[1].encode(), "{pair:?}");
+        }
+        for t in timers {
+            assert_eq!(Timer::decode(&t.encode()), Some(t));
+        }
+    }
+
+    #[test]
+    fn timers_fire_in_timestamp_then_key_order_and_leave_the_state() {
+        let mut b = backend();
+        assert!(b.timer_register(key("b"), event(10, 0)).expect("register"));
+        assert!(!b.timer_register(key("b"), event(10, 0)).expect("again"));
+        b.timer_register(key("a"), event(10, 0)).expect("register");
+        b.timer_register(key("a"), event(5, 1)).expect("register");
+        b.timer_register(key("a"), event(20, 0)).expect("register");
+        let processing = Timer {
+            domain: TimeDomain::ProcessingTime,
+            ..event(1, 0)
+        };
+        b.timer_register(key("c"), processing).expect("register");
+        assert_eq!(b.timers_pending(), Ok((4, 1)));
+        assert!(b.timer_delete(key("a"), event(20, 0)).expect("delete"));
+        assert!(!b.timer_delete(key("a"), event(20, 0)).expect("delete"));
+        let fired = b
+            .take_due_timers(TimeDomain::EventTime, 10, 100)
+            .expect("due");
+        let fired: Vec<_> = fired.iter().map(|f| (f.at, &f.key[..], f.tag)).collect();
+        assert_eq!(
+            fired,
+            [(5, &b"a"[..], 1), (10, &b"a"[..], 0), (10, &b"b"[..], 0)]
+        );
+        assert_eq!(b.timers_of(key("a")), Ok(vec![]));
+        assert_eq!(b.timers_pending(), Ok((0, 1)));
+        assert_eq!(b.next_timer(TimeDomain::ProcessingTime), Ok(Some(1)));
+    }
+
+    #[test]
+    fn the_index_is_rebuilt_from_the_state_after_a_restore() {
+        let mut b = backend();
+        b.timer_register(key("x"), event(7, 3)).expect("register");
+        b.timer_register(key("y"), event(2, 0)).expect("register");
+        let increment = b.snapshot();
+        let mut restored = backend();
+        restored.restore(&increment).expect("restore");
+        assert_eq!(restored.timers_pending(), Ok((2, 0)));
+        let fired = restored
+            .take_due_timers(TimeDomain::EventTime, i64::MAX, 100)
+            .expect("due");
+        assert_eq!(fired.len(), 2);
+        assert_eq!(&fired[0].key[..], b"y");
+    }
+
+    #[test]
+    fn operators_cannot_declare_the_reserved_name() {
+        let mut b = backend();
+        assert!(b.declare(TIMERS_STATE, StateKind::Map).is_err());
+    }
+}

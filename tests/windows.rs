@@ -1,0 +1,529 @@
+//! Event-time windows end to end (`examples/windows`): per-page tumbling counts with allowed
+//! lateness (the Rust example, and the same operator in JavaScript) and per-user sessions
+//! (the Python example), over clicks that arrive out of order, some of them late and some
+//! too late.
+//!
+//! Every output is compared with an expectation computed here from the input by a plain
+//! model of the semantics (Flink's): the source's watermark trails the latest timestamp by
+//! the out-of-orderness and is sent after every `batch_size` records; windows fire when it
+//! passes their end, fire again for each record within the lateness, and drop records
+//! later than that. Once for clean runs, once for a run SIGKILLed at random instants while
+//! timers are pending and restored until it finishes, and once across a rescale from 2 to 3
+//! subtasks in the middle.
+
+mod support;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use support::crash::{Rng, committed, crash_then_finish, seed};
+use support::{built_operator, checkpoint_ids, component, stderr, toml_path, write_job};
+
+/// Records between two watermarks of the source: the jobs' `batch_size`.
+const BATCH: usize = 64;
+/// `[source] watermark.max_out_of_order_ms` of every job here.
+const OUT_OF_ORDER_MS: i64 = 1_000;
+/// The page counts' windows and lateness.
+const PAGE_WINDOW_MS: i64 = 10_000;
+const PAGE_LATENESS_MS: i64 = 3_000;
+/// The sessions' gap (their lateness is 0).
+const SESSION_GAP_MS: i64 = 2_000;
+
+const PAGES: [&str; 8] = [
+    "/",
+    "/docs",
+    "/docs/windows",
+    "/pricing",
+    "/blog",
+    "/ünïcode",
+    "/a\"b",
+    "/x y",
+];
+
+/// A click as generated: when it happened, who, where.
+#[derive(Clone, Debug)]
+struct Click {
+    ts: i64,
+    user: String,
+    page: &'static str,
+}
+
+/// `n` clicks in the order they arrive: 20 ms apart on average; most arrive within a second,
+/// some 2 to 6 seconds late (late for a watermark 1 s behind, within the pages' lateness or
+/// not), a few 20 to 90 seconds late (too late). Users click in bursts: a user is picked
+/// with a skew, so some users pause longer than the sessions' gap.
+fn clicks(n: usize, seed: u64) -> Vec<Click> {
+    let mut rng = Rng(seed | 1);
+    let start = 1_764_633_600_000i64;
+    let mut happened: Vec<(i64, Click)> = (0..n)
+        .map(|i| {
+            let ts = start + 20 * i as i64 + rng.below(20) as i64;
+            let r = rng.below(1000);
+            let delay = if r < 20 {
+                20_000 + rng.below(70_000) as i64
+            } else if r < 100 {
+                2_000 + rng.below(4_000) as i64
+            } else {
+                rng.below(1_000) as i64
+            };
+            // Users 0..8 click often, the others now and then.
+            let user = if rng.below(3) == 0 {
+                rng.below(8)
+            } else {
+                8 + rng.below(60)
+            };
+            let click = Click {
+                ts,
+                user: format!("u{user:02}"),
+                page: PAGES[rng.below(PAGES.len() as u64) as usize],
+            };
+            (ts + delay, click)
+        })
+        .collect();
+    happened.sort_by_key(|(arrival, c)| (*arrival, c.ts));
+    happened.into_iter().map(|(_, c)| c).collect()
+}
+
+fn write_clicks(path: &Path, clicks: &[Click]) {
+    let lines: String = clicks
+        .iter()
+        .map(|c| {
+            let event = serde_json::json!({ "ts": c.ts, "user": c.user, "page": c.page });
+            format!("{event}\n")
+        })
+        .collect();
+    std::fs::write(path, lines).expect("write clicks");
+}
+
+/// A window of the model: its bounds, what it holds, and its timers.
+#[derive(Clone, Debug)]
+struct ModelWindow {
+    start: i64,
+    end: i64,
+    clicks: u64,
+    pages: Vec<&'static str>,
+    fired: bool,
+    /// Its timer at `end - 1` is pending (a window due when made fires at once instead).
+    fire_pending: bool,
+}
+
+/// The windows of every key, and what they emitted.
+struct Model {
+    lateness: i64,
+    windows: BTreeMap<String, Vec<ModelWindow>>,
+    watermark: Option<i64>,
+    out: Vec<(String, ModelWindow)>,
+}
+
+impl Model {
+    fn new(lateness: i64) -> Self {
+        Self {
+            lateness,
+            windows: BTreeMap::new(),
+            watermark: None,
+            out: Vec::new(),
+        }
+    }
+
+    fn late(&self, end: i64) -> bool {
+        self.watermark.is_some_and(|w| end - 1 + self.lateness <= w)
+    }
+
+    fn due(&self, end: i64) -> bool {
+        self.watermark.is_some_and(|w| end - 1 <= w)
+    }
+
+    /// A click into the window `[start, end)` of `key` (tumbling: found by start).
+    fn tumbling(&mut self, key: &str, start: i64, end: i64, page: &'static str) {
+        if self.late(end) {
+            return;
+        }
+        let due = self.due(end);
+        let windows = self.windows.entry(key.to_owned()).or_default();
+        let window = match windows.iter_mut().position(|w| w.start == start) {
+            Some(i) => &mut windows[i],
+            None => {
+                windows.push(ModelWindow {
+                    start,
+                    end,
+                    clicks: 0,
+                    pages: Vec::new(),
+                    fired: false,
+                    fire_pending: !due,
+                });
+                windows.last_mut().expect("pushed")
+            }
+        };
+        window.clicks += 1;
+        window.pages.push(page);
+        if window.fired || due {
+            window.fired = true;
+            self.out.push((key.to_owned(), window.clone()));
+        }
+    }
+
+    /// A click opening `[ts, ts + gap)` for `key`, merged with the sessions it meets.
+    fn session(&mut self, key: &str, ts: i64, gap: i64, page: &'static str) {
+        let (start, end) = (ts, ts + gap);
+        let windows = self.windows.entry(key.to_owned()).or_default();
+        let meets = |w: &ModelWindow| w.start <= end && start <= w.end;
+        let merged_end = windows
+            .iter()
+            .filter(|w| meets(w))
+            .map(|w| w.end)
+            .fold(end, i64::max);
+        if self
+            .watermark
+            .is_some_and(|w| merged_end - 1 + self.lateness <= w)
+        {
+            return;
+        }
+        let (meeting, rest): (Vec<_>, Vec<_>) =
+            std::mem::take(windows).into_iter().partition(meets);
+        *windows = rest;
+        let inside = meeting.len() == 1 && meeting[0].start <= start && end <= meeting[0].end;
+        let mut merged = ModelWindow {
+            start,
+            end,
+            clicks: 1,
+            pages: vec![page],
+            fired: false,
+            fire_pending: false,
+        };
+        for w in &meeting {
+            merged.start = merged.start.min(w.start);
+            merged.end = merged.end.max(w.end);
+            merged.clicks += w.clicks;
+            merged.pages.extend(&w.pages);
+        }
+        let due = self.watermark.is_some_and(|w| merged.end - 1 <= w);
+        if inside {
+            merged.fired = meeting[0].fired;
+            merged.fire_pending = meeting[0].fire_pending;
+        } else {
+            merged.fire_pending = !due;
+        }
+        if merged.fired || (!inside && due) {
+            merged.fired = true;
+            self.out.push((key.to_owned(), merged.clone()));
+        }
+        windows.push(merged);
+    }
+
+    /// The watermark moves to `w`: due windows fire, windows past their lateness go.
+    fn advance(&mut self, w: i64) {
+        if self.watermark.is_some_and(|current| w <= current) {
+            return;
+        }
+        self.watermark = Some(w);
+        let lateness = self.lateness;
+        for (key, windows) in &mut self.windows {
+            for window in windows.iter_mut() {
+                if window.fire_pending && window.end - 1 <= w {
+                    window.fire_pending = false;
+                    window.fired = true;
+                    self.out.push((key.clone(), window.clone()));
+                }
+            }
+            windows.retain(|window| window.end - 1 + lateness > w);
+        }
+    }
+
+    /// Feeds `clicks` in order, the watermark moving after every [`BATCH`] of them as the
+    /// source sends it, and to the end of time after the last.
+    fn run(mut self, clicks: &[Click], mut add: impl FnMut(&mut Self, &Click)) -> Self {
+        let mut latest: Option<i64> = None;
+        for (i, click) in clicks.iter().enumerate() {
+            add(&mut self, click);
+            latest = Some(latest.map_or(click.ts, |l| l.max(click.ts)));
+            if (i + 1) % BATCH == 0 {
+                self.advance(latest.expect("a click") - OUT_OF_ORDER_MS - 1);
+            }
+        }
+        self.advance(i64::MAX);
+        self
+    }
+}
+
+/// What the page counts emit for `clicks`, as the operators write it, sorted.
+fn expected_page_counts(clicks: &[Click]) -> Vec<String> {
+    let model = Model::new(PAGE_LATENESS_MS).run(clicks, |m, c| {
+        let start = c.ts - c.ts.rem_euclid(PAGE_WINDOW_MS);
+        m.tumbling(c.page, start, start + PAGE_WINDOW_MS, c.page);
+    });
+    let mut lines: Vec<String> = model
+        .out
+        .iter()
+        .map(|(page, w)| {
+            format!(
+                r#"{{"page":{},"start":{},"end":{},"clicks":{}}}"#,
+                serde_json::to_string(page).expect("json"),
+                w.start,
+                w.end,
+                w.clicks
+            )
+        })
+        .collect();
+    lines.sort();
+    lines
+}
+
+/// What the sessions emit for `clicks`, as the Python operator writes it, sorted.
+fn expected_sessions(clicks: &[Click]) -> Vec<String> {
+    let model = Model::new(0).run(clicks, |m, c| {
+        m.session(&c.user, c.ts, SESSION_GAP_MS, c.page);
+    });
+    let mut lines: Vec<String> = model
+        .out
+        .iter()
+        .map(|(user, w)| {
+            let mut pages = w.pages.clone();
+            pages.sort();
+            pages.dedup();
+            format!(
+                r#"{{"user":"{user}","start":{},"end":{},"clicks":{},"pages":{}}}"#,
+                w.start,
+                w.end,
+                w.clicks,
+                pages.len()
+            )
+        })
+        .collect();
+    lines.sort();
+    lines
+}
+
+/// A job over `clicks.jsonl` in `dir`, keyed by `key`, through `component` (operator
+/// `name`, `parallelism` subtasks, `config`), into `out.txt`.
+fn windows_job(
+    dir: &Path,
+    key: &str,
+    name: &str,
+    component: &Path,
+    parallelism: u32,
+    config: &str,
+    checkpoints: &str,
+) -> PathBuf {
+    write_job(
+        dir,
+        &format!(
+            r#"
+            [job]
+            name = "{name}"
+            batch_size = {BATCH}
+            [source]
+            kind = "json-lines"
+            path = "clicks.jsonl"
+            key_pointer = "{key}"
+            timestamp = {{ json_pointer = "/ts", format = "ms" }}
+            watermark = {{ max_out_of_order_ms = {OUT_OF_ORDER_MS} }}
+            [[operators]]
+            name = "{name}"
+            component = {component}
+            parallelism = {parallelism}
+            key_by = "key"
+            config = {config}
+            [sink]
+            kind = "file"
+            path = "out.txt"
+            [checkpoints]
+            {checkpoints}
+            "#,
+            component = toml_path(component),
+        ),
+    )
+}
+
+fn pages_config() -> String {
+    format!("{{ size_ms = {PAGE_WINDOW_MS}, allowed_lateness_ms = {PAGE_LATENESS_MS} }}")
+}
+
+fn run_clean(job: &Path, dir: &Path) -> Vec<String> {
+    let out = support::weir(&["run", job.to_str().expect("utf-8"), "-q"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    committed(dir)
+}
+
+#[test]
+fn page_counts_in_rust_and_javascript_equal_the_expectation() {
+    let seed = seed();
+    let clicks = clicks(20_000, seed);
+    let expected = expected_page_counts(&clicks);
+    // The input has what the test is about: windows that fire again, and records dropped.
+    let refired = expected.len()
+        - expected
+            .iter()
+            .map(|l| l.rsplit_once(',').expect("fields").0)
+            .collect::<std::collections::BTreeSet<_>>()
+            .len();
+    assert!(refired > 10, "only {refired} late firings (seed {seed})");
+    let operators = [
+        component("weir-example-page-counts"),
+        built_operator(&support::repo().join("tests/guests/windows-js")),
+    ];
+    for operator in operators {
+        let dir = tempfile::tempdir().expect("tempdir");
+        write_clicks(&dir.path().join("clicks.jsonl"), &clicks);
+        let job = windows_job(
+            dir.path(),
+            "/page",
+            "pages",
+            &operator,
+            2,
+            &pages_config(),
+            "interval_ms = 50",
+        );
+        let got = run_clean(&job, dir.path());
+        assert_eq!(
+            got.len(),
+            expected.len(),
+            "{}: line count differs (seed {seed})",
+            operator.display()
+        );
+        assert!(
+            got == expected,
+            "{}: output differs (seed {seed})",
+            operator.display()
+        );
+    }
+}
+
+#[test]
+fn sessions_in_python_equal_the_expectation() {
+    let seed = seed();
+    let clicks = clicks(20_000, seed);
+    let expected = expected_sessions(&clicks);
+    let users: std::collections::BTreeSet<&str> = clicks.iter().map(|c| c.user.as_str()).collect();
+    assert!(
+        expected.len() > 2 * users.len(),
+        "users have several sessions each (seed {seed})"
+    );
+    let dir = tempfile::tempdir().expect("tempdir");
+    write_clicks(&dir.path().join("clicks.jsonl"), &clicks);
+    let sessions = built_operator(&support::repo().join("examples/windows/sessions"));
+    let job = windows_job(
+        dir.path(),
+        "/user",
+        "sessions",
+        &sessions,
+        2,
+        &format!("{{ gap_ms = {SESSION_GAP_MS} }}"),
+        "interval_ms = 100",
+    );
+    let got = run_clean(&job, dir.path());
+    assert_eq!(
+        got.len(),
+        expected.len(),
+        "line count differs (seed {seed})"
+    );
+    assert!(got == expected, "output differs (seed {seed})");
+}
+
+#[test]
+fn page_counts_killed_at_random_instants_while_timers_are_pending_give_exactly_the_expected_output()
+{
+    let seed = seed();
+    let mut rng = Rng(seed | 1);
+    let clicks = clicks(400_000, seed);
+    let expected = expected_page_counts(&clicks);
+    let dir = tempfile::tempdir().expect("tempdir");
+    write_clicks(&dir.path().join("clicks.jsonl"), &clicks);
+    let job = windows_job(
+        dir.path(),
+        "/page",
+        "pages",
+        &component("weir-example-page-counts"),
+        2,
+        &pages_config(),
+        "interval_ms = 20\nretain = 2\nrestart_attempts = 0",
+    );
+    let job = job.to_str().expect("utf-8");
+    crash_then_finish(job, dir.path(), &expected, (seed, &mut rng), (20, 150), 3);
+}
+
+#[test]
+fn a_rescale_from_2_to_3_subtasks_in_the_middle_keeps_every_pending_timer() {
+    let seed = seed();
+    let clicks = clicks(300_000, seed);
+    let expected = expected_page_counts(&clicks);
+    let dir = tempfile::tempdir().expect("tempdir");
+    write_clicks(&dir.path().join("clicks.jsonl"), &clicks);
+    let job = windows_job(
+        dir.path(),
+        "/page",
+        "pages",
+        &component("weir-example-page-counts"),
+        2,
+        &pages_config(),
+        "interval_ms = 20\nretain = 2\nrestart_attempts = 0",
+    );
+    let job = job.to_str().expect("utf-8");
+    // Two subtasks, stopped hard once a few checkpoints are in: windows are open, so their
+    // timers are pending in the checkpoint.
+    let folder = dir.path().join(".weir-checkpoints/pages/checkpoints");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_weir"))
+        .args(["run", job, "-q"])
+        .env("WEIR_CACHE_DIR", support::cache_dir())
+        .env("RUST_LOG", "error")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("weir starts");
+    let started = Instant::now();
+    while checkpoint_ids(&folder).len() < 2 || checkpoint_ids(&folder).last() < Some(&4) {
+        assert!(
+            child.try_wait().expect("poll").is_none(),
+            "the job finished before it could be stopped in the middle (seed {seed})"
+        );
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "no checkpoints"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    child.kill().expect("SIGKILL");
+    child.wait().expect("wait");
+    let latest = *checkpoint_ids(&folder).last().expect("a checkpoint");
+    let metadata: serde_json::Value = serde_json::from_slice(
+        &std::fs::read(folder.join(format!("chk-{latest:020}.json"))).expect("metadata"),
+    )
+    .expect("json");
+    let subtasks = metadata["operators"][0]["subtasks"]
+        .as_array()
+        .expect("subtasks");
+    assert_eq!(subtasks.len(), 2);
+    let pending: u64 = subtasks
+        .iter()
+        .map(|s| s["timers"].as_u64().unwrap_or(0))
+        .sum();
+    assert!(
+        pending > 0,
+        "checkpoint {latest} holds no pending timer (seed {seed})"
+    );
+    assert!(metadata["finished"] == false, "stopped in the middle");
+    let shown = support::weir(&["checkpoints", "show", &latest.to_string(), "--store", job]);
+    assert!(shown.status.success(), "{}", stderr(&shown));
+    let shown = String::from_utf8_lossy(&shown.stdout).into_owned();
+    assert!(shown.contains("timers pending"), "{shown}");
+
+    // Three subtasks from there to the end: every timer fires where its key went.
+    let out = support::weir(&[
+        "run",
+        job,
+        "--restore",
+        "latest",
+        "--parallelism",
+        "pages=3",
+        "-q",
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let got = committed(dir.path());
+    assert_eq!(
+        got.len(),
+        expected.len(),
+        "line count differs (seed {seed})"
+    );
+    assert!(got == expected, "output differs (seed {seed})");
+}
