@@ -380,6 +380,35 @@ mod tests {
         assert!(err.to_string().contains("line 2: not valid JSON"), "{err}");
     }
 
+    #[test]
+    fn json_lines_take_timestamps_and_fail_or_skip_lines_without_one() {
+        use crate::connectors::timestamps::{TimestampFormat, TimestampPolicy, TimestampSpec};
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("in.jsonl");
+        std::fs::write(&path, "{\"t\":5}\n{\"t\":\"x\"}\n{}\n{\"t\":7}\n").expect("write");
+        let spec = TimestampSpec {
+            json_pointer: "/t".into(),
+            format: TimestampFormat::S,
+        };
+        let open = |policy| {
+            JsonLinesSource::open(&path, None)
+                .expect("open")
+                .with_timestamps(Some(spec.clone()), policy)
+        };
+        let mut skipping = open(TimestampPolicy::Skip);
+        let mut batch = RecordBatch::new();
+        while skipping.read_batch(2, &mut batch).expect("read") {}
+        let stamps: Vec<_> = batch.iter().map(|r| r.timestamp).collect();
+        assert_eq!(stamps, [Some(5_000), Some(7_000)]);
+        assert_eq!(skipping.skipped_for_timestamp(), 2);
+        let err = read_all(&mut open(TimestampPolicy::Fail)).expect_err("fails");
+        assert!(
+            err.to_string()
+                .contains("line 2: the timestamp at \"/t\" is \"x\", not a number of seconds"),
+            "{err}"
+        );
+    }
+
     /// For every split point: reads that many records and takes the position, reads the rest,
     /// then checks that a fresh source seeked to the position reads exactly the same rest.
     fn check_resume(open: impl Fn() -> Box<dyn Source>, records: usize) {

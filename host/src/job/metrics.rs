@@ -44,8 +44,8 @@ pub struct SubtaskMetrics {
     /// The last barrier's start delay and alignment at the subtask, in microseconds.
     pub barrier_start_delay_us: AtomicU64,
     pub barrier_alignment_us: AtomicU64,
-    /// The subtask's watermark in milliseconds since the Unix epoch; `i64::MIN`: none yet.
-    pub watermark: AtomicI64,
+    /// The subtask's watermark.
+    watermark: WatermarkGauge,
     /// Records that came with a timestamp at or before the subtask's watermark.
     pub late_records: AtomicU64,
     /// Timers pending in the subtask's state (both clocks), and fired so far.
@@ -88,12 +88,13 @@ impl SubtaskMetrics {
 
     pub fn set_watermark(&self, watermark: Option<i64>) {
         self.watermark
+            .0
             .store(watermark.unwrap_or(i64::MIN), Ordering::Relaxed);
     }
 
     /// The subtask's watermark, if it has one.
     pub fn watermark(&self) -> Option<i64> {
-        Some(self.watermark.load(Ordering::Relaxed)).filter(|w| *w != i64::MIN)
+        Some(self.watermark.0.load(Ordering::Relaxed)).filter(|w| *w != i64::MIN)
     }
 
     pub fn count_late(&self, records: usize) {
@@ -122,6 +123,16 @@ impl SubtaskMetrics {
             .store(timing.start_delay_us, Ordering::Relaxed);
         self.barrier_alignment_us
             .store(timing.alignment_us, Ordering::Relaxed);
+    }
+}
+
+/// A watermark in milliseconds since the Unix epoch, `i64::MIN` before the first.
+#[derive(Debug)]
+struct WatermarkGauge(AtomicI64);
+
+impl Default for WatermarkGauge {
+    fn default() -> Self {
+        Self(AtomicI64::new(i64::MIN))
     }
 }
 
@@ -225,6 +236,7 @@ impl JobMetrics {
             elapsed,
             source_records: self.source_records.load(Ordering::Relaxed),
             source_set_aside: set_aside(&self.source_bad_records),
+            source_skipped_timestamps: self.source_skipped_timestamps.load(Ordering::Relaxed),
             source_records_restored: self.source_records_restored.load(Ordering::Relaxed),
             sink_records: self.sink_records.load(Ordering::Relaxed),
             checkpoints_completed: self.checkpoints.completed.load(Ordering::Relaxed),
@@ -239,6 +251,8 @@ impl JobMetrics {
                     records_in: sum(&o.subtasks, |s| &s.records_in),
                     records_out: sum(&o.subtasks, |s| &s.records_out),
                     set_aside: set_aside(&o.bad_records),
+                    late_records: sum(&o.subtasks, |s| &s.late_records),
+                    timers_fired: sum(&o.subtasks, |s| &s.timers_fired),
                 })
                 .collect(),
         }
@@ -253,6 +267,10 @@ pub struct OperatorSummary {
     pub records_in: u64,
     pub records_out: u64,
     pub set_aside: SetAside,
+    /// Records that came at or before the operator's watermark, in this run.
+    pub late_records: u64,
+    /// Timers the operator fired, in this run.
+    pub timers_fired: u64,
 }
 
 /// Bad records a place set aside in a run, by policy.
@@ -277,6 +295,8 @@ pub struct RunSummary {
     pub source_records: u64,
     /// Lines the source could not read, set aside.
     pub source_set_aside: SetAside,
+    /// Lines the source dropped for want of a usable timestamp, in this run.
+    pub source_skipped_timestamps: u64,
     /// Of those, the records read before the checkpoint this run restored.
     pub source_records_restored: u64,
     pub sink_records: u64,
@@ -339,6 +359,22 @@ impl fmt::Display for RunSummary {
                 "  bad records at {place}: {} skipped, {} dead-lettered",
                 set_aside.skipped, set_aside.dead_lettered
             )?;
+        }
+        if self.source_skipped_timestamps > 0 {
+            writeln!(
+                f,
+                "  the source skipped {} lines without a usable timestamp",
+                self.source_skipped_timestamps
+            )?;
+        }
+        for o in &self.operators {
+            if o.late_records > 0 || o.timers_fired > 0 {
+                writeln!(
+                    f,
+                    "  event time at {}: {} late records, {} timers fired (this run)",
+                    o.name, o.late_records, o.timers_fired
+                )?;
+            }
         }
         if self.restarts > 0 {
             writeln!(f, "  restarted {} times from a checkpoint", self.restarts)?;

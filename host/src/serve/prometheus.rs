@@ -376,6 +376,13 @@ mod tests {
             .last_start_delay_us
             .store(250_000, Ordering::Relaxed);
         s.barrier_alignment_us.store(1_200, Ordering::Relaxed);
+        // Event time: subtask 1 has a watermark a minute behind the clock, subtask 0 none.
+        let minute_ago = crate::guest::state_host::processing_time_now() - 60_000;
+        s.set_watermark(Some(minute_ago));
+        s.count_late(5);
+        s.set_timers_pending(Some((3, 1)));
+        s.count_fired(9);
+        m.source_skipped_timestamps.store(6, Ordering::Relaxed);
         let text = render_jobs(&[("job-1".into(), "a \"b\"".into(), m)]);
         let labels = r#"job_id="job-1",job="a \"b\"",operator="count",subtask="1""#;
         for line in [
@@ -393,12 +400,29 @@ mod tests {
             "# TYPE weir_batch_latency_seconds histogram".to_owned(),
             r#"weir_records_set_aside_total{job_id="job-1",job="a \"b\"",operator="count",policy="skip"} 4"#.to_owned(),
             r#"weir_records_set_aside_total{job_id="job-1",job="a \"b\"",operator="(source)",policy="dead_letter"} 2"#.to_owned(),
+            format!("weir_late_records_total{{{labels}}} 5"),
+            format!("weir_timers_pending{{{labels}}} 4"),
+            format!("weir_timers_fired_total{{{labels}}} 9"),
+            format!("weir_watermark_seconds{{{labels}}} {}", minute_ago as f64 / 1e3),
+            r#"weir_source_skipped_timestamps_total{job_id="job-1",job="a \"b\""} 6"#.to_owned(),
         ] {
             assert!(
                 text.lines().any(|l| l == line),
                 "no line {line:?} in\n{text}"
             );
         }
+        // The lag is the wall clock less the watermark: a minute, give or take the test's time.
+        let lag: f64 = text
+            .lines()
+            .find_map(|l| l.strip_prefix(&format!("weir_watermark_lag_seconds{{{labels}}} ")))
+            .expect("a lag line")
+            .parse()
+            .expect("a number");
+        assert!((60.0..70.0).contains(&lag), "{lag}");
+        assert!(
+            !text.contains(r#"weir_watermark_seconds{job_id="job-1",job="a \"b\"",operator="count",subtask="0"}"#),
+            "a subtask without a watermark has no watermark line"
+        );
         // Every sample line belongs to a family announced before it.
         let mut announced = std::collections::HashSet::new();
         for line in text.lines() {
