@@ -1261,9 +1261,9 @@ export class Operator {
   close(out) {}
 }
 
-/** Whether every record has a key and none has a timestamp. */
-function allKeyed(flags, n) {
-  for (let i = 0; i < n; i++) if (flags[i] !== HAS_KEY) return false;
+/** Whether every record's flags are `flag`. */
+function allFlagged(flags, n, flag) {
+  for (let i = 0; i < n; i++) if (flags[i] !== flag) return false;
   return true;
 }
 
@@ -1321,7 +1321,7 @@ export function exportOperator(OperatorClass) {
         record._buffer = data.buffer;
         record._offset = data.byteOffset;
         let start = 0;
-        if (allKeyed(flags, n)) {
+        if (allFlagged(flags, n, HAS_KEY)) {
           // Every record keyed, none with a timestamp: the common case, with the least per
           // record.
           record._hasKey = true;
@@ -1330,6 +1330,18 @@ export function exportOperator(OperatorClass) {
             record._start = start;
             record._keyEnd = keyEnd;
             record._valueEnd = start = valueEnds[i];
+            currentSlot = keySlots[i];
+            operator.process(record, out);
+          }
+        } else if (allFlagged(flags, n, HAS_KEY | HAS_TIMESTAMP)) {
+          // Every record keyed and timestamped (sources stamp their event time).
+          record._hasKey = true;
+          for (i = 0; i < n; i++) {
+            const keyEnd = keyEnds[i];
+            record._start = start;
+            record._keyEnd = keyEnd;
+            record._valueEnd = start = valueEnds[i];
+            record.timestamp = Number(timestamps[i]);
             currentSlot = keySlots[i];
             operator.process(record, out);
           }

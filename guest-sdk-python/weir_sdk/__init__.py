@@ -968,6 +968,14 @@ def _run(process, out, batch, key_slots):
             record._start = key_end
             record._end = start = value_end
             process(record, out)
+    elif flags.count(HAS_KEY | HAS_TIMESTAMP) == n:
+        # Every record keyed and timestamped (sources stamp records with their event time).
+        for key_end, value_end, timestamp, _slot in zip(key_ends, value_ends, timestamps, slots):
+            record.key = data[start:key_end]
+            record._start = key_end
+            record._end = start = value_end
+            record.timestamp = timestamp
+            process(record, out)
     else:
         for key_end, value_end, f, timestamp, _slot in zip(key_ends, value_ends, flags, timestamps, slots):
             record.key = data[start:key_end] if f & HAS_KEY else None

@@ -232,14 +232,40 @@ pub enum WindowKind {
     Session { gap_ms: i64 },
 }
 
-/// One open window of a key, as stored.
+/// One open window of a key, as stored: a CBOR array `[start, end, acc, fired]` (shorter
+/// than a map with field names, and decoded without matching them).
 #[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(
+    from = "(i64, i64, A, bool)",
+    into = "(i64, i64, A, bool)",
+    bound(
+        serialize = "A: Serialize + Clone",
+        deserialize = "A: DeserializeOwned"
+    )
+)]
 struct Open<A> {
     start: i64,
     end: i64,
     acc: A,
     /// It fired already: a late record within the lateness fires it again at once.
     fired: bool,
+}
+
+impl<A> From<(i64, i64, A, bool)> for Open<A> {
+    fn from((start, end, acc, fired): (i64, i64, A, bool)) -> Self {
+        Self {
+            start,
+            end,
+            acc,
+            fired,
+        }
+    }
+}
+
+impl<A> From<Open<A>> for (i64, i64, A, bool) {
+    fn from(w: Open<A>) -> Self {
+        (w.start, w.end, w.acc, w.fired)
+    }
 }
 
 /// A set of windows per key, over keyed state and timers. See the [module docs](self).
