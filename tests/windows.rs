@@ -115,6 +115,9 @@ struct Model {
     windows: BTreeMap<String, Vec<ModelWindow>>,
     watermark: Option<i64>,
     out: Vec<(String, ModelWindow)>,
+    /// Records at or before the watermark when they came, and timers registered.
+    late_records: u64,
+    timers: u64,
 }
 
 impl Model {
@@ -124,6 +127,8 @@ impl Model {
             windows: BTreeMap::new(),
             watermark: None,
             out: Vec::new(),
+            late_records: 0,
+            timers: 0,
         }
     }
 
@@ -153,6 +158,8 @@ impl Model {
                     fired: false,
                     fire_pending: !due,
                 });
+                // Its fire timer unless due, and its cleanup timer after the lateness.
+                self.timers += u64::from(!due) + u64::from(self.lateness > 0);
                 windows.last_mut().expect("pushed")
             }
         };
@@ -236,6 +243,9 @@ impl Model {
     fn run(mut self, clicks: &[Click], mut add: impl FnMut(&mut Self, &Click)) -> Self {
         let mut latest: Option<i64> = None;
         for (i, click) in clicks.iter().enumerate() {
+            if self.watermark.is_some_and(|w| click.ts <= w) {
+                self.late_records += 1;
+            }
             add(&mut self, click);
             latest = Some(latest.map_or(click.ts, |l| l.max(click.ts)));
             if (i + 1) % BATCH == 0 {
@@ -247,12 +257,17 @@ impl Model {
     }
 }
 
-/// What the page counts emit for `clicks`, as the operators write it, sorted.
-fn expected_page_counts(clicks: &[Click]) -> Vec<String> {
-    let model = Model::new(PAGE_LATENESS_MS).run(clicks, |m, c| {
+/// The model of the page counts over `clicks`.
+fn page_counts_model(clicks: &[Click]) -> Model {
+    Model::new(PAGE_LATENESS_MS).run(clicks, |m, c| {
         let start = c.ts - c.ts.rem_euclid(PAGE_WINDOW_MS);
         m.tumbling(c.page, start, start + PAGE_WINDOW_MS, c.page);
-    });
+    })
+}
+
+/// What the page counts emit for `clicks`, as the operators write it, sorted.
+fn expected_page_counts(clicks: &[Click]) -> Vec<String> {
+    let model = page_counts_model(clicks);
     let mut lines: Vec<String> = model
         .out
         .iter()
@@ -359,6 +374,7 @@ fn page_counts_in_rust_and_javascript_equal_the_expectation() {
             .collect::<std::collections::BTreeSet<_>>()
             .len();
     assert!(refired > 10, "only {refired} late firings (seed {seed})");
+    let model = page_counts_model(&clicks);
     let operators = [
         component("weir-example-page-counts"),
         built_operator(&support::repo().join("tests/guests/windows-js")),
@@ -375,7 +391,16 @@ fn page_counts_in_rust_and_javascript_equal_the_expectation() {
             &pages_config(),
             "interval_ms = 50",
         );
-        let got = run_clean(&job, dir.path());
+        let out = support::weir(&["run", job.to_str().expect("utf-8")]);
+        assert!(out.status.success(), "{}", stderr(&out));
+        // The host counted the late records and the timers the windows used.
+        let summary = format!("{}{}", String::from_utf8_lossy(&out.stdout), stderr(&out));
+        let line = format!(
+            "event time at pages: {} late records, {} timers fired (this run)",
+            model.late_records, model.timers
+        );
+        assert!(summary.contains(&line), "no {line:?} in\n{summary}");
+        let got = committed(dir.path());
         assert_eq!(
             got.len(),
             expected.len(),
@@ -526,4 +551,165 @@ fn a_rescale_from_2_to_3_subtasks_in_the_middle_keeps_every_pending_timer() {
         "line count differs (seed {seed})"
     );
     assert!(got == expected, "output differs (seed {seed})");
+}
+
+/// A job over `input.jsonl` in `dir` (keyed by `/k`) through the reminders of
+/// `tests/guests/timers-js` with `delay_ms`, into `out.txt`.
+fn reminders_job(dir: &Path, delay_ms: u64) -> PathBuf {
+    write_job(
+        dir,
+        &format!(
+            r#"
+            [job]
+            name = "reminders"
+            [source]
+            kind = "json-lines"
+            path = "input.jsonl"
+            key_pointer = "/k"
+            [[operators]]
+            name = "reminders"
+            component = {component}
+            parallelism = 2
+            key_by = "key"
+            config = {{ delay_ms = {delay_ms} }}
+            [sink]
+            kind = "file"
+            path = "out.txt"
+            [checkpoints]
+            interval_ms = 20
+            restart_attempts = 0
+            "#,
+            component = toml_path(&built_operator(
+                &support::repo().join("tests/guests/timers-js")
+            )),
+        ),
+    )
+}
+
+#[test]
+fn processing_time_timers_fire_from_the_clock_and_those_due_while_down_fire_after_restore() {
+    // 40 keys ask for a reminder first; then filler keeps the job running a while.
+    let reminded: Vec<String> = (0..40).map(|i| format!("r{i:02}")).collect();
+    let mut input: String = reminded
+        .iter()
+        .map(|k| format!("{{\"k\":\"{k}\",\"v\":\"remind\"}}\n"))
+        .collect();
+    for i in 0..400_000 {
+        input.push_str(&format!("{{\"k\":\"f{}\",\"v\":\"x\"}}\n", i % 1000));
+    }
+    let expected: Vec<String> = reminded
+        .iter()
+        .map(|k| format!("{k} fired processing 7"))
+        .collect();
+
+    // While the job runs, the clock fires them.
+    let dir = tempfile::tempdir().expect("tempdir");
+    std::fs::write(dir.path().join("input.jsonl"), &input).expect("write");
+    let job = reminders_job(dir.path(), 50);
+    let got = run_clean(&job, dir.path());
+    assert_eq!(got, expected, "each reminder fired once while the job ran");
+
+    // Due only after the job was killed: they fire when it is restored.
+    let dir = tempfile::tempdir().expect("tempdir");
+    std::fs::write(dir.path().join("input.jsonl"), &input).expect("write");
+    let delay = Duration::from_millis(3_000);
+    let job = reminders_job(dir.path(), delay.as_millis() as u64);
+    let job = job.to_str().expect("utf-8");
+    let folder = dir.path().join(".weir-checkpoints/reminders/checkpoints");
+    let started = Instant::now();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_weir"))
+        .args(["run", job, "-q"])
+        .env("WEIR_CACHE_DIR", support::cache_dir())
+        .env("RUST_LOG", "error")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("weir starts");
+    let pending = |id: u64| -> u64 {
+        let path = folder.join(format!("chk-{id:020}.json"));
+        let Ok(bytes) = std::fs::read(path) else {
+            return 0;
+        };
+        let metadata: serde_json::Value = serde_json::from_slice(&bytes).expect("json");
+        metadata["operators"][0]["subtasks"]
+            .as_array()
+            .expect("subtasks")
+            .iter()
+            .map(|s| s["timers"].as_u64().unwrap_or(0))
+            .sum()
+    };
+    while checkpoint_ids(&folder)
+        .last()
+        .is_none_or(|&id| pending(id) < 40)
+    {
+        assert!(
+            child.try_wait().expect("poll").is_none(),
+            "the job finished before it could be killed"
+        );
+        assert!(
+            started.elapsed() < delay,
+            "no checkpoint with the timers before they were due"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    child.kill().expect("SIGKILL");
+    child.wait().expect("wait");
+    assert!(
+        started.elapsed() < delay,
+        "killed before the reminders were due"
+    );
+    assert_eq!(
+        committed(dir.path()),
+        Vec::<String>::new(),
+        "none fired yet"
+    );
+    std::thread::sleep(delay.saturating_sub(started.elapsed()) + Duration::from_millis(100));
+    let out = support::weir(&["run", job, "--restore", "latest", "-q"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(
+        committed(dir.path()),
+        expected,
+        "each fired once, after the restore"
+    );
+}
+
+#[test]
+fn c_event_time_timers_fire_at_the_end_of_input_once_per_key_and_instant() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut input = String::new();
+    let mut expected = std::collections::BTreeSet::new();
+    for i in 0..3_000i64 {
+        let (key, ts) = (format!("c{}", i % 50), 1_764_633_600_000 + (i * 7919) % 400);
+        input.push_str(&format!("{{\"k\":\"{key}\",\"ts\":{ts}}}\n"));
+        expected.insert(format!("{key} {} 3 {}", ts + 1000, i64::MAX));
+    }
+    std::fs::write(dir.path().join("input.jsonl"), input).expect("write");
+    let job = write_job(
+        dir.path(),
+        &format!(
+            r#"
+            [job]
+            name = "c-timers"
+            [source]
+            kind = "json-lines"
+            path = "input.jsonl"
+            key_pointer = "/k"
+            timestamp = {{ json_pointer = "/ts" }}
+            [[operators]]
+            name = "timers"
+            component = {component}
+            parallelism = 2
+            key_by = "key"
+            [sink]
+            kind = "file"
+            path = "out.txt"
+            "#,
+            component = toml_path(&built_operator(
+                &support::repo().join("tests/guests/timers-c")
+            )),
+        ),
+    );
+    // Without watermarks from the source, every timer waits for the end of the input.
+    let got = run_clean(&job, dir.path());
+    assert_eq!(got, expected.into_iter().collect::<Vec<_>>());
 }
