@@ -1,0 +1,505 @@
+//! Event-time windows: the Rust SDK's windows library in Wasm against the same logic native,
+//! timer firing, checkpoint bytes and the memory of pending timers, in one run.
+//!
+//! - Throughput: generator (10 M records over 100 K keys, a synthetic clock of 100 000 events
+//!   per second with 5 % of the records up to 2 s late) -> key-by -> tumbling one-minute count
+//!   windows (parallelism 1) -> discard, with watermarks 2 s behind. Once the operator is the
+//!   example component (`examples/windows/pages`, the SDK's `Windows::tumbling` with `Count`),
+//!   once the same logic compiled into the host over the same runtime and state backend,
+//!   following the SDK's per-batch algorithm (windows of a key as one CBOR value read for the
+//!   batch's keys at once and written once, a timer per window). Medians of three interleaved
+//!   runs each.
+//! - Timers fired per second: 1 M windows, one per key, registered through the component, then
+//!   fired by one watermark at the end of time: the host taking them from state in batches
+//!   and the component handling them (emitting each window), timed alone.
+//! - Checkpoint bytes per dirty key: the encoded increment after those 1 M keys each got a
+//!   window and its timer, over the keys.
+//! - Memory: bytes a pending timer costs (state and the index that fires it), against a map
+//!   entry, one per key for both, counted by the allocator.
+//!
+//! `cargo bench -p weir-host --bench windows [-- RECORDS KEYS]`
+
+mod keyed;
+#[path = "../../tests/support/mod.rs"]
+mod support;
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicIsize, Ordering};
+use std::time::{Duration, Instant};
+
+use keyed::median;
+use weir_host::checkpoint::{JobStart, format};
+use weir_host::connectors::generator::GeneratorClock;
+use weir_host::connectors::{DiscardSink, GeneratorSource};
+use weir_host::engine::{ComponentCache, Engine, EngineOptions};
+use weir_host::guest::{KeySlots, WasmOperatorFactory};
+use weir_host::job::spec::RecordPolicy;
+use weir_host::job::watermarks::WatermarkPolicy;
+use weir_host::job::{KeyBy, Pipeline, RunOptions, Stage, run};
+use weir_host::operator::{
+    FailureKind, GuestLimits, OperatorError, OperatorFactory, OperatorInstance, SubtaskContext,
+};
+use weir_host::partition::{KeyGroups, hash_key};
+use weir_host::record::{RecordBatch, RecordRef};
+use weir_host::state::{
+    EntryHint, FiredTimer, KeyRef, KeyedStateBackend, StateId, StateKind, TimeDomain, Timer,
+};
+
+/// Counts the bytes allocated and not freed, to weigh what the state holds.
+struct Counting;
+
+static LIVE: AtomicIsize = AtomicIsize::new(0);
+
+// SAFETY: every call is forwarded to the system allocator unchanged; only a counter is kept.
+#[allow(unsafe_code)]
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        LIVE.fetch_add(layout.size() as isize, Ordering::Relaxed);
+        // SAFETY: the caller's layout, as GlobalAlloc::alloc requires.
+        unsafe { System.alloc(layout) }
+    }
+
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        LIVE.fetch_sub(layout.size() as isize, Ordering::Relaxed);
+        // SAFETY: ptr was allocated by System.alloc with this layout.
+        unsafe { System.dealloc(ptr, layout) }
+    }
+
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        LIVE.fetch_add(
+            new_size as isize - layout.size() as isize,
+            Ordering::Relaxed,
+        );
+        // SAFETY: forwarded as received.
+        unsafe { System.realloc(ptr, layout, new_size) }
+    }
+}
+
+#[global_allocator]
+static ALLOCATOR: Counting = Counting;
+
+const WINDOW_MS: i64 = 60_000;
+/// The library's fire tag for the window set `per-page`: `0xFFFF_0000 | hash15(name) << 1`.
+const FIRE_TAG: u32 = 0xFFFF_0000 | (5661 << 1);
+const CONFIG: &str = r#"{"size_ms":60000,"allowed_lateness_ms":0}"#;
+
+/// One open window as the SDK stores it: `[start, end, count, fired]`.
+type Open = (i64, i64, u64, bool);
+
+/// Tumbling count windows compiled into the host: the SDK's `Windows::tumbling` with `Count`
+/// and the example's output, per batch as the SDK does it.
+struct NativeWindows {
+    state: KeyedStateBackend,
+    windows: StateId,
+    ctx: SubtaskContext,
+    slots: KeySlots,
+    record_slots: Vec<u32>,
+    /// Per slot: its key's open windows.
+    open: Vec<Vec<Open>>,
+    hints: Vec<Option<EntryHint>>,
+    watermark: Option<i64>,
+    encoded: Vec<u8>,
+    scratch: Vec<u8>,
+}
+
+impl NativeWindows {
+    fn fail(&self, message: impl ToString) -> OperatorError {
+        self.ctx.error(FailureKind::Returned, message.to_string())
+    }
+
+    /// Reads the windows of every slot of the batch, in one batched lookup.
+    fn read(&mut self) -> Result<(), OperatorError> {
+        self.open.clear();
+        self.hints.clear();
+        let (state, windows, scratch) = (&self.state, self.windows, &mut self.scratch);
+        let keys = (0..self.slots.len() as u32).filter_map(|slot| self.slots.key(slot).ok());
+        let mut error = None;
+        state
+            .value_get_many(windows, keys, |_, value, hint| {
+                self.hints.push(hint);
+                let open = match value {
+                    Some(bytes) => ciborium::de::from_reader_with_buffer(bytes, scratch)
+                        .map_err(|e| error = Some(e.to_string()))
+                        .unwrap_or_default(),
+                    None => Vec::new(),
+                };
+                self.open.push(open);
+            })
+            .map_err(|e| self.fail(e))?;
+        match error {
+            Some(e) => Err(self.fail(e)),
+            None => Ok(()),
+        }
+    }
+
+    /// Writes every slot's windows back.
+    fn write(&mut self) -> Result<(), OperatorError> {
+        for slot in 0..self.slots.len() {
+            let key = self.slots.key(slot as u32).map_err(|e| self.fail(e))?;
+            if self.open[slot].is_empty() {
+                self.state
+                    .value_remove(self.windows, key)
+                    .map_err(|e| self.fail(e))?;
+                continue;
+            }
+            self.encoded.clear();
+            ciborium::into_writer(&self.open[slot], &mut self.encoded).map_err(|e| self.fail(e))?;
+            self.state
+                .value_set_hinted(self.windows, key, self.hints[slot], &self.encoded)
+                .map_err(|e| self.fail(e))?;
+        }
+        Ok(())
+    }
+}
+
+/// What the example emits for a window.
+fn emit(out: &mut RecordBatch, key: &[u8], start: i64, end: i64, clicks: u64) {
+    let page = serde_json::to_string(std::str::from_utf8(key).unwrap_or("")).unwrap_or_default();
+    let line = format!(r#"{{"page":{page},"start":{start},"end":{end},"clicks":{clicks}}}"#);
+    out.push(RecordRef::keyed(key, line.as_bytes()));
+}
+
+impl OperatorInstance for NativeWindows {
+    fn process(&mut self, batch: &mut RecordBatch) -> Result<RecordBatch, OperatorError> {
+        let (columns, host) = std::mem::take(batch).lend();
+        self.slots
+            .assign(&columns, host.hashes(), &mut self.record_slots);
+        *batch = RecordBatch::returned(columns, host);
+        self.read()?;
+        let wm = self.watermark;
+        for (i, record) in batch.iter().enumerate() {
+            let key = record.key.ok_or_else(|| self.fail("no key"))?;
+            let ts = record.timestamp.ok_or_else(|| self.fail("no timestamp"))?;
+            let start = ts - ts.rem_euclid(WINDOW_MS);
+            let end = start + WINDOW_MS;
+            if wm.is_some_and(|w| end - 1 <= w) {
+                continue; // late, lateness 0
+            }
+            let slot = self.record_slots[i] as usize;
+            let open = &mut self.open[slot];
+            match open.binary_search_by_key(&start, |w| w.0) {
+                Ok(at) => open[at].2 += 1,
+                Err(at) => {
+                    open.insert(at, (start, end, 1, false));
+                    let timer = Timer {
+                        domain: TimeDomain::EventTime,
+                        at: end - 1,
+                        tag: FIRE_TAG,
+                    };
+                    let key = KeyRef::new(key, hash_key(key));
+                    self.state
+                        .timer_register(key, timer)
+                        .map_err(|e| self.ctx.error(FailureKind::Returned, e.to_string()))?;
+                }
+            }
+        }
+        self.write()?;
+        // With no lateness, a window never fires from a record: only its timer fires it.
+        Ok(RecordBatch::new())
+    }
+
+    fn set_watermark(&mut self, watermark: Option<i64>) {
+        self.watermark = watermark;
+    }
+
+    fn on_timers(
+        &mut self,
+        _domain: TimeDomain,
+        timers: &[FiredTimer],
+    ) -> Result<RecordBatch, OperatorError> {
+        self.slots
+            .assign_keys(timers.iter().map(|t| &t.key[..]), &mut self.record_slots);
+        self.read()?;
+        let mut out = RecordBatch::new();
+        for (timer, &slot) in timers.iter().zip(&self.record_slots) {
+            let open = &mut self.open[slot as usize];
+            if let Some(at) = open.iter().position(|w| w.1 - 1 == timer.at) {
+                let (start, end, clicks, _) = open.remove(at);
+                emit(&mut out, &timer.key, start, end, clicks);
+            }
+        }
+        self.write()?;
+        Ok(out)
+    }
+
+    fn close(&mut self) -> Result<RecordBatch, OperatorError> {
+        Ok(RecordBatch::new())
+    }
+
+    fn state(&self) -> &KeyedStateBackend {
+        &self.state
+    }
+
+    fn state_mut(&mut self) -> &mut KeyedStateBackend {
+        &mut self.state
+    }
+}
+
+struct NativeWindowsFactory;
+
+impl OperatorFactory for NativeWindowsFactory {
+    fn instantiate(
+        &self,
+        ctx: &SubtaskContext,
+    ) -> Result<Box<dyn OperatorInstance>, OperatorError> {
+        let mut state = KeyedStateBackend::new(ctx.key_groups, ctx.range);
+        let windows = state
+            .declare("window:per-page", StateKind::Value)
+            .map_err(|e| ctx.error(FailureKind::Open, e.to_string()))?;
+        state.seal_declarations();
+        Ok(Box::new(NativeWindows {
+            state,
+            windows,
+            ctx: ctx.clone(),
+            slots: KeySlots::default(),
+            record_slots: Vec::new(),
+            open: Vec::new(),
+            hints: Vec::new(),
+            watermark: None,
+            encoded: Vec::new(),
+            scratch: vec![0; 4096],
+        }))
+    }
+}
+
+fn clock() -> GeneratorClock {
+    GeneratorClock {
+        start_ms: 1_700_000_000_000,
+        events_per_second: 100_000,
+        disorder: 0.05,
+        max_delay_ms: 2_000,
+    }
+}
+
+fn pipeline(factory: Arc<dyn OperatorFactory>, records: u64, keys: u64) -> Pipeline {
+    Pipeline {
+        name: "windows".into(),
+        key_groups: KeyGroups::default(),
+        batch_size: 1024,
+        source: Box::new(GeneratorSource::new(records, keys).with_clock(clock())),
+        stages: vec![Stage {
+            name: "pages".into(),
+            factory,
+            parallelism: 1,
+            key_by: Some(KeyBy::RecordKey),
+            config_json: CONFIG.into(),
+            limits: GuestLimits {
+                memory_bytes: 2 << 30,
+                ..GuestLimits::default()
+            },
+            on_error: RecordPolicy::Fail,
+            on_bad_record: RecordPolicy::Fail,
+        }],
+        source_on_bad_record: RecordPolicy::Fail,
+        sink: Box::new(DiscardSink),
+        dead_letters: Vec::new(),
+        checkpointing: None,
+        watermarks: Some(WatermarkPolicy {
+            max_out_of_order: Duration::from_millis(2_000),
+            idle: None,
+        }),
+    }
+}
+
+/// Records per second of one run, and the windows it emitted.
+fn measure(
+    runtime: &tokio::runtime::Runtime,
+    factory: Arc<dyn OperatorFactory>,
+    records: u64,
+    keys: u64,
+) -> (f64, u64) {
+    let started = Instant::now();
+    let summary = runtime
+        .block_on(run(
+            pipeline(factory, records, keys),
+            JobStart::fresh(),
+            RunOptions::default(),
+        ))
+        .unwrap_or_else(|e| panic!("benchmark job failed: {e}"));
+    (
+        records as f64 / started.elapsed().as_secs_f64(),
+        summary.sink_records,
+    )
+}
+
+/// Batches of one record per key `k0 .. k{keys}`, each at the start of the first window.
+fn one_window_per_key(keys: u64) -> Vec<RecordBatch> {
+    let mut batches = Vec::new();
+    let mut batch = RecordBatch::new();
+    for k in 0..keys {
+        let key = format!("k{k}");
+        batch.push(RecordRef {
+            timestamp: Some(1_700_000_040_000),
+            ..RecordRef::keyed(key.as_bytes(), b"")
+        });
+        if batch.len() == 1024 {
+            batches.push(std::mem::take(&mut batch));
+        }
+    }
+    if !batch.is_empty() {
+        batches.push(batch);
+    }
+    batches
+}
+
+/// Registers a window (and its timer) per key through `factory`'s operator, encodes the
+/// increment that holds them, then fires them all: returns (timers fired per second,
+/// increment bytes per key).
+fn fire_all(factory: &dyn OperatorFactory, keys: u64) -> (f64, f64) {
+    let ctx = SubtaskContext {
+        config_json: CONFIG.into(),
+        limits: GuestLimits {
+            memory_bytes: 2 << 30,
+            ..GuestLimits::default()
+        },
+        ..SubtaskContext::new("windows", "pages", 0, 1, KeyGroups::default())
+    };
+    let mut op = factory.instantiate(&ctx).expect("instantiate");
+    for mut batch in one_window_per_key(keys) {
+        op.process(&mut batch).expect("process");
+    }
+    let increment = op.state_mut().snapshot();
+    let bytes = format::encode(&increment).expect("encode").len();
+    let pending = op.state_mut().timers_pending().expect("pending").0;
+    assert_eq!(pending as u64, keys, "a timer per key");
+    op.set_watermark(Some(i64::MAX));
+    let started = Instant::now();
+    let mut fired = 0;
+    let mut emitted = 0;
+    loop {
+        let due = op
+            .state_mut()
+            .take_due_timers(TimeDomain::EventTime, i64::MAX, 1024)
+            .expect("due");
+        if due.is_empty() {
+            break;
+        }
+        fired += due.len();
+        emitted += op
+            .on_timers(TimeDomain::EventTime, &due)
+            .expect("fire")
+            .len();
+    }
+    let secs = started.elapsed().as_secs_f64();
+    assert_eq!(
+        (fired as u64, emitted as u64),
+        (keys, keys),
+        "each window fired once"
+    );
+    (fired as f64 / secs, bytes as f64 / keys as f64)
+}
+
+/// Bytes held per item after `add` put `n` of them into a fresh backend (`per_key` to a key)
+/// and a snapshot took the dirty lists.
+fn weigh(
+    n: u64,
+    per_key: u64,
+    add: impl Fn(&mut KeyedStateBackend, StateId, KeyRef<'_>, u64),
+) -> f64 {
+    let groups = KeyGroups::default();
+    let keys: Vec<String> = (0..n).map(|k| format!("k{}", k / per_key)).collect();
+    let before = LIVE.load(Ordering::Relaxed);
+    let mut backend =
+        KeyedStateBackend::new(groups, groups.range_of(weir_host::ids::SubtaskIndex(0), 1));
+    let map = backend.declare("m", StateKind::Map).expect("declare");
+    for (i, key) in keys.iter().enumerate() {
+        add(
+            &mut backend,
+            map,
+            KeyRef::new(key.as_bytes(), hash_key(key.as_bytes())),
+            i as u64,
+        );
+    }
+    drop(backend.snapshot());
+    let held = LIVE.load(Ordering::Relaxed) - before;
+    drop(backend);
+    held as f64 / n as f64
+}
+
+fn main() {
+    let args: Vec<u64> = std::env::args()
+        .skip(1)
+        .filter_map(|a| a.parse().ok())
+        .collect();
+    let records = args.first().copied().unwrap_or(10_000_000);
+    let keys = args.get(1).copied().unwrap_or(100_000);
+    let engine = Engine::new(EngineOptions {
+        cache: Some(ComponentCache::new(support::cache_dir())),
+    })
+    .expect("engine");
+    let component = engine
+        .load(&support::component("weir-example-page-counts"))
+        .expect("page-counts component");
+    let wasm: Arc<dyn OperatorFactory> =
+        Arc::new(WasmOperatorFactory::new(engine.clone(), component));
+    let native: Arc<dyn OperatorFactory> = Arc::new(NativeWindowsFactory);
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+
+    eprintln!(
+        "tumbling one-minute count windows: {records} records over {keys} keys, 100 000 events/s \
+         of event time, 5% up to 2 s late, watermarks 2 s behind, batch 1024, parallelism 1"
+    );
+    measure(&runtime, wasm.clone(), records / 10, keys);
+    measure(&runtime, native.clone(), records / 10, keys);
+    let (mut wasm_rates, mut native_rates) = (Vec::new(), Vec::new());
+    for round in 1..=3 {
+        let (w, w_windows) = measure(&runtime, wasm.clone(), records, keys);
+        let (n, n_windows) = measure(&runtime, native.clone(), records, keys);
+        assert_eq!(w_windows, n_windows, "both emit the same windows");
+        eprintln!(
+            "round {round}: wasm {w:.0} records/s, native {n:.0} records/s, ratio {:.3}, {w_windows} windows",
+            w / n
+        );
+        wasm_rates.push(w);
+        native_rates.push(n);
+    }
+    let (wasm_rate, native_rate) = (median(wasm_rates), median(native_rates));
+
+    let fired_keys = 1_000_000;
+    let (fired_rate, bytes_per_key) = fire_all(wasm.as_ref(), fired_keys);
+    let (native_fired_rate, _) = fire_all(native.as_ref(), fired_keys);
+    eprintln!(
+        "{fired_keys} windows, one per key: fired at {fired_rate:.0}/s in Wasm, {native_fired_rate:.0}/s native"
+    );
+
+    let n = 200_000;
+    let timer = |b: &mut KeyedStateBackend, _: StateId, key: KeyRef<'_>, i: u64| {
+        let timer = Timer {
+            domain: TimeDomain::EventTime,
+            at: i as i64,
+            tag: 0,
+        };
+        b.timer_register(key, timer).expect("register");
+    };
+    let entry = |b: &mut KeyedStateBackend, map: StateId, key: KeyRef<'_>, i: u64| {
+        b.map_put(map, key, &i.to_be_bytes(), &i.to_le_bytes())
+            .expect("put");
+    };
+    let (per_timer, per_entry) = (weigh(n, 1, timer), weigh(n, 1, entry));
+    let (per_timer_10, per_entry_10) = (weigh(n, 10, timer), weigh(n, 10, entry));
+    eprintln!(
+        "{n} pending timers or map entries (8-byte map key and value), one per key or ten per key"
+    );
+
+    println!("bench: windows_wasm_records_per_sec = {wasm_rate:.0} records/s");
+    println!("bench: windows_native_records_per_sec = {native_rate:.0} records/s");
+    println!(
+        "bench: windows_wasm_native_ratio = {:.3} ratio",
+        wasm_rate / native_rate
+    );
+    println!("bench: timers_fired_per_sec = {fired_rate:.0} timers/s");
+    println!("bench: timers_fired_per_sec_native = {native_fired_rate:.0} timers/s");
+    println!("bench: checkpoint_bytes_per_dirty_key = {bytes_per_key:.1} bytes");
+    println!("bench: bytes_per_pending_timer = {per_timer:.1} bytes");
+    println!("bench: bytes_per_map_entry = {per_entry:.1} bytes");
+    println!(
+        "bench: pending_timer_map_entry_ratio = {:.3} ratio",
+        per_timer / per_entry
+    );
+    println!("bench: bytes_per_pending_timer_10_per_key = {per_timer_10:.1} bytes");
+    println!("bench: bytes_per_map_entry_10_per_key = {per_entry_10:.1} bytes");
+}
