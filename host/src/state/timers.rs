@@ -10,10 +10,13 @@
 //! entry (no allocation); a few timers per key, the usual case (a window's end, a session's
 //! gap), cost a short copy per change.
 //!
-//! What fires them is an in-memory index per clock, ordered by (timestamp, key, tag): the
-//! order timers fire in. It holds each timer once more (its timestamp, tag and a copy of the
-//! key, inline when short), and is not checkpointed: a restore, or a roll-back of a failed
-//! call, marks it stale and the next access rebuilds it from the state.
+//! What fires them is an in-memory index per clock of each key's earliest timer, ordered by
+//! (timestamp, key): firing takes the first entry, fires that key's timers at that timestamp
+//! in tag order and puts the key back at its next timer, so timers fire in (timestamp, key,
+//! tag) order while the index holds one entry per key, not per timer (a pending timer then
+//! costs its 13 bytes in the set and a share of its key's entry: less than a map entry). The
+//! index is not checkpointed: a restore, or a roll-back of a failed call, marks it stale and
+//! the next access rebuilds it from the state.
 
 use std::collections::BTreeSet;
 
@@ -113,10 +116,13 @@ pub struct FiredTimer {
     pub tag: u32,
 }
 
-/// The timers of a subtask by clock, in firing order: (timestamp, key, tag).
+/// The keys of a subtask that have timers, by clock, in the order their earliest timers fire:
+/// (timestamp, key).
 #[derive(Debug, Default)]
 pub(super) struct TimerIndex {
-    by_time: [BTreeSet<(i64, StateBytes, u32)>; 2],
+    heads: [BTreeSet<(i64, StateBytes)>; 2],
+    /// Pending timers by clock.
+    pending: [usize; 2],
     /// The state changed under the index (a restore, a roll-back): rebuild before use.
     stale: bool,
 }
@@ -125,6 +131,34 @@ impl TimerIndex {
     pub(super) fn mark_stale(&mut self) {
         self.stale = true;
     }
+
+    /// Moves `key`'s entry of `domain` from its earliest timer `before` to `after`.
+    fn move_head(
+        &mut self,
+        domain: TimeDomain,
+        key: &[u8],
+        before: Option<i64>,
+        after: Option<i64>,
+    ) {
+        if before == after {
+            return;
+        }
+        let heads = &mut self.heads[domain.index()];
+        let key = StateBytes::copy_from_slice(key);
+        if let Some(at) = before {
+            heads.remove(&(at, key.clone()));
+        }
+        if let Some(at) = after {
+            heads.insert((at, key));
+        }
+    }
+}
+
+/// The earliest timer of `domain` in the sorted set `set`, if any.
+fn head(set: &[u8], domain: TimeDomain) -> Option<Timer> {
+    set.chunks_exact(TIMER_BYTES)
+        .find(|t| t[0] == domain as u8)
+        .and_then(Timer::decode)
 }
 
 impl KeyedStateBackend {
@@ -141,8 +175,16 @@ impl KeyedStateBackend {
         let mut index = TimerIndex::default();
         if let Some(id) = self.state_id(TIMERS_STATE) {
             for (key, set) in self.value_entries(id)? {
+                let mut heads = [None, None];
                 for timer in decode_set(set)? {
-                    index.by_time[timer.domain.index()].insert((timer.at, key.clone(), timer.tag));
+                    let d = timer.domain.index();
+                    index.pending[d] += 1;
+                    heads[d].get_or_insert(timer.at);
+                }
+                for (d, at) in heads.into_iter().enumerate() {
+                    if let Some(at) = at {
+                        index.heads[d].insert((at, key.clone()));
+                    }
                 }
             }
         }
@@ -161,16 +203,16 @@ impl KeyedStateBackend {
             Ok(_) => return Ok(false),
             Err(position) => position,
         };
+        let before = head(set, timer.domain).map(|t| t.at);
         let mut updated = Vec::with_capacity(set.len() + TIMER_BYTES);
         updated.extend_from_slice(&set[..position]);
         updated.extend_from_slice(&encoded);
         updated.extend_from_slice(&set[position..]);
+        let after = head(&updated, timer.domain).map(|t| t.at);
         self.value_set(id, key, &updated)?;
-        self.timers.by_time[timer.domain.index()].insert((
-            timer.at,
-            StateBytes::copy_from_slice(key.bytes),
-            timer.tag,
-        ));
+        self.timers
+            .move_head(timer.domain, key.bytes, before, after);
+        self.timers.pending[timer.domain.index()] += 1;
         Ok(true)
     }
 
@@ -187,28 +229,28 @@ impl KeyedStateBackend {
         let Ok(position) = binary_search(set, &encoded) else {
             return Ok(false);
         };
-        if set.len() == TIMER_BYTES {
+        let before = head(set, timer.domain).map(|t| t.at);
+        let after = if set.len() == TIMER_BYTES {
             self.value_remove(id, key)?;
+            None
         } else {
             let mut updated = Vec::with_capacity(set.len() - TIMER_BYTES);
             updated.extend_from_slice(&set[..position]);
             updated.extend_from_slice(&set[position + TIMER_BYTES..]);
+            let after = head(&updated, timer.domain).map(|t| t.at);
             self.value_set(id, key, &updated)?;
-        }
-        self.timers.by_time[timer.domain.index()].remove(&(
-            timer.at,
-            StateBytes::copy_from_slice(key.bytes),
-            timer.tag,
-        ));
+            after
+        };
+        self.timers
+            .move_head(timer.domain, key.bytes, before, after);
+        self.timers.pending[timer.domain.index()] -= 1;
         Ok(true)
     }
 
     /// The earliest timestamp of a pending timer of `domain`.
     pub fn next_timer(&mut self, domain: TimeDomain) -> Result<Option<i64>, StateError> {
         self.fresh_timer_index()?;
-        Ok(self.timers.by_time[domain.index()]
-            .first()
-            .map(|(at, _, _)| *at))
+        Ok(self.timers.heads[domain.index()].first().map(|(at, _)| *at))
     }
 
     /// Removes up to `most` timers of `domain` due at `upto` (timestamp at or before it), in
@@ -221,19 +263,29 @@ impl KeyedStateBackend {
     ) -> Result<Vec<FiredTimer>, StateError> {
         self.fresh_timer_index()?;
         let mut fired = Vec::new();
+        let id = self.timers_state()?;
         while fired.len() < most {
-            let index = &mut self.timers.by_time[domain.index()];
-            if index.first().is_none_or(|(at, _, _)| *at > upto) {
-                break;
-            }
-            let Some((at, key, tag)) = index.pop_first() else {
+            let Some((at, key)) = self.timers.heads[domain.index()].first().cloned() else {
                 break;
             };
-            let timer = Timer { domain, at, tag };
+            if at > upto {
+                break;
+            }
             let key_ref = KeyRef::new(&key, hash_key(&key));
-            // Through the set, so the key is written; the index entry is gone already.
+            let timer = self
+                .value_get(id, key_ref)?
+                .and_then(|set| head(set, domain))
+                .ok_or_else(|| {
+                    StateError::BadTimers("the index names a timer the state does not hold".into())
+                })?;
+            // Through the set, so the key is written and moves to its next timer in the index.
             self.timer_delete(key_ref, timer)?;
-            fired.push(FiredTimer { key, at, tag });
+            debug_assert_eq!(timer.at, at, "the index and the state agree");
+            fired.push(FiredTimer {
+                key,
+                at: timer.at,
+                tag: timer.tag,
+            });
         }
         Ok(fired)
     }
@@ -241,7 +293,7 @@ impl KeyedStateBackend {
     /// Pending timers of each domain: event time, processing time.
     pub fn timers_pending(&mut self) -> Result<(usize, usize), StateError> {
         self.fresh_timer_index()?;
-        Ok((self.timers.by_time[0].len(), self.timers.by_time[1].len()))
+        Ok((self.timers.pending[0], self.timers.pending[1]))
     }
 
     /// Every timer of `key`, in (domain, timestamp, tag) order.
