@@ -15,7 +15,7 @@ mod support;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
 use support::crash::{Rng, committed, crash_then_finish, seed};
@@ -446,12 +446,13 @@ fn sessions_in_python_equal_the_expectation() {
     assert!(got == expected, "output differs (seed {seed})");
 }
 
-#[test]
-fn page_counts_killed_at_random_instants_while_timers_are_pending_give_exactly_the_expected_output()
-{
-    let seed = seed();
-    let mut rng = Rng(seed | 1);
-    let clicks = clicks(400_000, seed);
+/// A folder with `n` clicks and a job counting them per page in Rust on 2 subtasks,
+/// checkpointing every 20 ms, with the output it must give.
+fn page_counts_checkpointed_often(
+    n: usize,
+    seed: u64,
+) -> (tempfile::TempDir, PathBuf, Vec<String>) {
+    let clicks = clicks(n, seed);
     let expected = expected_page_counts(&clicks);
     let dir = tempfile::tempdir().expect("tempdir");
     write_clicks(&dir.path().join("clicks.jsonl"), &clicks);
@@ -464,6 +465,26 @@ fn page_counts_killed_at_random_instants_while_timers_are_pending_give_exactly_t
         &pages_config(),
         "interval_ms = 20\nretain = 2\nrestart_attempts = 0",
     );
+    (dir, job, expected)
+}
+
+/// `weir run job -q` in the background, errors only, its output dropped: to be killed.
+fn start_quietly(job: &str) -> Child {
+    support::weir_command()
+        .args(["run", job, "-q"])
+        .env("RUST_LOG", "error")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("weir starts")
+}
+
+#[test]
+fn page_counts_killed_at_random_instants_while_timers_are_pending_give_exactly_the_expected_output()
+{
+    let seed = seed();
+    let mut rng = Rng(seed | 1);
+    let (dir, job, expected) = page_counts_checkpointed_often(400_000, seed);
     let job = job.to_str().expect("utf-8");
     crash_then_finish(job, dir.path(), &expected, (seed, &mut rng), (20, 150), 3);
 }
@@ -471,31 +492,12 @@ fn page_counts_killed_at_random_instants_while_timers_are_pending_give_exactly_t
 #[test]
 fn a_rescale_from_2_to_3_subtasks_in_the_middle_keeps_every_pending_timer() {
     let seed = seed();
-    let clicks = clicks(300_000, seed);
-    let expected = expected_page_counts(&clicks);
-    let dir = tempfile::tempdir().expect("tempdir");
-    write_clicks(&dir.path().join("clicks.jsonl"), &clicks);
-    let job = windows_job(
-        dir.path(),
-        "/page",
-        "pages",
-        &component("weir-example-page-counts"),
-        2,
-        &pages_config(),
-        "interval_ms = 20\nretain = 2\nrestart_attempts = 0",
-    );
+    let (dir, job, expected) = page_counts_checkpointed_often(300_000, seed);
     let job = job.to_str().expect("utf-8");
     // Two subtasks, stopped hard once a few checkpoints are in: windows are open, so their
     // timers are pending in the checkpoint.
     let folder = dir.path().join(".weir-checkpoints/pages/checkpoints");
-    let mut child = Command::new(env!("CARGO_BIN_EXE_weir"))
-        .args(["run", job, "-q"])
-        .env("WEIR_CACHE_DIR", support::cache_dir())
-        .env("RUST_LOG", "error")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("weir starts");
+    let mut child = start_quietly(job);
     let started = Instant::now();
     while checkpoint_ids(&folder).len() < 2 || checkpoint_ids(&folder).last() < Some(&4) {
         assert!(
@@ -617,14 +619,7 @@ fn processing_time_timers_fire_from_the_clock_and_those_due_while_down_fire_afte
     let job = job.to_str().expect("utf-8");
     let folder = dir.path().join(".weir-checkpoints/reminders/checkpoints");
     let started = Instant::now();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_weir"))
-        .args(["run", job, "-q"])
-        .env("WEIR_CACHE_DIR", support::cache_dir())
-        .env("RUST_LOG", "error")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("weir starts");
+    let mut child = start_quietly(job);
     let pending = |id: u64| -> u64 {
         let path = folder.join(format!("chk-{id:020}.json"));
         let Ok(bytes) = std::fs::read(path) else {

@@ -30,13 +30,12 @@ use std::time::{Duration, Instant};
 
 use keyed::median;
 use weir_host::checkpoint::{JobStart, format};
+use weir_host::connectors::GeneratorSource;
 use weir_host::connectors::generator::GeneratorClock;
-use weir_host::connectors::{DiscardSink, GeneratorSource};
 use weir_host::engine::{ComponentCache, Engine, EngineOptions};
 use weir_host::guest::{KeySlots, WasmOperatorFactory};
-use weir_host::job::spec::RecordPolicy;
 use weir_host::job::watermarks::WatermarkPolicy;
-use weir_host::job::{KeyBy, Pipeline, RunOptions, Stage, run};
+use weir_host::job::{Pipeline, RunOptions, run};
 use weir_host::operator::{
     FailureKind, GuestLimits, OperatorError, OperatorFactory, OperatorInstance, SubtaskContext,
 };
@@ -273,33 +272,16 @@ fn clock() -> GeneratorClock {
 }
 
 fn pipeline(factory: Arc<dyn OperatorFactory>, records: u64, keys: u64) -> Pipeline {
-    Pipeline {
-        name: "windows".into(),
-        key_groups: KeyGroups::default(),
-        batch_size: 1024,
-        source: Box::new(GeneratorSource::new(records, keys).with_clock(clock())),
-        stages: vec![Stage {
-            name: "pages".into(),
-            factory,
-            parallelism: 1,
-            key_by: Some(KeyBy::RecordKey),
-            config_json: CONFIG.into(),
-            limits: GuestLimits {
-                memory_bytes: 2 << 30,
-                ..GuestLimits::default()
-            },
-            on_error: RecordPolicy::Fail,
-            on_bad_record: RecordPolicy::Fail,
-        }],
-        source_on_bad_record: RecordPolicy::Fail,
-        sink: Box::new(DiscardSink),
-        dead_letters: Vec::new(),
-        checkpointing: None,
-        watermarks: Some(WatermarkPolicy {
+    keyed::one_stage(
+        "pages",
+        GeneratorSource::new(records, keys).with_clock(clock()),
+        factory,
+        CONFIG,
+        Some(WatermarkPolicy {
             max_out_of_order: Duration::from_millis(2_000),
             idle: None,
         }),
-    }
+    )
 }
 
 /// Records per second of one run, and the windows it emitted.

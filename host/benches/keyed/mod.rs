@@ -9,22 +9,40 @@ use std::time::Instant;
 use weir_host::checkpoint::JobStart;
 use weir_host::connectors::{DiscardSink, GeneratorSource};
 use weir_host::job::spec::RecordPolicy;
+use weir_host::job::watermarks::WatermarkPolicy;
 use weir_host::job::{KeyBy, Pipeline, RunOptions, Stage, run};
 use weir_host::operator::{GuestLimits, OperatorFactory};
 use weir_host::partition::KeyGroups;
 
 pub fn pipeline(factory: Arc<dyn OperatorFactory>, records: u64, keys: u64) -> Pipeline {
+    one_stage(
+        "keyed-count",
+        GeneratorSource::new(records, keys),
+        factory,
+        "{}",
+        None,
+    )
+}
+
+/// `source` -> key-by -> one subtask of `factory` (with `config_json`) -> discard.
+pub fn one_stage(
+    name: &str,
+    source: GeneratorSource,
+    factory: Arc<dyn OperatorFactory>,
+    config_json: &str,
+    watermarks: Option<WatermarkPolicy>,
+) -> Pipeline {
     Pipeline {
-        name: "keyed-count".into(),
+        name: name.into(),
         key_groups: KeyGroups::default(),
         batch_size: 1024,
-        source: Box::new(GeneratorSource::new(records, keys)),
+        source: Box::new(source),
         stages: vec![Stage {
-            name: "count".into(),
+            name: name.into(),
             factory,
             parallelism: 1,
             key_by: Some(KeyBy::RecordKey),
-            config_json: "{}".into(),
+            config_json: config_json.into(),
             limits: GuestLimits {
                 memory_bytes: 2 << 30,
                 ..GuestLimits::default()
@@ -36,7 +54,7 @@ pub fn pipeline(factory: Arc<dyn OperatorFactory>, records: u64, keys: u64) -> P
         sink: Box::new(DiscardSink),
         dead_letters: Vec::new(),
         checkpointing: None,
-        watermarks: None,
+        watermarks,
     }
 }
 
