@@ -163,9 +163,13 @@ impl Runtime {
         Ok(values)
     }
 
-    /// Sends the pending map and list writes (before a map or list read).
-    pub(crate) fn flush_log(&mut self) -> Result<()> {
-        self.log.flush(self.host.as_mut())
+    /// Sends the pending writes if some are to `state` for `slot`, so that a read of that
+    /// map or list sees them (other writes wait for the end of the batch).
+    pub(crate) fn flush_log_for(&mut self, state: StateId, slot: u32) -> Result<()> {
+        if self.log.writes_to(state, slot) {
+            self.log.flush(self.host.as_mut())?;
+        }
+        Ok(())
     }
 
     /// Appends the dirty value slots to the log and sends it: the one `apply` of a batch.

@@ -75,7 +75,7 @@ impl<T: Serialize + DeserializeOwned> ListState<T> {
     pub fn get(&self) -> Result<Vec<T>> {
         let slot = batch::current_slot(&self.name)?;
         batch::with_runtime(|runtime| {
-            runtime.flush_log()?;
+            runtime.flush_log_for(self.id, slot)?;
             let blobs = runtime
                 .host
                 .list_read(self.id, slot)

@@ -25,9 +25,9 @@ const PAGE: u32 = 1024;
 /// integers sort numerically, strings by length first, then bytewise.
 ///
 /// Writes (`insert`, `remove`, `clear`) are queued and sent in one host call with the other
-/// writes of the batch. A read (`get`, `contains_key`, `len`, `entries`, `keys`) first sends
-/// the queued writes, so it sees them, then calls the host: reads cost one crossing each
-/// (plus one per 1024 entries for `entries` and `keys`).
+/// writes of the batch. A read (`get`, `contains_key`, `len`, `entries`, `keys`) calls the
+/// host, one crossing each (plus one per 1024 entries for `entries` and `keys`); if writes to
+/// this map of this key are queued, it sends them first, so it sees them.
 pub struct MapState<K, V> {
     id: StateId,
     name: Arc<str>,
@@ -180,11 +180,12 @@ impl<K: Serialize + DeserializeOwned, V: Serialize + DeserializeOwned> MapState<
         })
     }
 
-    /// Sends the queued writes, then runs `f` with the record's key slot.
+    /// Sends the queued writes if some are to this map of the record's key, then runs `f`
+    /// with the key's slot.
     fn read<R>(&self, f: impl FnOnce(&mut Runtime, u32) -> Result<R>) -> Result<R> {
         let slot = batch::current_slot(&self.name)?;
         batch::with_runtime(|runtime| {
-            runtime.flush_log()?;
+            runtime.flush_log_for(self.id, slot)?;
             f(runtime, slot)
         })
         .map_err(|e| e.context(format_args!("map state `{}`", self.name)))
@@ -235,13 +236,20 @@ mod tests {
         assert_eq!(map.len()?, 2, "b and c, with the queued write");
         assert_eq!((host.calls().apply, host.calls().map_size), (3, 1));
 
+        map.insert(&"d".to_owned(), &4)?;
         set_current_slot(1);
         assert_eq!(map.keys()?, Vec::<String>::new(), "maps are per key");
+        assert_eq!(
+            host.calls().apply,
+            3,
+            "the queued write is to another key's map: it waits"
+        );
         assert!(map.is_empty()?);
         map.insert(&"z".to_owned(), &26)?;
         map.clear()?;
         scope.finish()?;
         assert!(!host.0.borrow().maps.contains_key(&(0, 1)));
+        assert_eq!(host.0.borrow().maps[&(0, 0)].len(), 3, "b, c and d");
         Ok(())
     }
 

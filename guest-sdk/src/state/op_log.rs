@@ -1,5 +1,7 @@
 //! The log of state writes sent to the host in one `apply` call.
 
+use std::collections::HashSet;
+
 use crate::bindings::weir::operator::state::{OpKind, StateId};
 use crate::state::host::StateHost;
 use crate::{Error, Result};
@@ -16,6 +18,9 @@ pub(crate) struct OpLog {
     /// The encoded operations, `OP_BYTES` each.
     ops: Vec<u8>,
     data: Vec<u8>,
+    /// The (state, slot) pairs of the pending map and list writes: a read of a map or list
+    /// sends the log first only if it holds writes to that map or list.
+    written: HashSet<(StateId, u32)>,
 }
 
 /// Writes an operation's map key or value into the log's data.
@@ -41,6 +46,9 @@ impl OpLog {
                     bytes.copy_from_slice(&word.to_le_bytes());
                 }
                 self.ops.extend_from_slice(&op);
+                if !matches!(kind, OpKind::TimerRegister | OpKind::TimerDelete) {
+                    self.written.insert((state, slot));
+                }
                 Ok(())
             }
             Err(error) => {
@@ -86,6 +94,12 @@ impl OpLog {
     pub(crate) fn clear(&mut self) {
         self.ops.clear();
         self.data.clear();
+        self.written.clear();
+    }
+
+    /// Whether writes to `state` for `slot` are pending.
+    pub(crate) fn writes_to(&self, state: StateId, slot: u32) -> bool {
+        self.written.contains(&(state, slot))
     }
 
     #[cfg(test)]
