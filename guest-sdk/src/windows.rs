@@ -53,21 +53,22 @@
 //!   updates the window, which fires again at once (from [`Windows::add`]). A record late for
 //!   all its windows is dropped and counted ([`Windows::dropped_late`], in memory only).
 //!
-//! Cost: the windows of a key are one value (a short list of open windows), read once per
-//! batch for every key of the batch and written once per batch, like any
-//! [`ValueState`]: no host call per record. Each window costs one timer (two with lateness).
-//!
-//! State and timers: a window set named `name` keeps the value state `window:{name}` and
-//! registers event-time timers tagged `0xFFFF_0000 | hash15(name) << 1` (at `end - 1`) and
+//! State and timers: a window set named `name` keeps its open windows in the map state
+//! `window:{name}` (as the Python and JavaScript libraries do), one entry per window under its
+//! start, and registers event-time timers tagged `0xFFFF_0000 | hash15(name) << 1` (at `end - 1`) and
 //! that tag `| 1` (at `end - 1 + lateness`, when the lateness is not 0), where `hash15` folds
 //! the 32-bit FNV-1a hash of the name to 15 bits. Keep the operator's own tags below
 //! `0xFFFF_0000`; [`Windows::on_timer`] returns `false` for timers that are not the set's.
+//!
+//! Cost: a record reads the entries of its windows (one host call each for tumbling and
+//! sliding windows, one for all the key's sessions) and writes them with the batch's other
+//! writes, in one call per batch. Each window costs one timer (two with lateness).
 
 use std::ops::Add;
 
-use serde::{Deserialize, Serialize, de::DeserializeOwned};
+use serde::{Serialize, de::DeserializeOwned};
 
-use crate::{Emitter, Error, OpenContext, Record, Result, TimeDomain, Timer, Timers, ValueState};
+use crate::{Emitter, Error, MapState, OpenContext, Record, Result, TimeDomain, Timer, Timers};
 
 /// The lowest timer tag the windows library uses.
 pub const TAG_BASE: u32 = 0xFFFF_0000;
@@ -232,17 +233,8 @@ pub enum WindowKind {
     Session { gap_ms: i64 },
 }
 
-/// One open window of a key, as stored: a CBOR array `[start, end, acc, fired]` (shorter
-/// than a map with field names, and decoded without matching them).
-#[derive(Clone, Debug, Serialize, Deserialize)]
-#[serde(
-    from = "(i64, i64, A, bool)",
-    into = "(i64, i64, A, bool)",
-    bound(
-        serialize = "A: Serialize + Clone",
-        deserialize = "A: DeserializeOwned"
-    )
-)]
+/// One open window of a key.
+#[derive(Clone, Debug)]
 struct Open<A> {
     start: i64,
     end: i64,
@@ -251,29 +243,16 @@ struct Open<A> {
     fired: bool,
 }
 
-impl<A> From<(i64, i64, A, bool)> for Open<A> {
-    fn from((start, end, acc, fired): (i64, i64, A, bool)) -> Self {
-        Self {
-            start,
-            end,
-            acc,
-            fired,
-        }
-    }
-}
-
-impl<A> From<Open<A>> for (i64, i64, A, bool) {
-    fn from(w: Open<A>) -> Self {
-        (w.start, w.end, w.acc, w.fired)
-    }
-}
+/// A window as its map entry holds it, under its start: `[end, acc, fired]` (a CBOR array,
+/// shorter than a map with field names).
+type Entry<A> = (i64, A, bool);
 
 /// A set of windows per key, over keyed state and timers. See the [module docs](self).
 pub struct Windows<A: Aggregate> {
     kind: WindowKind,
     aggregate: A,
     lateness_ms: i64,
-    open: ValueState<Vec<Open<A::Acc>>>,
+    open: MapState<i64, Entry<A::Acc>>,
     timers: Timers,
     fire_tag: u32,
     dropped_late: u64,
@@ -339,7 +318,7 @@ impl<A: Aggregate> Windows<A> {
             kind,
             aggregate,
             lateness_ms: 0,
-            open: ctx.value_state(&format!("window:{name}"))?,
+            open: ctx.map_state(&format!("window:{name}"))?,
             timers: ctx.timers(),
             fire_tag: TAG_BASE | (hash15(name) << 1),
             dropped_late: 0,
@@ -371,21 +350,67 @@ impl<A: Aggregate> Windows<A> {
         wm.is_some_and(|wm| end - 1 + self.lateness_ms <= wm)
     }
 
-    /// The key's open windows, taken out of the state (put back with [`Self::put`]).
-    fn take(&self) -> Result<Vec<Open<A::Acc>>> {
-        let mut taken = None;
-        self.open.update(|current| {
-            taken = current;
-            None
-        })?;
-        Ok(taken.unwrap_or_default())
+    /// The key's open windows among those starting at `starts` (all of them if `None`),
+    /// ordered by start.
+    fn load(&self, starts: Option<&[i64]>) -> Result<Vec<Open<A::Acc>>> {
+        let open = |(start, (end, acc, fired)): (i64, Entry<A::Acc>)| Open {
+            start,
+            end,
+            acc,
+            fired,
+        };
+        let mut windows: Vec<_> = match starts {
+            None => self.open.entries()?.into_iter().map(open).collect(),
+            Some(starts) => {
+                let mut windows = Vec::with_capacity(starts.len());
+                for &start in starts {
+                    if let Some(entry) = self.open.get(&start)? {
+                        windows.push(open((start, entry)));
+                    }
+                }
+                windows
+            }
+        };
+        windows.sort_unstable_by_key(|w| w.start);
+        Ok(windows)
     }
 
-    fn put(&self, open: Vec<Open<A::Acc>>) -> Result<()> {
-        if !open.is_empty() {
-            self.open.update(|_| Some(open))?;
+    /// Writes back the windows [`Self::load`] returned (`loaded`: their starts) as `open`
+    /// holds them now: gone, changed or new.
+    fn store(&self, loaded: &[i64], open: &[Open<A::Acc>]) -> Result<()> {
+        for start in loaded {
+            if !open.iter().any(|w| w.start == *start) {
+                self.open.remove(start)?;
+            }
+        }
+        for w in open {
+            self.open
+                .insert(&w.start, &(w.end, w.acc.clone(), w.fired))?;
         }
         Ok(())
+    }
+
+    /// The size of tumbling and sliding windows (sessions have none: 0).
+    fn size_ms(&self) -> i64 {
+        match self.kind {
+            WindowKind::Tumbling { size_ms } | WindowKind::Sliding { size_ms, .. } => size_ms,
+            WindowKind::Session { .. } => 0,
+        }
+    }
+
+    /// The starts of the windows `ts` belongs to, for tumbling and sliding windows.
+    fn starts_of(&self, ts: i64) -> Vec<i64> {
+        match self.kind {
+            WindowKind::Tumbling { size_ms } => vec![ts - ts.rem_euclid(size_ms)],
+            WindowKind::Sliding { size_ms, slide_ms } => {
+                let last = ts - ts.rem_euclid(slide_ms);
+                (0..)
+                    .map(|i| last - i * slide_ms)
+                    .take_while(|start| start + size_ms > ts)
+                    .collect()
+            }
+            WindowKind::Session { .. } => Vec::new(),
+        }
     }
 
     /// Registers the timers of a new window: the one that fires it, unless `fire` is false
@@ -432,40 +457,10 @@ impl<A: Aggregate> Windows<A> {
             "windows need records with a timestamp: set the source's timestamp (json-lines) or use a source that stamps records",
         )?;
         let wm = self.timers.watermark();
-        let mut open = self.take()?;
-        let added = match self.kind {
-            WindowKind::Tumbling { size_ms } => {
-                let start = ts - ts.rem_euclid(size_ms);
-                self.add_to(
-                    &mut open,
-                    key,
-                    start,
-                    start + size_ms,
-                    wm,
-                    input,
-                    out,
-                    &mut on_fire,
-                )?
-            }
-            WindowKind::Sliding { size_ms, slide_ms } => {
-                let mut start = ts - ts.rem_euclid(slide_ms);
-                let mut added = false;
-                while start + size_ms > ts {
-                    added |= self.add_to(
-                        &mut open,
-                        key,
-                        start,
-                        start + size_ms,
-                        wm,
-                        input.clone(),
-                        out,
-                        &mut on_fire,
-                    )?;
-                    start -= slide_ms;
-                }
-                added
-            }
-            WindowKind::Session { gap_ms } => self.add_session(
+        let added = if let WindowKind::Session { gap_ms } = self.kind {
+            let mut open = self.load(None)?;
+            let loaded: Vec<i64> = open.iter().map(|w| w.start).collect();
+            let added = self.add_session(
                 &mut open,
                 key,
                 ts,
@@ -474,9 +469,32 @@ impl<A: Aggregate> Windows<A> {
                 input,
                 out,
                 &mut on_fire,
-            )?,
+            )?;
+            if added {
+                self.store(&loaded, &open)?;
+            }
+            added
+        } else {
+            let size_ms = self.size_ms();
+            let mut starts = self.starts_of(ts);
+            // A window past its lateness takes no record: its entry is not even read.
+            starts.retain(|start| !self.is_late(start + size_ms, wm));
+            let mut open = self.load(Some(&starts))?;
+            for &start in &starts {
+                self.add_to(
+                    &mut open,
+                    key,
+                    start,
+                    start + size_ms,
+                    wm,
+                    input.clone(),
+                    out,
+                    &mut on_fire,
+                )?;
+            }
+            self.store(&starts, &open)?;
+            !starts.is_empty()
         };
-        self.put(open)?;
         if !added {
             self.dropped_late += 1;
         }
@@ -614,8 +632,18 @@ impl<A: Aggregate> Windows<A> {
         {
             return Ok(false);
         }
-        let mut open = self.take()?;
-        if timer.tag == self.fire_tag {
+        let fire = timer.tag == self.fire_tag;
+        // The window the timer is for: known by its start, but for sessions.
+        let starts = match self.kind {
+            WindowKind::Session { .. } => None,
+            _ => {
+                let end = timer.timestamp + 1 - if fire { 0 } else { self.lateness_ms };
+                Some([end - self.size_ms()])
+            }
+        };
+        let mut open = self.load(starts.as_ref().map(|s| &s[..]))?;
+        let loaded: Vec<i64> = open.iter().map(|w| w.start).collect();
+        if fire {
             if let Some(index) = open.iter().position(|w| w.end - 1 == timer.timestamp) {
                 let window = &mut open[index];
                 window.fired = true;
@@ -633,7 +661,7 @@ impl<A: Aggregate> Windows<A> {
         } else {
             open.retain(|w| w.end - 1 + self.lateness_ms != timer.timestamp);
         }
-        self.put(open)?;
+        self.store(&loaded, &open)?;
         Ok(true)
     }
 }

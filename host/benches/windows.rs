@@ -6,9 +6,8 @@
 //!   windows (parallelism 1) -> discard, with watermarks 2 s behind. Once the operator is the
 //!   example component (`examples/windows/pages`, the SDK's `Windows::tumbling` with `Count`),
 //!   once the same logic compiled into the host over the same runtime and state backend,
-//!   following the SDK's per-batch algorithm (windows of a key as one CBOR value read for the
-//!   batch's keys at once and written once, a timer per window). Medians of three interleaved
-//!   runs each.
+//!   following the SDK's algorithm (a map entry per window under its CBOR-encoded start, read
+//!   and written per record, a timer per window). Medians of three interleaved runs each.
 //! - Timers fired per second: 1 M windows, one per key, registered through the component, then
 //!   fired by one watermark at the end of time: the host taking them from state in batches
 //!   and the component handling them (emitting each window), timed alone.
@@ -33,7 +32,7 @@ use weir_host::checkpoint::{JobStart, format};
 use weir_host::connectors::GeneratorSource;
 use weir_host::connectors::generator::GeneratorClock;
 use weir_host::engine::{ComponentCache, Engine, EngineOptions};
-use weir_host::guest::{KeySlots, WasmOperatorFactory};
+use weir_host::guest::WasmOperatorFactory;
 use weir_host::job::watermarks::WatermarkPolicy;
 use weir_host::job::{Pipeline, RunOptions, run};
 use weir_host::operator::{
@@ -42,7 +41,7 @@ use weir_host::operator::{
 use weir_host::partition::{KeyGroups, hash_key};
 use weir_host::record::{RecordBatch, RecordRef};
 use weir_host::state::{
-    EntryHint, FiredTimer, KeyRef, KeyedStateBackend, StateId, StateKind, TimeDomain, Timer,
+    FiredTimer, KeyRef, KeyedStateBackend, StateId, StateKind, TimeDomain, Timer,
 };
 
 /// Counts the bytes allocated and not freed, to weigh what the state holds.
@@ -83,21 +82,17 @@ const WINDOW_MS: i64 = 60_000;
 const FIRE_TAG: u32 = 0xFFFF_0000 | (5661 << 1);
 const CONFIG: &str = r#"{"size_ms":60000,"allowed_lateness_ms":0}"#;
 
-/// One open window as the SDK stores it: `[start, end, count, fired]`.
-type Open = (i64, i64, u64, bool);
+/// One open window as the SDK's map entry holds it, under its start: `[end, count, fired]`.
+type Entry = (i64, u64, bool);
 
 /// Tumbling count windows compiled into the host: the SDK's `Windows::tumbling` with `Count`
-/// and the example's output, per batch as the SDK does it.
+/// and the example's output, as the SDK does it (a map entry per window, read per record).
 struct NativeWindows {
     state: KeyedStateBackend,
     windows: StateId,
     ctx: SubtaskContext,
-    slots: KeySlots,
-    record_slots: Vec<u32>,
-    /// Per slot: its key's open windows.
-    open: Vec<Vec<Open>>,
-    hints: Vec<Option<EntryHint>>,
     watermark: Option<i64>,
+    map_key: Vec<u8>,
     encoded: Vec<u8>,
     scratch: Vec<u8>,
 }
@@ -107,48 +102,18 @@ impl NativeWindows {
         self.ctx.error(FailureKind::Returned, message.to_string())
     }
 
-    /// Reads the windows of every slot of the batch, in one batched lookup.
-    fn read(&mut self) -> Result<(), OperatorError> {
-        self.open.clear();
-        self.hints.clear();
-        let (state, windows, scratch) = (&self.state, self.windows, &mut self.scratch);
-        let keys = (0..self.slots.len() as u32).filter_map(|slot| self.slots.key(slot).ok());
-        let mut error = None;
-        state
-            .value_get_many(windows, keys, |_, value, hint| {
-                self.hints.push(hint);
-                let open = match value {
-                    Some(bytes) => ciborium::de::from_reader_with_buffer(bytes, scratch)
-                        .map_err(|e| error = Some(e.to_string()))
-                        .unwrap_or_default(),
-                    None => Vec::new(),
-                };
-                self.open.push(open);
-            })
+    /// The window of `key` starting at `start`, if open (its encoded start left in `map_key`).
+    fn get(&mut self, key: KeyRef<'_>, start: i64) -> Result<Option<Entry>, OperatorError> {
+        self.map_key.clear();
+        ciborium::into_writer(&start, &mut self.map_key).map_err(|e| self.fail(e))?;
+        let value = self
+            .state
+            .map_get(self.windows, key, &self.map_key)
             .map_err(|e| self.fail(e))?;
-        match error {
-            Some(e) => Err(self.fail(e)),
-            None => Ok(()),
-        }
-    }
-
-    /// Writes every slot's windows back.
-    fn write(&mut self) -> Result<(), OperatorError> {
-        for slot in 0..self.slots.len() {
-            let key = self.slots.key(slot as u32).map_err(|e| self.fail(e))?;
-            if self.open[slot].is_empty() {
-                self.state
-                    .value_remove(self.windows, key)
-                    .map_err(|e| self.fail(e))?;
-                continue;
-            }
-            self.encoded.clear();
-            ciborium::into_writer(&self.open[slot], &mut self.encoded).map_err(|e| self.fail(e))?;
-            self.state
-                .value_set_hinted(self.windows, key, self.hints[slot], &self.encoded)
-                .map_err(|e| self.fail(e))?;
-        }
-        Ok(())
+        value
+            .map(|bytes| ciborium::de::from_reader_with_buffer(bytes, &mut self.scratch))
+            .transpose()
+            .map_err(|e| self.fail(e))
     }
 }
 
@@ -161,13 +126,8 @@ fn emit(out: &mut RecordBatch, key: &[u8], start: i64, end: i64, clicks: u64) {
 
 impl OperatorInstance for NativeWindows {
     fn process(&mut self, batch: &mut RecordBatch) -> Result<RecordBatch, OperatorError> {
-        let (columns, host) = std::mem::take(batch).lend();
-        self.slots
-            .assign(&columns, host.hashes(), &mut self.record_slots);
-        *batch = RecordBatch::returned(columns, host);
-        self.read()?;
         let wm = self.watermark;
-        for (i, record) in batch.iter().enumerate() {
+        for record in batch.iter() {
             let key = record.key.ok_or_else(|| self.fail("no key"))?;
             let ts = record.timestamp.ok_or_else(|| self.fail("no timestamp"))?;
             let start = ts - ts.rem_euclid(WINDOW_MS);
@@ -175,25 +135,27 @@ impl OperatorInstance for NativeWindows {
             if wm.is_some_and(|w| end - 1 <= w) {
                 continue; // late, lateness 0
             }
-            let slot = self.record_slots[i] as usize;
-            let open = &mut self.open[slot];
-            match open.binary_search_by_key(&start, |w| w.0) {
-                Ok(at) => open[at].2 += 1,
-                Err(at) => {
-                    open.insert(at, (start, end, 1, false));
+            let key = KeyRef::new(key, hash_key(key));
+            let entry = match self.get(key, start)? {
+                Some((end, count, fired)) => (end, count + 1, fired),
+                None => {
                     let timer = Timer {
                         domain: TimeDomain::EventTime,
                         at: end - 1,
                         tag: FIRE_TAG,
                     };
-                    let key = KeyRef::new(key, hash_key(key));
                     self.state
                         .timer_register(key, timer)
-                        .map_err(|e| self.ctx.error(FailureKind::Returned, e.to_string()))?;
+                        .map_err(|e| self.fail(e))?;
+                    (end, 1, false)
                 }
-            }
+            };
+            self.encoded.clear();
+            ciborium::into_writer(&entry, &mut self.encoded).map_err(|e| self.fail(e))?;
+            self.state
+                .map_put(self.windows, key, &self.map_key, &self.encoded)
+                .map_err(|e| self.fail(e))?;
         }
-        self.write()?;
         // With no lateness, a window never fires from a record: only its timer fires it.
         Ok(RecordBatch::new())
     }
@@ -207,18 +169,17 @@ impl OperatorInstance for NativeWindows {
         _domain: TimeDomain,
         timers: &[FiredTimer],
     ) -> Result<RecordBatch, OperatorError> {
-        self.slots
-            .assign_keys(timers.iter().map(|t| &t.key[..]), &mut self.record_slots);
-        self.read()?;
         let mut out = RecordBatch::new();
-        for (timer, &slot) in timers.iter().zip(&self.record_slots) {
-            let open = &mut self.open[slot as usize];
-            if let Some(at) = open.iter().position(|w| w.1 - 1 == timer.at) {
-                let (start, end, clicks, _) = open.remove(at);
+        for timer in timers {
+            let key = KeyRef::new(&timer.key, hash_key(&timer.key));
+            let start = timer.at + 1 - WINDOW_MS;
+            if let Some((end, clicks, _)) = self.get(key, start)? {
                 emit(&mut out, &timer.key, start, end, clicks);
+                self.state
+                    .map_remove(self.windows, key, &self.map_key)
+                    .map_err(|e| self.fail(e))?;
             }
         }
-        self.write()?;
         Ok(out)
     }
 
@@ -244,18 +205,15 @@ impl OperatorFactory for NativeWindowsFactory {
     ) -> Result<Box<dyn OperatorInstance>, OperatorError> {
         let mut state = KeyedStateBackend::new(ctx.key_groups, ctx.range);
         let windows = state
-            .declare("window:per-page", StateKind::Value)
+            .declare("window:per-page", StateKind::Map)
             .map_err(|e| ctx.error(FailureKind::Open, e.to_string()))?;
         state.seal_declarations();
         Ok(Box::new(NativeWindows {
             state,
             windows,
             ctx: ctx.clone(),
-            slots: KeySlots::default(),
-            record_slots: Vec::new(),
-            open: Vec::new(),
-            hints: Vec::new(),
             watermark: None,
+            map_key: Vec::new(),
             encoded: Vec::new(),
             scratch: vec![0; 4096],
         }))
