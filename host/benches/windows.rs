@@ -7,7 +7,7 @@
 //!   example component (`examples/windows/pages`, the SDK's `Windows::tumbling` with `Count`),
 //!   once the same logic compiled into the host over the same runtime and state backend,
 //!   following the SDK's algorithm (a map entry per window under its CBOR-encoded start, read
-//!   and written per record, a timer per window). Medians of three interleaved runs each.
+//!   and written per record, a timer per window). Medians of five interleaved runs each.
 //! - Timers fired per second: 1 M windows, one per key, registered through the component, then
 //!   fired by one watermark at the end of time: the host taking them from state in batches
 //!   and the component handling them (emitting each window), timed alone.
@@ -386,7 +386,7 @@ fn main() {
     measure(&runtime, wasm.clone(), records / 10, keys);
     measure(&runtime, native.clone(), records / 10, keys);
     let (mut wasm_rates, mut native_rates) = (Vec::new(), Vec::new());
-    for round in 1..=3 {
+    for round in 1..=5 {
         let (w, w_windows) = measure(&runtime, wasm.clone(), records, keys);
         let (n, n_windows) = measure(&runtime, native.clone(), records, keys);
         assert_eq!(w_windows, n_windows, "both emit the same windows");
