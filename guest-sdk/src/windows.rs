@@ -54,15 +54,17 @@
 //!   all its windows is dropped and counted ([`Windows::dropped_late`], in memory only).
 //!
 //! State and timers: a window set named `name` keeps its open windows in the map state
-//! `window:{name}` (as the Python and JavaScript libraries do), one entry per window under its
-//! start, and registers event-time timers tagged `0xFFFF_0000 | hash15(name) << 1` (at `end - 1`) and
-//! that tag `| 1` (at `end - 1 + lateness`, when the lateness is not 0), where `hash15` folds
-//! the 32-bit FNV-1a hash of the name to 15 bits. Keep the operator's own tags below
-//! `0xFFFF_0000`; [`Windows::on_timer`] returns `false` for timers that are not the set's.
+//! `window:{name}` (as the Python and JavaScript libraries do), one entry per window under
+//! its start, and registers event-time timers tagged `0xFFFF_0000 | hash15(name) << 1` (at
+//! `end - 1`) and that tag `| 1` (at `end - 1 + lateness`, when the lateness is not 0), where
+//! `hash15` folds the 32-bit FNV-1a hash of the name to 15 bits. Keep the operator's own tags
+//! below `0xFFFF_0000`; [`Windows::on_timer`] returns `false` for timers that are not the
+//! set's.
 //!
-//! Cost: a record reads the entries of its windows (one host call each for tumbling and
-//! sliding windows, one for all the key's sessions) and writes them with the batch's other
-//! writes, in one call per batch. Each window costs one timer (two with lateness).
+//! Cost: a record reads the entries of its windows, one host call per window (one window for
+//! tumbling windows, `size / slide` for sliding ones) or one for all the key's sessions, and
+//! its writes go out with the batch's other writes, in one call per batch. Each window costs
+//! one timer (two with lateness).
 
 use std::ops::Add;
 
