@@ -1029,28 +1029,28 @@ def export(operator_class):
             Processor.operator = operator
 
         def process(self, batch, key_slots):
-            operator = Processor.operator
-            if operator is None:
-                raise _failure(WeirError("the operator is not open: process called before open or after close"))
-            out = Processor.out
-            try:
-                _run(operator.process, out, batch, key_slots)
-                _rt.finish()
-                return out._take()
-            except Exception as e:
-                record = _Batch.record()
-                _Batch.slots = None
-                _rt.abort()
-                out._discard()
-                raise _failure(e, record) from None
+            operator = Processor._open_operator("process")
+            return Processor._run_batch(_run, operator.process, batch, key_slots)
 
         def on_timers(self, timers):
+            operator = Processor._open_operator("on_timers")
+            return Processor._run_batch(_run_timers, operator.on_timer, timers)
+
+        @staticmethod
+        def _open_operator(call):
             operator = Processor.operator
             if operator is None:
-                raise _failure(WeirError("the operator is not open: on_timers called before open or after close"))
+                raise _failure(WeirError(f"the operator is not open: {call} called before open or after close"))
+            return operator
+
+        @staticmethod
+        def _run_batch(run, handler, *args):
+            """Runs `handler` over a batch (of records or timers) with `run`, and returns what
+            it emitted; on an exception, nothing of the call is kept: its state writes and
+            output are dropped, and the failure names the record being handled."""
             out = Processor.out
             try:
-                _run_timers(operator.on_timer, out, timers)
+                run(handler, out, *args)
                 _rt.finish()
                 return out._take()
             except Exception as e:
@@ -1061,9 +1061,7 @@ def export(operator_class):
                 raise _failure(e, record) from None
 
         def close(self):
-            operator = Processor.operator
-            if operator is None:
-                raise _failure(WeirError("the operator is not open: close called before open or after close"))
+            operator = Processor._open_operator("close")
             Processor.operator = None
             out = Processor.out
             try:
