@@ -113,6 +113,7 @@ pub mod engine;
 pub mod guest;
 pub mod ids;
 pub mod job;
+pub mod kafka;
 pub mod operator;
 pub mod partition;
 pub mod record;

@@ -8,6 +8,7 @@
 
 pub mod crash;
 pub mod emulators;
+pub mod kafka;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};

@@ -4,6 +4,8 @@
 //! ```text
 //! <store prefix>/<job>/checkpoints/chk-00000000000000000007.json   metadata, by the coordinator
 //! <store prefix>/<job>/state/<operator>/<subtask>/chk-…07-<run>.inc artifacts, by their owner
+//! <store prefix>/<job>/sink/chk-…07.out                           staged output (Kafka sink)
+//! <store prefix>/<job>/partitions/<p>/…                           the same, per input partition
 //! ```
 //!
 //! Each subtask writes under its own prefix and only it deletes there, so that cleanup and
@@ -42,6 +44,32 @@ impl CheckpointStore {
             store,
             root: prefix.clone().join(job),
         }
+    }
+
+    /// The checkpoints of one input partition of a job that runs a pipeline per partition
+    /// (a Kafka source, `crate::kafka`): `<job>/partitions/<partition>`, a job folder of its
+    /// own, so each partition's checkpoints, state and cleanup are its owner's alone.
+    pub fn partition(&self, partition: i32) -> Self {
+        Self {
+            store: self.store.clone(),
+            root: self
+                .root
+                .clone()
+                .join("partitions")
+                .join(partition.to_string()),
+        }
+    }
+
+    /// The folder where a sink stages output until its checkpoint completes (the Kafka
+    /// sink's exactly-once mode); only that sink writes and deletes there.
+    pub fn sink_staging_folder(&self) -> Path {
+        self.root.clone().join("sink")
+    }
+
+    /// The staged output of `checkpoint`.
+    pub fn sink_staging_path(&self, checkpoint: CheckpointId) -> Path {
+        self.sink_staging_folder()
+            .join(format!("chk-{:020}.out", checkpoint.0))
     }
 
     pub fn object_store(&self) -> &Arc<dyn ObjectStore> {

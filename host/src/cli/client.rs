@@ -270,11 +270,11 @@ fn submission(job: &Path) -> Result<SubmitRequest, Failure> {
     // The spec resolved them against the job file's folder; the host needs them whole.
     let source = match &spec.source {
         SourceSpec::TextLines { path, .. } | SourceSpec::JsonLines { path, .. } => Some(path),
-        SourceSpec::Generator { .. } => None,
+        SourceSpec::Generator { .. } | SourceSpec::Kafka(_) => None,
     };
     let sink = match &spec.sink {
         SinkSpec::File { path } => Some(path),
-        SinkSpec::Stdout | SinkSpec::Discard => None,
+        SinkSpec::Stdout | SinkSpec::Discard | SinkSpec::Kafka(_) => None,
     };
     for (section, path) in [("source", source), ("sink", sink)] {
         if let Some(path) = path

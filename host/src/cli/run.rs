@@ -68,6 +68,17 @@ pub fn run(args: RunArgs) -> Result<(), Failure> {
         progress: !args.no_progress && std::io::stderr().is_terminal(),
         ..RunOptions::default()
     };
+    if let crate::job::spec::SourceSpec::Kafka(_) = &spec.source {
+        if args.fresh || args.restore.is_some() {
+            return Err(Failure::input(anyhow::anyhow!(
+                "job `{}` reads Kafka: each partition resumes from its own latest checkpoint, \
+                 so --restore and --fresh do not apply (to start over, delete the job's \
+                 folder in the checkpoint store)",
+                spec.name
+            )));
+        }
+        return run_kafka(&spec, &engine, &runtime, options, args.quiet);
+    }
     let from = match (args.fresh, args.restore) {
         (true, _) => StartFrom::Fresh,
         (false, restore) => StartFrom::from(restore),
@@ -86,6 +97,52 @@ pub fn run(args: RunArgs) -> Result<(), Failure> {
         })?;
     if !args.quiet {
         eprintln!("{summary}");
+    }
+    Ok(())
+}
+
+/// A Kafka job: this process joins the job's consumer group and runs the partitions the group
+/// gives it, until Ctrl-C or SIGTERM (or, with `stop_at_end`, until they are done).
+fn run_kafka(
+    spec: &JobSpec,
+    engine: &crate::engine::Engine,
+    runtime: &tokio::runtime::Runtime,
+    options: RunOptions,
+    quiet: bool,
+) -> Result<(), Failure> {
+    let stop = options.stop.clone();
+    runtime.spawn(async move {
+        let mut term =
+            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
+        let terminated = async {
+            match &mut term {
+                Some(term) => {
+                    term.recv().await;
+                }
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => {}
+            () = terminated => {}
+        }
+        eprintln!("weir: stopping: leaving the group");
+        stop.stop();
+    });
+    let summary = runtime
+        .block_on(crate::kafka::run_group(spec, engine, options))
+        .map_err(|e| {
+            let input = e.is_input_error();
+            let what = if input { "cannot run" } else { "failed" };
+            let error = anyhow::Error::new(e).context(format!("job `{}` {what}", spec.name));
+            if input {
+                Failure::input(error)
+            } else {
+                Failure::failed(error)
+            }
+        })?;
+    if !quiet {
+        eprint!("{summary}");
     }
     Ok(())
 }

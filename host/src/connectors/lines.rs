@@ -1,6 +1,7 @@
 //! Line-oriented file sources: one record per line.
 
-use super::timestamps::{TimestampPolicy, TimestampSpec, read_timestamp};
+use super::json_records::{Decoded, JsonDecoder};
+use super::timestamps::{TimestampPolicy, TimestampSpec};
 use crate::guest::state_host::processing_time_now;
 use std::fs::File;
 use std::io::{BufRead, BufReader, Read, Seek, SeekFrom};
@@ -189,12 +190,9 @@ impl Source for TextLinesSource {
 /// aside.
 pub struct JsonLinesSource {
     lines: LineReader,
-    key_pointer: Option<String>,
-    timestamp: Option<TimestampSpec>,
-    on_bad_timestamp: TimestampPolicy,
+    decoder: JsonDecoder,
     /// Lines dropped for want of a usable timestamp.
     skipped_for_timestamp: u64,
-    key: Vec<u8>,
     /// Bad lines set aside since the last drain; `None`: a bad line fails the source.
     rejected: Option<Vec<Rejected>>,
 }
@@ -203,11 +201,8 @@ impl JsonLinesSource {
     pub fn open(path: &Path, key_pointer: Option<String>) -> Result<Self, ConnectorError> {
         Ok(Self {
             lines: LineReader::open(path)?,
-            key_pointer,
-            timestamp: None,
-            on_bad_timestamp: TimestampPolicy::Fail,
+            decoder: JsonDecoder::new(key_pointer, None, TimestampPolicy::Fail),
             skipped_for_timestamp: 0,
-            key: Vec::new(),
             rejected: None,
         })
     }
@@ -219,8 +214,8 @@ impl JsonLinesSource {
         timestamp: Option<TimestampSpec>,
         on_bad: TimestampPolicy,
     ) -> Self {
-        self.timestamp = timestamp;
-        self.on_bad_timestamp = on_bad;
+        self.decoder.timestamp = timestamp;
+        self.decoder.on_bad_timestamp = on_bad;
         self
     }
 
@@ -231,79 +226,45 @@ impl JsonLinesSource {
     }
 }
 
-/// Writes the key form of a JSON value: a string's text, or any other value's JSON text.
-pub(crate) fn json_key(value: &serde_json::Value, out: &mut Vec<u8>) {
-    out.clear();
-    match value {
-        serde_json::Value::String(s) => out.extend_from_slice(s.as_bytes()),
-        other => out.extend_from_slice(other.to_string().as_bytes()),
-    }
-}
-
 impl Source for JsonLinesSource {
     fn read_batch(&mut self, max: usize, out: &mut RecordBatch) -> Result<bool, ConnectorError> {
         let mut read = 0;
         while read < max {
             let number = self.lines.number + 1;
-            let path = self.lines.path.clone();
             let Some(line) = self.lines.next_line()? else {
                 return Ok(false);
             };
             if line.iter().all(u8::is_ascii_whitespace) {
                 continue;
             }
-            let problem = match serde_json::from_slice::<serde_json::Value>(line) {
-                Err(e) => Some(format!("not valid JSON: {e}")),
-                Ok(value) => {
-                    let timestamp = match &self.timestamp {
-                        None => Ok(None),
-                        Some(spec) => read_timestamp(spec, &value).map(Some),
+            let problem = match self.decoder.decode(line) {
+                Decoded::Record { key, timestamp } => {
+                    let record = RecordRef {
+                        key,
+                        value: line,
+                        timestamp,
                     };
-                    match (timestamp, &self.key_pointer) {
-                        (Err(message), _) => match self.on_bad_timestamp {
-                            TimestampPolicy::Skip => {
-                                self.skipped_for_timestamp += 1;
-                                continue;
-                            }
-                            TimestampPolicy::Fail => Some(format!(
-                                "{message} (on_bad_timestamp = \"skip\" drops such lines)"
-                            )),
-                        },
-                        (Ok(timestamp), Some(pointer)) => match value.pointer(pointer) {
-                            Some(key) => {
-                                json_key(key, &mut self.key);
-                                let record = RecordRef {
-                                    timestamp,
-                                    ..RecordRef::keyed(&self.key, line)
-                                };
-                                out.push_from_source(record, number);
-                                None
-                            }
-                            None => Some(format!("no value at key_pointer {pointer:?}")),
-                        },
-                        (Ok(timestamp), None) => {
-                            let record = RecordRef {
-                                timestamp,
-                                ..RecordRef::unkeyed(line)
-                            };
-                            out.push_from_source(record, number);
-                            None
-                        }
-                    }
+                    out.push_from_source(record, number);
+                    read += 1;
+                    continue;
                 }
+                Decoded::SkippedForTimestamp => {
+                    self.skipped_for_timestamp += 1;
+                    continue;
+                }
+                Decoded::Bad(problem) => problem,
             };
-            match (problem, &mut self.rejected) {
-                (None, _) => read += 1,
-                (Some(reason), Some(rejected)) => rejected.push(Rejected {
+            match &mut self.rejected {
+                Some(rejected) => rejected.push(Rejected {
                     origin: number,
                     raw: line.to_vec(),
-                    reason,
+                    reason: problem,
                 }),
-                (Some(message), None) => {
+                None => {
                     return Err(ConnectorError::BadRecord {
-                        path,
+                        path: self.lines.path.clone(),
                         line: number,
-                        message,
+                        message: problem,
                     });
                 }
             }

@@ -2,11 +2,13 @@
 //!
 //! - [`Source`]: reads batches of records; [`lines`] (text and JSON lines) and [`generator`].
 //! - [`Sink`]: writes the values of the records it receives; [`sinks`] (stdout, file, discard).
+//! - Kafka's source and sink live in `crate::kafka`, with the scale-out they bring.
 //!
 //! Both are synchronous: the runtime runs each on a blocking thread, so file I/O never stalls
 //! the tasks that run operators.
 
 pub mod generator;
+pub mod json_records;
 pub mod lines;
 pub mod sinks;
 pub mod timestamps;
@@ -50,6 +52,9 @@ pub enum ConnectorError {
         expected: u64,
         found: u64,
     },
+    /// A Kafka client failed (unreachable brokers, a missing topic, a failed produce).
+    #[error("Kafka at {brokers}: {message}")]
+    Kafka { brokers: String, message: String },
     /// A restored position does not fit the source: a corrupt checkpoint, or an input that
     /// changed since the checkpoint was taken.
     #[error("{source_name}: cannot resume from the checkpointed position: {message}")]
@@ -80,6 +85,8 @@ pub enum SourceOrigin {
     Lines(PathBuf),
     /// Origins are record indexes (0-based) of the generator.
     Generator,
+    /// Origins are offsets in this partition of a Kafka topic.
+    Kafka { topic: String, partition: i32 },
 }
 
 impl SourceOrigin {
@@ -88,6 +95,9 @@ impl SourceOrigin {
         match self {
             Self::Lines(path) => format!("{} line {origin}", path.display()),
             Self::Generator => format!("generator record {origin}"),
+            Self::Kafka { topic, partition } => {
+                format!("kafka topic {topic} partition {partition} offset {origin}")
+            }
         }
     }
 }
@@ -134,6 +144,11 @@ pub trait Source: Send {
     fn skipped_for_timestamp(&self) -> u64 {
         0
     }
+
+    /// The checkpoint whose barrier followed `position` (a position this source returned)
+    /// completed. A source that tells its input how far the job got (Kafka commits the
+    /// offset to its consumer group) does it here; a restore never relies on it.
+    fn checkpoint_completed(&mut self, _position: &SourcePosition) {}
 }
 
 /// What a sink records in a checkpoint about the output it covers, in the sink's own JSON

@@ -14,6 +14,7 @@ use crate::connectors::{
 };
 use crate::engine::{Engine, LoadError};
 use crate::guest::WasmOperatorFactory;
+use crate::kafka::{KafkaSink, PartitionSource};
 use crate::operator::{GuestLimits, OperatorFactory};
 use crate::partition::KeyGroups;
 
@@ -88,6 +89,26 @@ impl Pipeline {
                 on_bad_record: op.on_bad_record.clone(),
             });
         }
+        let checkpointing = spec
+            .checkpoints
+            .as_ref()
+            .map(|c| {
+                Ok(Checkpointing {
+                    store: {
+                        let store = CheckpointStore::open(&c.store, &spec.name)
+                            .map_err(PrepareError::Store)?;
+                        match &spec.input_partition {
+                            Some(input) => store.partition(input.partition),
+                            None => store,
+                        }
+                    },
+                    interval: c.interval,
+                    timeout: c.timeout,
+                    retain: c.retain,
+                    chains: c.chains,
+                })
+            })
+            .transpose()?;
         let source: Box<dyn Source> = match &spec.source {
             SourceSpec::TextLines { path, .. } => {
                 Box::new(TextLinesSource::open(path).map_err(PrepareError::Source)?)
@@ -114,6 +135,17 @@ impl Pipeline {
                 clock,
                 ..
             } => Box::new(GeneratorSource::new(*records, *keys).with_clock(*clock)),
+            SourceSpec::Kafka(kafka) => {
+                let input = spec.input_partition.as_ref().ok_or_else(|| {
+                    PrepareError::Source(ConnectorError::Kafka {
+                        brokers: kafka.brokers.clone(),
+                        message: "a Kafka job runs a pipeline per partition: run it with \
+                                  `kafka::run_group`"
+                            .into(),
+                    })
+                })?;
+                Box::new(PartitionSource::new(kafka, input).map_err(PrepareError::Source)?)
+            }
         };
         let sink: Box<dyn Sink> = match &spec.sink {
             SinkSpec::Stdout => Box::new(StdoutSink::new()),
@@ -121,21 +153,15 @@ impl Pipeline {
                 Box::new(FileSink::create(path).map_err(PrepareError::Sink)?)
             }
             SinkSpec::Discard => Box::new(DiscardSink),
+            SinkSpec::Kafka(kafka) => {
+                let lineage = match &spec.input_partition {
+                    Some(input) => format!("{}/{}", spec.name, input.partition),
+                    None => spec.name.clone(),
+                };
+                let store = checkpointing.as_ref().map(|c| c.store.clone());
+                Box::new(KafkaSink::new(kafka, lineage, store).map_err(PrepareError::Sink)?)
+            }
         };
-        let checkpointing = spec
-            .checkpoints
-            .as_ref()
-            .map(|c| {
-                Ok(Checkpointing {
-                    store: CheckpointStore::open(&c.store, &spec.name)
-                        .map_err(PrepareError::Store)?,
-                    interval: c.interval,
-                    timeout: c.timeout,
-                    retain: c.retain,
-                    chains: c.chains,
-                })
-            })
-            .transpose()?;
         Ok(Self {
             checkpointing,
             watermarks: spec.watermark,

@@ -13,7 +13,7 @@
 use super::bad_records::describe_record;
 use super::spec::KeyBy;
 use crate::connectors::SourceOrigin;
-use crate::connectors::lines::json_key;
+use crate::connectors::json_records::json_key;
 use crate::partition::{KeyGroups, KeyHash, hash_key};
 use crate::record::{RecordBatch, RecordRef};
 

@@ -224,7 +224,11 @@ pub async fn run(
             "the job had finished; committing its output"
         );
         let mut outputs = Outputs::new(sink, &dead_letters)?;
-        outputs.recover(Some(checkpoint))?;
+        // Sinks block (files, brokers): not on an async worker.
+        let finished = checkpoint.clone();
+        tokio::task::spawn_blocking(move || outputs.recover(Some(&finished)))
+            .await
+            .map_err(|e| JobError::Panicked(e.to_string()))??;
         // A run killed after its last checkpoint completed may not have cleaned up: every
         // subtask still sweeps what no retained checkpoint references.
         if let Some(checkpointing) = &checkpointing {
@@ -301,7 +305,11 @@ pub async fn run(
     };
 
     let mut tasks = JoinSet::new();
+    let (source_notify_tx, source_notify_rx) = mpsc::unbounded_channel();
+    notify.push(source_notify_tx);
     let source_task = SourceTask {
+        notifications: source_notify_rx,
+        acked: std::collections::VecDeque::new(),
         bad_lines: policy(&source_on_bad_record, &metrics.source_bad_records),
         origin: origin.clone(),
         rejected: Vec::new(),
@@ -661,6 +669,10 @@ struct SourceTask {
     downstream: Downstream,
     batch_size: usize,
     triggers: std::sync::mpsc::Receiver<Barrier>,
+    /// The coordinator's news, for [`Source::checkpoint_completed`].
+    notifications: mpsc::UnboundedReceiver<Notification>,
+    /// The positions of checkpoints acknowledged and not yet complete or aborted.
+    acked: std::collections::VecDeque<(CheckpointId, crate::connectors::SourcePosition)>,
     acks: UnboundedSender<Ack>,
     metrics: Arc<JobMetrics>,
     stop: StopSignal,
@@ -676,6 +688,7 @@ impl SourceTask {
             while let Ok(barrier) = self.triggers.try_recv() {
                 self.barrier(barrier)?;
             }
+            self.take_notifications();
             // No more than the next stage wants: a batch read is in flight too. And no further
             // than the next place a watermark goes (`job::watermarks`).
             let read = self.metrics.source_records.load(Ordering::Relaxed);
@@ -697,7 +710,9 @@ impl SourceTask {
             let read = self.metrics.source_records.load(Ordering::Relaxed);
             let at_mark = read.is_multiple_of(self.batch_size as u64);
             let watermark = self.watermarks.observe(&batch, at_mark);
-            self.downstream.send(batch)?;
+            if !batch.is_empty() {
+                self.downstream.send(batch)?;
+            }
             if let Some(watermark) = watermark {
                 self.downstream.watermark(watermark)?;
             }
@@ -739,11 +754,32 @@ impl SourceTask {
         }
     }
 
+    /// Tells the source which of its positions are now in completed checkpoints.
+    fn take_notifications(&mut self) {
+        while let Ok(notification) = self.notifications.try_recv() {
+            match notification {
+                Notification::Complete { completed, .. } => {
+                    let mut newest = None;
+                    while self.acked.front().is_some_and(|(id, _)| *id <= completed) {
+                        newest = self.acked.pop_front();
+                    }
+                    if let Some((_, position)) = newest {
+                        self.source.checkpoint_completed(&position);
+                    }
+                }
+                Notification::Abort(id) => self.acked.retain(|(acked, _)| *acked != id),
+                Notification::Retake(_) => {}
+            }
+        }
+    }
+
     fn barrier(&mut self, barrier: Barrier) -> Result<(), JobError> {
+        let position = self.source.position();
+        self.acked.push_back((barrier.checkpoint, position.clone()));
         self.acks
             .send(Ack::Source {
                 checkpoint: barrier.checkpoint,
-                position: self.source.position(),
+                position,
                 records: self.metrics.source_records.load(Ordering::Relaxed),
                 max_timestamp: self.watermarks.max_timestamp(),
             })

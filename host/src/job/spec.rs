@@ -6,7 +6,7 @@
 //! max_parallelism = 128          # key groups; optional, default 128
 //!
 //! [source]
-//! kind = "text-lines"            # or "json-lines", "generator"
+//! kind = "text-lines"            # or "json-lines", "generator", "kafka" (`crate::kafka`)
 //! path = "input.txt"             # relative to the job file
 //! # json-lines only: a line that is not JSON, or has no value at key_pointer:
 //! # on_bad_record = "fail"       # or "skip", or { dead_letter = "bad.jsonl" }
@@ -27,7 +27,7 @@
 //! on_bad_record = "fail"         # a record its key_by cannot key (same choices)
 //!
 //! [sink]
-//! kind = "file"                  # or "stdout", "discard"
+//! kind = "file"                  # or "stdout", "discard", "kafka"
 //! path = "out.txt"
 //!
 //! [checkpoints]                  # optional: without it, nothing is checkpointed
@@ -56,6 +56,8 @@ use crate::checkpoint::ChainPolicy;
 use crate::connectors::generator::GeneratorClock;
 use crate::connectors::timestamps::{TimestampPolicy, TimestampSpec};
 use crate::job::watermarks::WatermarkPolicy;
+use crate::kafka::settings::{Guarantee, KafkaSinkSpec, KafkaSourceSpec, ValueFormat};
+use crate::kafka::source::InputPartition;
 use crate::operator::GuestLimits;
 use crate::partition::KeyGroups;
 
@@ -167,6 +169,8 @@ pub enum SourceSpec {
         #[serde(default)]
         watermark: Option<WatermarkFile>,
     },
+    /// A Kafka topic, read by a pipeline per partition (`crate::kafka`).
+    Kafka(KafkaSourceSpec),
     /// Synthetic records on a synthetic clock.
     Generator {
         records: u64,
@@ -287,6 +291,7 @@ pub enum SinkSpec {
     Stdout,
     File { path: PathBuf },
     Discard,
+    Kafka(KafkaSinkSpec),
 }
 
 /// A checked job, paths resolved against the job file's folder.
@@ -301,6 +306,9 @@ pub struct JobSpec {
     pub checkpoints: Option<CheckpointSpec>,
     /// How the source makes watermarks (`[source] watermark`).
     pub watermark: Option<WatermarkPolicy>,
+    /// The one partition of a Kafka source this spec runs (`crate::kafka::group`, which
+    /// runs a pipeline per partition); `None` for a spec as loaded.
+    pub input_partition: Option<InputPartition>,
 }
 
 #[derive(Clone, Debug)]
@@ -330,6 +338,7 @@ pub enum KeyBy {
 pub fn source_policy(source: &SourceSpec) -> Option<&RecordPolicy> {
     match source {
         SourceSpec::JsonLines { on_bad_record, .. } => Some(on_bad_record),
+        SourceSpec::Kafka(kafka) => Some(&kafka.on_bad_record),
         SourceSpec::TextLines { .. } | SourceSpec::Generator { .. } => None,
     }
 }
@@ -517,6 +526,21 @@ impl Checker<'_> {
         let sink = match file.sink {
             SinkSpec::Stdout => SinkSpec::Stdout,
             SinkSpec::Discard => SinkSpec::Discard,
+            SinkSpec::Kafka(kafka) => {
+                for (field, value) in [("brokers", &kafka.brokers), ("topic", &kafka.topic)] {
+                    if value.trim().is_empty() {
+                        return Err(self.invalid(format!("[sink] {field}"), "must not be empty"));
+                    }
+                }
+                if kafka.guarantee == Guarantee::ExactlyOnce && file.checkpoints.is_none() {
+                    return Err(self.invalid(
+                        "[sink] guarantee",
+                        "\"exactly-once\" publishes output as checkpoints complete: add a \
+                         [checkpoints] section, or use guarantee = \"at-least-once\"",
+                    ));
+                }
+                SinkSpec::Kafka(kafka)
+            }
             SinkSpec::File { path } => {
                 let resolved = self.resolve(&path);
                 let parent = resolved.parent().filter(|p| !p.as_os_str().is_empty());
@@ -534,6 +558,12 @@ impl Checker<'_> {
                 SinkSpec::File { path: resolved }
             }
         };
+        if matches!(source, SourceSpec::Kafka(_)) && file.checkpoints.is_none() {
+            return Err(self.invalid(
+                "[checkpoints]",
+                "a Kafka source keeps its offsets in checkpoints: add a [checkpoints] section",
+            ));
+        }
         self.check_dead_letters(&source, &operators, &sink)?;
         let checkpoints = file
             .checkpoints
@@ -542,6 +572,7 @@ impl Checker<'_> {
         let watermark = match &source {
             SourceSpec::TextLines { watermark, .. }
             | SourceSpec::JsonLines { watermark, .. }
+            | SourceSpec::Kafka(KafkaSourceSpec { watermark, .. })
             | SourceSpec::Generator { watermark, .. } => watermark.map(|w| WatermarkPolicy {
                 max_out_of_order: Duration::from_millis(w.max_out_of_order_ms),
                 idle: w.idle_ms.map(Duration::from_millis),
@@ -556,6 +587,7 @@ impl Checker<'_> {
             sink,
             checkpoints,
             watermark,
+            input_partition: None,
         })
     }
 
@@ -737,6 +769,46 @@ impl Checker<'_> {
                     on_bad_timestamp,
                     watermark,
                 }
+            }
+            SourceSpec::Kafka(mut kafka) => {
+                for (field, value) in [
+                    ("brokers", &kafka.brokers),
+                    ("topic", &kafka.topic),
+                    ("group_id", &kafka.group_id),
+                ] {
+                    if value.trim().is_empty() {
+                        return Err(self.invalid(format!("[source] {field}"), "must not be empty"));
+                    }
+                }
+                let pointers = [
+                    ("[source] key_pointer", kafka.key_pointer.as_ref()),
+                    (
+                        "[source] timestamp.json_pointer",
+                        kafka.timestamp.as_ref().map(|t| &t.json_pointer),
+                    ),
+                ];
+                for (at, pointer) in pointers {
+                    if let Some(p) = pointer {
+                        if kafka.format != ValueFormat::Json {
+                            return Err(self.invalid(
+                                at,
+                                "reads JSON: add format = \"json\" (the default, \"raw\", \
+                                 takes key and time from the Kafka message)",
+                            ));
+                        }
+                        if !(p.is_empty() || p.starts_with('/')) {
+                            return Err(self.invalid(
+                                at,
+                                format!(
+                                    "{p:?} is not a JSON pointer: it must be empty or start with '/'"
+                                ),
+                            ));
+                        }
+                    }
+                }
+                kafka.on_bad_record =
+                    self.check_policy("[source] on_bad_record", kafka.on_bad_record)?;
+                SourceSpec::Kafka(kafka)
             }
             SourceSpec::Generator {
                 records,

@@ -1,0 +1,458 @@
+//! [`run_group`]: a Kafka job run as one member of its consumer group, with a pipeline per
+//! partition the group assigns to this process (the design: `crate::kafka`).
+//!
+//! A thread polls the group member, which only follows the group: the partitions assigned to
+//! it are paused at once, since each partition's pipeline reads with a consumer of its own.
+//! The rebalance callbacks run on that thread: an assignment starts a pipeline per new
+//! partition, restored from that partition's latest checkpoint; a revocation stops the
+//! partitions' pipelines and waits for them before the member acknowledges, so the next owner
+//! never overlaps with them.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
+use std::time::Duration;
+
+use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext, Rebalance};
+use rdkafka::{ClientContext, Offset, TopicPartitionList};
+use tokio::runtime::Handle;
+use tokio::task::JoinHandle;
+
+use super::settings::{Assignment, KafkaSourceSpec, client_config};
+use super::source::{InputPartition, PartitionLink, kafka_error};
+use crate::checkpoint::{RestoreFrom, StartFrom};
+use crate::connectors::ConnectorError;
+use crate::engine::Engine;
+use crate::job::spec::SourceSpec;
+use crate::job::{JobError, JobSpec, RunOptions, RunSummary, StopSignal, SupervisorError, run_job};
+
+/// How often a process that reads every partition looks for new ones.
+const PARTITIONS_LOOK_EVERY: Duration = Duration::from_secs(5);
+
+/// What a process did as a member of its job's group.
+#[derive(Debug, Default)]
+pub struct GroupSummary {
+    /// Each partition's last run in this process, by partition.
+    pub partitions: BTreeMap<i32, RunSummary>,
+}
+
+impl std::fmt::Display for GroupSummary {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let owned: Vec<String> = self.partitions.keys().map(|p| p.to_string()).collect();
+        writeln!(f, "partitions run here: [{}]", owned.join(", "))?;
+        for (partition, summary) in &self.partitions {
+            writeln!(f, "partition {partition}:")?;
+            write!(f, "{summary}")?;
+        }
+        Ok(())
+    }
+}
+
+/// Why a group run failed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum GroupError {
+    /// The brokers or the topic are unusable (exit 2 at start).
+    #[error(transparent)]
+    Connect(ConnectorError),
+    #[error("partition {partition}: {error}")]
+    Partition {
+        partition: i32,
+        error: SupervisorError,
+    },
+    #[error("partition {partition}: the task panicked: {message}")]
+    Panicked { partition: i32, message: String },
+}
+
+impl GroupError {
+    /// The input (brokers, topic, job file) is unusable, as opposed to a run failing.
+    pub fn is_input_error(&self) -> bool {
+        match self {
+            GroupError::Connect(_) => true,
+            GroupError::Partition { error, .. } => error.is_input_error(),
+            GroupError::Panicked { .. } => false,
+        }
+    }
+}
+
+/// How a partition's pipeline ended.
+type PartitionRun = Result<RunSummary, SupervisorError>;
+
+/// A partition's pipeline, running or finished.
+struct PartitionTask {
+    stop: StopSignal,
+    /// `None` once finished.
+    handle: Option<JoinHandle<PartitionRun>>,
+    link: Arc<PartitionLink>,
+}
+
+/// What the member's callbacks and the manager share.
+struct Shared {
+    spec: JobSpec,
+    kafka: KafkaSourceSpec,
+    engine: Engine,
+    options: RunOptions,
+    runtime: Handle,
+    tasks: Mutex<BTreeMap<i32, PartitionTask>>,
+    /// Partitions whose pipeline finished (`stop_at_end`) or was stopped, with results.
+    results: Mutex<Vec<(i32, Result<RunSummary, GroupError>)>>,
+    member: OnceLock<Weak<BaseConsumer<MemberContext>>>,
+    /// Raised when the process leaves the group: no new pipelines start.
+    leaving: AtomicBool,
+}
+
+impl Shared {
+    fn start(self: &Arc<Self>, partition: i32) {
+        let mut tasks = self.tasks.lock().unwrap_or_else(|e| e.into_inner());
+        // Running, or finished here (`stop_at_end`): nothing to start.
+        if tasks.contains_key(&partition) {
+            return;
+        }
+        let committer: super::source::OffsetCommitter = {
+            let shared = Arc::downgrade(self);
+            Arc::new(move |partition, offset| {
+                if let Some(shared) = shared.upgrade() {
+                    shared.commit(partition, offset);
+                }
+            })
+        };
+        let link = Arc::new(PartitionLink::new(Some(committer)));
+        let mut spec = self.spec.clone();
+        spec.input_partition = Some(InputPartition {
+            partition,
+            link: link.clone(),
+        });
+        let stop = StopSignal::default();
+        let options = RunOptions {
+            stop: stop.clone(),
+            progress: false,
+            metrics: None,
+            ..self.options.clone()
+        };
+        let engine = self.engine.clone();
+        let from = StartFrom::Restore(RestoreFrom::Latest);
+        tracing::info!(
+            partition,
+            "partition assigned: restoring its latest checkpoint"
+        );
+        let handle = self
+            .runtime
+            .spawn(async move { run_job(&spec, &engine, from, options).await });
+        tasks.insert(
+            partition,
+            PartitionTask {
+                stop,
+                handle: Some(handle),
+                link,
+            },
+        );
+    }
+
+    /// Stops a partition's pipeline and waits for it (on the member's thread, not a runtime's).
+    fn stop(&self, partition: i32) {
+        let task = self
+            .tasks
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&partition);
+        let Some(mut task) = task else { return };
+        task.stop.stop();
+        if let Some(handle) = task.handle.take() {
+            let result = self.runtime.block_on(handle);
+            tracing::info!(partition, "partition revoked: its pipeline stopped");
+            self.note(partition, result);
+        }
+    }
+
+    fn note(&self, partition: i32, result: Result<PartitionRun, tokio::task::JoinError>) {
+        let result = match result {
+            Ok(Ok(summary)) => Ok(summary),
+            // Stopped on revocation or shutdown: not a failure.
+            Ok(Err(SupervisorError::Failed {
+                error: JobError::Stopped,
+                ..
+            })) => return,
+            Ok(Err(error)) => Err(GroupError::Partition { partition, error }),
+            Err(e) => Err(GroupError::Panicked {
+                partition,
+                message: e.to_string(),
+            }),
+        };
+        self.results
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push((partition, result));
+    }
+
+    /// The pipelines that finished since the last look; their tasks stay, as finished.
+    fn take_finished(&self) -> Vec<(i32, JoinHandle<PartitionRun>)> {
+        let mut tasks = self.tasks.lock().unwrap_or_else(|e| e.into_inner());
+        tasks
+            .iter_mut()
+            .filter(|(_, task)| task.handle.as_ref().is_some_and(|h| h.is_finished()))
+            .filter_map(|(partition, task)| Some((*partition, task.handle.take()?)))
+            .collect()
+    }
+
+    /// Commits a checkpointed offset to the group, for lag tools.
+    fn commit(&self, partition: i32, offset: i64) {
+        let Some(member) = self.member.get().and_then(Weak::upgrade) else {
+            return;
+        };
+        let mut offsets = TopicPartitionList::new();
+        if offsets
+            .add_partition_offset(&self.kafka.topic, partition, Offset::Offset(offset))
+            .is_ok()
+            && let Err(e) = member.commit(&offsets, CommitMode::Async)
+        {
+            // A partition just revoked, say: the next owner commits its own.
+            tracing::debug!(partition, offset, error = %e, "offset commit refused");
+        }
+    }
+
+    /// The partitions with a pipeline in this process, and each one's lag in messages.
+    fn owned(&self) -> Vec<(i32, i64)> {
+        self.tasks
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .map(|(p, t)| (*p, t.link.lag()))
+            .collect()
+    }
+}
+
+/// The group member's callbacks.
+struct MemberContext {
+    shared: Arc<Shared>,
+}
+
+impl ClientContext for MemberContext {}
+
+impl ConsumerContext for MemberContext {
+    fn pre_rebalance(&self, _: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
+        if let Rebalance::Revoke(partitions) = rebalance {
+            for element in partitions.elements() {
+                self.shared.stop(element.partition());
+            }
+        }
+    }
+
+    fn post_rebalance(&self, member: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
+        if let Rebalance::Assign(partitions) = rebalance {
+            // The member only follows the group: each pipeline reads on its own.
+            if let Err(e) = member.pause(partitions) {
+                tracing::warn!(error = %e, "cannot pause the group member's partitions");
+            }
+            if self.shared.leaving.load(Ordering::Relaxed) {
+                return;
+            }
+            for element in partitions.elements() {
+                self.shared.start(element.partition());
+            }
+            let owned: Vec<i32> = self.shared.owned().iter().map(|(p, _)| *p).collect();
+            tracing::info!(?owned, "partitions owned after the rebalance");
+        }
+    }
+}
+
+/// Checks that the brokers answer and the topic exists, within the connect timeout; returns
+/// its partition count.
+pub fn check_topic(kafka: &KafkaSourceSpec) -> Result<usize, ConnectorError> {
+    let client: BaseConsumer = client_config(
+        &kafka.brokers,
+        kafka.connect_timeout(),
+        &[],
+        &kafka.properties,
+    )
+    .create()
+    .map_err(|e| kafka_error(&kafka.brokers, format!("cannot create a client: {e}")))?;
+    let timeout = kafka.connect_timeout();
+    let metadata = client
+        .fetch_metadata(Some(&kafka.topic), timeout)
+        .map_err(|e| {
+            kafka_error(
+                &kafka.brokers,
+                format!("no broker answered within {timeout:?} ({e})"),
+            )
+        })?;
+    let topic = metadata.topics().first();
+    match topic {
+        Some(t) if t.error().is_none() && !t.partitions().is_empty() => Ok(t.partitions().len()),
+        _ => Err(kafka_error(
+            &kafka.brokers,
+            format!("topic `{}` does not exist", kafka.topic),
+        )),
+    }
+}
+
+/// Runs `spec` (whose source is Kafka) as a member of its consumer group until it is stopped
+/// (`options.stop`), a partition's pipeline fails, or, with `stop_at_end`, every partition
+/// this process owns has reached its end.
+pub async fn run_group(
+    spec: &JobSpec,
+    engine: &Engine,
+    options: RunOptions,
+) -> Result<GroupSummary, GroupError> {
+    let SourceSpec::Kafka(kafka) = &spec.source else {
+        return Err(GroupError::Connect(ConnectorError::Kafka {
+            brokers: String::new(),
+            message: format!("job `{}` does not read Kafka", spec.name),
+        }));
+    };
+    let check = kafka.clone();
+    tokio::task::spawn_blocking(move || check_topic(&check))
+        .await
+        .map_err(|e| GroupError::Panicked {
+            partition: -1,
+            message: e.to_string(),
+        })?
+        .map_err(GroupError::Connect)?;
+    let shared = Arc::new(Shared {
+        spec: spec.clone(),
+        kafka: kafka.clone(),
+        engine: engine.clone(),
+        options: options.clone(),
+        runtime: Handle::current(),
+        tasks: Mutex::default(),
+        results: Mutex::default(),
+        member: OnceLock::new(),
+        leaving: AtomicBool::new(false),
+    });
+    let member: BaseConsumer<MemberContext> = client_config(
+        &kafka.brokers,
+        kafka.connect_timeout(),
+        &[
+            ("group.id", &kafka.group_id),
+            ("enable.auto.commit", "false"),
+            ("partition.assignment.strategy", "cooperative-sticky"),
+        ],
+        &kafka.properties,
+    )
+    .create_with_context(MemberContext {
+        shared: shared.clone(),
+    })
+    .map_err(|e| GroupError::Connect(kafka_error(&kafka.brokers, e.to_string())))?;
+    let member = Arc::new(member);
+    let _ = shared.member.set(Arc::downgrade(&member));
+    let all = kafka.assignment == Assignment::All;
+    if !all {
+        member
+            .subscribe(&[&kafka.topic])
+            .map_err(|e| GroupError::Connect(kafka_error(&kafka.brokers, e.to_string())))?;
+    }
+
+    // The member's thread: polls, which runs the rebalance callbacks; leaves on `done`.
+    let done = Arc::new(AtomicBool::new(false));
+    let poller = {
+        let member = member.clone();
+        let done = done.clone();
+        let shared = shared.clone();
+        std::thread::Builder::new()
+            .name("weir-kafka-member".into())
+            .spawn(move || {
+                let mut next_look = std::time::Instant::now();
+                while !done.load(Ordering::Relaxed) {
+                    // Messages only come before a pause takes effect: dropped, since each
+                    // partition's pipeline reads them itself.
+                    let _ = member.poll(Duration::from_millis(100));
+                    if all && std::time::Instant::now() >= next_look {
+                        // Every partition, new ones included.
+                        next_look += PARTITIONS_LOOK_EVERY;
+                        match check_topic(&shared.kafka) {
+                            Ok(count) => {
+                                for partition in 0..count as i32 {
+                                    shared.start(partition);
+                                }
+                            }
+                            Err(e) => tracing::warn!(error = %e, "cannot list the partitions"),
+                        }
+                    }
+                }
+                shared.leaving.store(true, Ordering::Relaxed);
+                // Leaving revokes every partition: their pipelines stop first.
+                member.unsubscribe();
+                for _ in 0..if all { 0 } else { 50 } {
+                    let _ = member.poll(Duration::from_millis(20));
+                    if shared.owned().is_empty() {
+                        break;
+                    }
+                }
+                let owned: Vec<i32> = shared.owned().iter().map(|(p, _)| *p).collect();
+                for partition in owned {
+                    shared.stop(partition);
+                }
+            })
+            .map_err(|e| GroupError::Panicked {
+                partition: -1,
+                message: e.to_string(),
+            })?
+    };
+
+    let mut summary = GroupSummary::default();
+    let mut failure = None;
+    let mut last_owned = Vec::new();
+    loop {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        // Collect what finished on its own.
+        for (partition, handle) in shared.take_finished() {
+            let result = handle.await;
+            shared.note(partition, result);
+        }
+        for (partition, result) in shared
+            .results
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .drain(..)
+        {
+            match result {
+                Ok(run) => {
+                    summary.partitions.insert(partition, run);
+                }
+                Err(error) => {
+                    failure.get_or_insert(error);
+                }
+            }
+        }
+        if failure.is_some() || options.stop.is_raised() {
+            break;
+        }
+        let owned = shared.owned();
+        let partitions: Vec<i32> = owned.iter().map(|(p, _)| *p).collect();
+        if partitions != last_owned {
+            eprintln!(
+                "weir: this process owns partitions {partitions:?} of `{}`",
+                kafka.topic
+            );
+            last_owned = partitions;
+        }
+        if kafka.stop_at_end && !owned.is_empty() {
+            let tasks = shared.tasks.lock().unwrap_or_else(|e| e.into_inner());
+            if tasks.values().all(|t| t.handle.is_none()) {
+                break;
+            }
+        }
+    }
+    done.store(true, Ordering::Relaxed);
+    tokio::task::spawn_blocking(move || poller.join())
+        .await
+        .ok();
+    for (partition, result) in shared
+        .results
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .drain(..)
+    {
+        match result {
+            Ok(run) => {
+                summary.partitions.insert(partition, run);
+            }
+            Err(error) => {
+                failure.get_or_insert(error);
+            }
+        }
+    }
+    match failure {
+        Some(error) => Err(error),
+        None => Ok(summary),
+    }
+}

@@ -1,0 +1,161 @@
+//! The `[source]` and `[sink]` sections of a job that reads or writes Kafka, and the client
+//! settings made from them.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use rdkafka::ClientConfig;
+use serde::Deserialize;
+
+use crate::connectors::timestamps::{TimestampPolicy, TimestampSpec};
+use crate::job::spec::{RecordPolicy, WatermarkFile};
+
+/// How long a client tries to reach the brokers before the job gives up, by default
+/// (`socket.connection.setup.timeout.ms` and the first metadata request).
+pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// `[source] kind = "kafka"`.
+#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct KafkaSourceSpec {
+    /// `bootstrap.servers`: `host:port[,host:port...]`.
+    pub brokers: String,
+    pub topic: String,
+    /// The consumer group: the processes of a job that share its partitions, and where the
+    /// offsets of completed checkpoints are committed for lag tools.
+    pub group_id: String,
+    /// Which partitions this process reads.
+    #[serde(default)]
+    pub assignment: Assignment,
+    /// Where a partition no checkpoint covers starts.
+    #[serde(default)]
+    pub start: StartPosition,
+    /// How each message's value is read.
+    #[serde(default)]
+    pub format: ValueFormat,
+    /// JSON values only: a JSON pointer whose value becomes the record key. Without it, the
+    /// record key is the message key.
+    pub key_pointer: Option<String>,
+    /// JSON values only: where each value's event time is. Without it, the event time is the
+    /// message's Kafka timestamp.
+    #[serde(default)]
+    pub timestamp: Option<TimestampSpec>,
+    #[serde(default)]
+    pub on_bad_timestamp: TimestampPolicy,
+    /// What happens to a message whose JSON does not parse, or has no key at `key_pointer`.
+    #[serde(default)]
+    pub on_bad_record: RecordPolicy,
+    /// Stop each partition at the end it had when its task started, instead of waiting for
+    /// more messages (for tests, benchmarks and backfills).
+    #[serde(default)]
+    pub stop_at_end: bool,
+    /// How long to try to reach the brokers at start, in milliseconds.
+    pub connect_timeout_ms: Option<u64>,
+    /// librdkafka properties passed through (`session.timeout.ms`, `security.protocol`...).
+    #[serde(default)]
+    pub properties: BTreeMap<String, String>,
+    #[serde(default)]
+    pub watermark: Option<WatermarkFile>,
+}
+
+/// `[source] assignment`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Assignment {
+    /// The partitions the consumer group gives this process: several processes share the
+    /// topic, and take over each other's partitions.
+    #[default]
+    Group,
+    /// Every partition, without joining the group (as Flink's Kafka source does): one process
+    /// runs the job, and a restarted one resumes at once instead of waiting for the group to
+    /// forget the old one. Offsets are still committed to the group, for lag tools.
+    All,
+}
+
+/// `[source] start`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case", deny_unknown_fields)]
+pub enum StartPosition {
+    /// The oldest message the broker still holds.
+    #[default]
+    Earliest,
+    /// Only messages produced after the partition's task started.
+    Latest,
+    /// `{ timestamp_ms = N }`: the first message with a timestamp at or after N.
+    #[serde(untagged)]
+    Timestamp { timestamp_ms: i64 },
+}
+
+/// `[source] format`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ValueFormat {
+    /// The value's bytes as they are.
+    #[default]
+    Raw,
+    /// One JSON value per message: checked, and keys and timestamps can be read from it.
+    Json,
+}
+
+/// `[sink] kind = "kafka"`.
+#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct KafkaSinkSpec {
+    pub brokers: String,
+    pub topic: String,
+    #[serde(default)]
+    pub guarantee: Guarantee,
+    pub connect_timeout_ms: Option<u64>,
+    #[serde(default)]
+    pub properties: BTreeMap<String, String>,
+}
+
+/// `[sink] guarantee`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Guarantee {
+    /// Output of a checkpoint is published once it completes, each message once: staged in
+    /// the checkpoint store, published with an id in its `weir-id` header, and, after a
+    /// crash, what the topic already holds is skipped. Needs no broker transactions.
+    #[default]
+    ExactlyOnce,
+    /// Output is sent as it is made and flushed at every checkpoint; a restore may send the
+    /// output since the last checkpoint again.
+    AtLeastOnce,
+}
+
+/// A client's settings: the brokers, what Weir needs, then the job's own properties, which
+/// win.
+pub(crate) fn client_config(
+    brokers: &str,
+    connect_timeout: Duration,
+    ours: &[(&str, &str)],
+    properties: &BTreeMap<String, String>,
+) -> ClientConfig {
+    let mut config = ClientConfig::new();
+    config.set("bootstrap.servers", brokers);
+    let timeout = connect_timeout.as_millis().to_string();
+    config.set("socket.connection.setup.timeout.ms", &timeout);
+    config.set("log_level", "3");
+    for (key, value) in ours {
+        config.set(*key, *value);
+    }
+    for (key, value) in properties {
+        config.set(key, value);
+    }
+    config
+}
+
+impl KafkaSourceSpec {
+    pub fn connect_timeout(&self) -> Duration {
+        self.connect_timeout_ms
+            .map_or(DEFAULT_CONNECT_TIMEOUT, Duration::from_millis)
+    }
+}
+
+impl KafkaSinkSpec {
+    pub fn connect_timeout(&self) -> Duration {
+        self.connect_timeout_ms
+            .map_or(DEFAULT_CONNECT_TIMEOUT, Duration::from_millis)
+    }
+}

@@ -1,0 +1,418 @@
+//! [`PartitionSource`]: one partition of a Kafka topic as a job's [`Source`].
+//!
+//! A job that reads Kafka runs one pipeline per partition it owns (`kafka::group`), so each
+//! source reads exactly one partition, assigned by hand (no group membership of its own): the
+//! offset to resume from comes from the partition's checkpoint, which is the truth on
+//! restore. The offsets of completed checkpoints are then committed to the consumer group
+//! too, through the process's group member, so that lag tools see progress.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::time::Duration;
+
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::error::KafkaError;
+use rdkafka::message::Message;
+use rdkafka::{Offset, TopicPartitionList};
+use serde::{Deserialize, Serialize};
+
+use super::settings::{KafkaSourceSpec, StartPosition, ValueFormat, client_config};
+use crate::connectors::json_records::{Decoded, JsonDecoder};
+use crate::connectors::{
+    ConnectorError, Rejected, Source, SourceOrigin, SourcePosition, SourceProgress,
+};
+use crate::record::{RecordBatch, RecordRef};
+
+/// How long one read waits for the first message before returning what it has (nothing), so
+/// that the source task can inject barriers and watermarks while the topic is quiet.
+const POLL_WAIT: Duration = Duration::from_millis(50);
+
+/// Commits a partition's checkpointed offset to the consumer group (for lag tools only: the
+/// checkpoint is what a restore reads).
+pub type OffsetCommitter = Arc<dyn Fn(i32, i64) + Send + Sync>;
+
+/// What a partition's pipeline shares with the process's group member: where to commit
+/// offsets, and how far behind the partition's end it is.
+pub struct PartitionLink {
+    committer: Option<OffsetCommitter>,
+    /// The partition's end as last seen.
+    high: AtomicI64,
+    /// The offset of the next message the pipeline reads.
+    next: AtomicI64,
+}
+
+impl PartitionLink {
+    pub fn new(committer: Option<OffsetCommitter>) -> Self {
+        Self {
+            committer,
+            high: AtomicI64::new(-1),
+            next: AtomicI64::new(-1),
+        }
+    }
+
+    /// Messages in the partition not yet read (0 before the pipeline starts reading).
+    pub fn lag(&self) -> i64 {
+        let next = self.next.load(Ordering::Relaxed);
+        if next < 0 {
+            return 0;
+        }
+        (self.high.load(Ordering::Relaxed) - next).max(0)
+    }
+}
+
+impl std::fmt::Debug for PartitionLink {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PartitionLink")
+            .field("high", &self.high)
+            .field("next", &self.next)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The partition a pipeline of a Kafka job reads (`crate::job::JobSpec::input_partition`).
+#[derive(Clone, Debug)]
+pub struct InputPartition {
+    pub partition: i32,
+    pub link: Arc<PartitionLink>,
+}
+
+/// What a checkpoint records of a partition source.
+#[derive(Debug, Serialize, Deserialize)]
+struct PartitionPosition {
+    topic: String,
+    partition: i32,
+    /// The offset of the next message to read; `None`: nothing read yet, start as the job
+    /// file says.
+    offset: Option<i64>,
+}
+
+/// Reads one partition of a topic.
+pub struct PartitionSource {
+    consumer: BaseConsumer,
+    spec: KafkaSourceSpec,
+    partition: i32,
+    reader: MessageReader,
+    /// The offset of the next message; `None` until the start is resolved.
+    next: Option<i64>,
+    /// With `stop_at_end`: where the partition ended when this source started reading.
+    end: Option<i64>,
+    /// Shared with the group member: offsets to commit, lag.
+    link: Arc<PartitionLink>,
+    assigned: bool,
+    progress: Arc<SourceProgress>,
+}
+
+/// Makes records of messages.
+struct MessageReader {
+    format: ValueFormat,
+    decoder: JsonDecoder,
+    /// Bad messages set aside since the last drain; `None`: a bad message fails the source.
+    rejected: Option<Vec<Rejected>>,
+    skipped_for_timestamp: u64,
+    /// `kafka topic T partition P`, for errors.
+    name: String,
+}
+
+impl PartitionSource {
+    /// A source for `partition` of the spec's topic. It reaches the broker only when it first
+    /// reads.
+    pub fn new(spec: &KafkaSourceSpec, input: &InputPartition) -> Result<Self, ConnectorError> {
+        let consumer: BaseConsumer = client_config(
+            &spec.brokers,
+            spec.connect_timeout(),
+            &[
+                // librdkafka assigns only in a group; this consumer never joins it (no
+                // subscribe) and never commits.
+                ("group.id", &spec.group_id),
+                ("enable.auto.commit", "false"),
+                ("enable.auto.offset.store", "false"),
+                ("enable.partition.eof", "true"),
+                // A checkpointed offset the broker no longer holds is an error, never a
+                // silent jump.
+                ("auto.offset.reset", "error"),
+                ("isolation.level", "read_committed"),
+            ],
+            &spec.properties,
+        )
+        .create()
+        .map_err(|e| kafka_error(&spec.brokers, format!("cannot create a consumer: {e}")))?;
+        let decoder = JsonDecoder::new(
+            spec.key_pointer.clone(),
+            spec.timestamp.clone(),
+            spec.on_bad_timestamp,
+        );
+        let rejected = match spec.on_bad_record {
+            crate::job::spec::RecordPolicy::Fail => None,
+            _ => Some(Vec::new()),
+        };
+        Ok(Self {
+            consumer,
+            spec: spec.clone(),
+            partition: input.partition,
+            reader: MessageReader {
+                format: spec.format,
+                decoder,
+                rejected,
+                skipped_for_timestamp: 0,
+                name: format!("kafka topic {} partition {}", spec.topic, input.partition),
+            },
+            next: None,
+            end: None,
+            link: input.link.clone(),
+            assigned: false,
+            progress: Arc::default(),
+        })
+    }
+
+    fn error(&self, message: String) -> ConnectorError {
+        kafka_error(&self.spec.brokers, message)
+    }
+
+    /// Resolves where to start, assigns the partition at that offset, and notes its end.
+    fn assign(&mut self) -> Result<(), ConnectorError> {
+        let topic = &self.spec.topic;
+        let timeout = self.spec.connect_timeout();
+        let (low, high) = self
+            .consumer
+            .fetch_watermarks(topic, self.partition, timeout)
+            .map_err(|e| {
+                self.error(format!(
+                    "cannot read the offsets of topic `{topic}` partition {}: {e}",
+                    self.partition
+                ))
+            })?;
+        let start = match (self.next, self.spec.start) {
+            (Some(offset), _) => {
+                if offset < low {
+                    return Err(self.error(format!(
+                        "topic `{topic}` partition {} no longer holds offset {offset}, where \
+                         the checkpoint resumes (it starts at {low}): the messages between \
+                         were deleted by retention",
+                        self.partition
+                    )));
+                }
+                offset
+            }
+            (None, StartPosition::Earliest) => low,
+            (None, StartPosition::Latest) => high,
+            (None, StartPosition::Timestamp { timestamp_ms }) => {
+                let mut wanted = TopicPartitionList::new();
+                wanted
+                    .add_partition_offset(topic, self.partition, Offset::Offset(timestamp_ms))
+                    .map_err(|e| self.error(e.to_string()))?;
+                let found = self
+                    .consumer
+                    .offsets_for_times(wanted, timeout)
+                    .map_err(|e| self.error(format!("cannot look up offsets by time: {e}")))?;
+                match found.elements().first().map(|e| e.offset()) {
+                    Some(Offset::Offset(offset)) => offset,
+                    // No message at or after that time yet.
+                    _ => high,
+                }
+            }
+        };
+        let mut assignment = TopicPartitionList::new();
+        assignment
+            .add_partition_offset(topic, self.partition, Offset::Offset(start))
+            .map_err(|e| self.error(e.to_string()))?;
+        self.consumer
+            .assign(&assignment)
+            .map_err(|e| self.error(format!("cannot assign partition: {e}")))?;
+        self.next = Some(start);
+        self.link.high.store(high, Ordering::Relaxed);
+        self.link.next.store(start, Ordering::Relaxed);
+        if self.spec.stop_at_end {
+            self.end = Some(high);
+        }
+        self.progress
+            .total
+            .store(high.max(0) as u64, Ordering::Relaxed);
+        self.progress
+            .done
+            .store(start.max(0) as u64, Ordering::Relaxed);
+        self.assigned = true;
+        Ok(())
+    }
+
+    fn at_end(&self) -> bool {
+        matches!((self.next, self.end), (Some(next), Some(end)) if next >= end)
+    }
+}
+
+impl MessageReader {
+    /// Makes a record of one message, or sets it aside, or fails.
+    fn take(
+        &mut self,
+        message: &rdkafka::message::BorrowedMessage<'_>,
+        out: &mut RecordBatch,
+    ) -> Result<bool, ConnectorError> {
+        let offset = message.offset();
+        let value = message.payload().unwrap_or_default();
+        let kafka_time = message.timestamp().to_millis();
+        let origin = offset as u64;
+        let problem = match self.format {
+            ValueFormat::Raw => {
+                let record = RecordRef {
+                    key: message.key(),
+                    value,
+                    timestamp: kafka_time,
+                };
+                out.push_from_source(record, origin);
+                return Ok(true);
+            }
+            ValueFormat::Json => match self.decoder.decode(value) {
+                Decoded::Record { key, timestamp } => {
+                    let record = RecordRef {
+                        key: key.or(message.key()),
+                        value,
+                        timestamp: timestamp.or(kafka_time),
+                    };
+                    out.push_from_source(record, origin);
+                    return Ok(true);
+                }
+                Decoded::SkippedForTimestamp => {
+                    self.skipped_for_timestamp += 1;
+                    return Ok(false);
+                }
+                Decoded::Bad(problem) => problem,
+            },
+        };
+        match &mut self.rejected {
+            Some(rejected) => {
+                rejected.push(Rejected {
+                    origin,
+                    raw: value.to_vec(),
+                    reason: problem,
+                });
+                Ok(false)
+            }
+            None => Err(ConnectorError::BadRecord {
+                path: self.name.clone().into(),
+                line: origin,
+                message: format!("{problem} (offset {offset})"),
+            }),
+        }
+    }
+}
+
+impl Source for PartitionSource {
+    fn read_batch(&mut self, max: usize, out: &mut RecordBatch) -> Result<bool, ConnectorError> {
+        if !self.assigned {
+            self.assign()?;
+        }
+        let mut read = 0;
+        let mut wait = POLL_WAIT;
+        while read < max && !self.at_end() {
+            let Some(polled) = self.consumer.poll(wait) else {
+                break;
+            };
+            wait = Duration::ZERO;
+            match polled {
+                Ok(message) => {
+                    self.next = Some(message.offset() + 1);
+                    if self.reader.take(&message, out)? {
+                        read += 1;
+                    }
+                }
+                Err(KafkaError::PartitionEOF(_)) => {
+                    // At the end: the position may be past the last message read (control
+                    // records of transactions take offsets too).
+                    if let Ok(positions) = self.consumer.position()
+                        && let Some(Offset::Offset(at)) = positions
+                            .find_partition(&self.spec.topic, self.partition)
+                            .map(|p| p.offset())
+                    {
+                        self.next = Some(self.next.map_or(at, |n| n.max(at)));
+                    }
+                    break;
+                }
+                Err(e) => {
+                    return Err(self.error(format!(
+                        "reading topic `{}` partition {}: {e}",
+                        self.spec.topic, self.partition
+                    )));
+                }
+            }
+        }
+        if let Some(next) = self.next {
+            self.progress
+                .done
+                .store(next.max(0) as u64, Ordering::Relaxed);
+            self.link.next.store(next, Ordering::Relaxed);
+            self.link.high.fetch_max(next, Ordering::Relaxed);
+        }
+        Ok(!self.at_end())
+    }
+
+    fn position(&self) -> SourcePosition {
+        serde_json::to_value(PartitionPosition {
+            topic: self.spec.topic.clone(),
+            partition: self.partition,
+            offset: self.next,
+        })
+        .unwrap_or_default()
+    }
+
+    fn seek(&mut self, position: &SourcePosition) -> Result<(), ConnectorError> {
+        let bad = |message: String| ConnectorError::BadPosition {
+            source_name: format!(
+                "kafka topic {} partition {}",
+                self.spec.topic, self.partition
+            ),
+            message,
+        };
+        let position: PartitionPosition = serde_json::from_value(position.clone())
+            .map_err(|e| bad(format!("{position} is not a Kafka position: {e}")))?;
+        if position.topic != self.spec.topic || position.partition != self.partition {
+            return Err(bad(format!(
+                "the checkpoint is of topic `{}` partition {}",
+                position.topic, position.partition
+            )));
+        }
+        self.next = position.offset;
+        self.assigned = false;
+        Ok(())
+    }
+
+    fn progress(&self) -> Arc<SourceProgress> {
+        self.progress.clone()
+    }
+
+    fn origin(&self) -> SourceOrigin {
+        SourceOrigin::Kafka {
+            topic: self.spec.topic.clone(),
+            partition: self.partition,
+        }
+    }
+
+    fn drain_rejected(&mut self, into: &mut Vec<Rejected>) {
+        if let Some(rejected) = &mut self.reader.rejected {
+            into.append(rejected);
+        }
+    }
+
+    fn skipped_for_timestamp(&self) -> u64 {
+        self.reader.skipped_for_timestamp
+    }
+
+    fn checkpoint_completed(&mut self, position: &SourcePosition) {
+        let Some(committer) = &self.link.committer else {
+            return;
+        };
+        if let Ok(PartitionPosition {
+            offset: Some(offset),
+            ..
+        }) = serde_json::from_value::<PartitionPosition>(position.clone())
+        {
+            committer(self.partition, offset);
+        }
+    }
+}
+
+/// A Kafka client failed, at `brokers`.
+pub(crate) fn kafka_error(brokers: &str, message: String) -> ConnectorError {
+    ConnectorError::Kafka {
+        brokers: brokers.to_owned(),
+        message,
+    }
+}
