@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use support::crash::{Rng, running_counts, seed};
 use support::kafka::{Broker, produce, sorted_values};
-use support::{cache_dir, component, stderr, toml_path, write_job};
+use support::{assert_clean_failure, cache_dir, component, stderr, toml_path, weir, write_job};
 
 /// Words keyed by themselves, so each word's records share a partition.
 fn words(count: usize, distinct: usize, rng: &mut Rng) -> Vec<String> {
@@ -26,9 +26,14 @@ fn produce_words(broker: &Broker, topic: &str, words: &[String]) {
     produce(&broker.bootstrap, topic, &records);
 }
 
-/// A word count from `input` to `output`, checkpointed in `dir/store`.
+/// A word count from `words` to `counts`, checkpointed in `dir/store`.
 fn count_job(dir: &Path, broker: &Broker, stop_at_end: bool, extra_source: &str) -> String {
-    let text = format!(
+    let text = count_job_text(dir, &broker.bootstrap, stop_at_end, extra_source);
+    write_job(dir, &text).to_str().expect("utf-8").to_owned()
+}
+
+fn count_job_text(dir: &Path, brokers: &str, stop_at_end: bool, extra_source: &str) -> String {
+    format!(
         r#"
 [job]
 name = "kafka-count"
@@ -60,13 +65,11 @@ topic = "counts"
 store = "{store}"
 interval_ms = 200
 "#,
-        brokers = broker.bootstrap,
         counter = toml_path(&component("weir-example-counter")),
         store = url::Url::from_directory_path(dir.join("store"))
             .expect("absolute")
             .as_str(),
-    );
-    write_job(dir, &text).to_str().expect("utf-8").to_owned()
+    )
 }
 
 fn weir_run(job: &str) -> Child {
@@ -166,4 +169,218 @@ fn a_word_count_killed_at_random_instants_ends_exactly_once() {
     let got = sorted_values(&broker.bootstrap, "counts");
     assert_eq!(got.len(), expected.len(), "seed {seed}, {kills} kills");
     assert!(got == expected, "seed {seed}, {kills} kills");
+}
+
+/// Waits until `topic` holds exactly `expected` (sorted), checking on the way that it never
+/// holds anything beyond it.
+fn await_output(broker: &Broker, expected: &[String], within: Duration, what: &str) {
+    let started = Instant::now();
+    loop {
+        let got = sorted_values(&broker.bootstrap, "counts");
+        let extra = beyond(&got, expected);
+        assert!(
+            extra.is_empty(),
+            "{what}: the output holds records it should not: {:?}",
+            &extra[..extra.len().min(5)]
+        );
+        if got.len() == expected.len() {
+            return;
+        }
+        assert!(
+            started.elapsed() < within,
+            "{what}: {} of {} records after {within:?}",
+            got.len(),
+            expected.len()
+        );
+        std::thread::sleep(Duration::from_millis(300));
+    }
+}
+
+/// Collects a child's stderr as it comes (it must have been spawned with piped stderr).
+fn collect_stderr(child: &mut Child) -> std::sync::Arc<std::sync::Mutex<String>> {
+    use std::io::BufRead;
+    let log = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
+    let pipe = child.stderr.take().expect("piped stderr");
+    let into = log.clone();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(pipe).lines().map_while(Result::ok) {
+            let mut log = into.lock().expect("log");
+            log.push_str(&line);
+            log.push('\n');
+        }
+    });
+    log
+}
+
+/// Whether a member's log says it owns at least one partition now.
+fn owns_some(log: &str) -> bool {
+    log.lines()
+        .rfind(|l| l.contains("owns partitions ["))
+        .is_some_and(|l| !l.contains("owns partitions []"))
+}
+
+/// Stops a member cleanly (SIGTERM: it leaves the group) and returns its stderr.
+fn terminate(child: Child) -> String {
+    let status = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .expect("kill -TERM");
+    assert!(status.success());
+    let out = child.wait_with_output().expect("wait");
+    let text = stderr(&out);
+    assert!(out.status.success(), "a member failed: {text}");
+    text
+}
+
+#[test]
+fn members_of_a_group_share_partitions_take_over_from_a_killed_one_and_hand_over_to_a_new_one() {
+    let seed = seed();
+    let mut rng = Rng(seed);
+    let broker = Broker::start(&[("words", 6), ("counts", 6)]);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let job = count_job(dir.path(), &broker, false, "")
+        .replace("\"6000\"", "\"3000\"")
+        .replace("\"500\"", "\"300\"");
+    let mut input = words(60_000, 600, &mut rng);
+    produce_words(&broker, "words", &input);
+    let a = weir_run(&job);
+    let b = weir_run(&job);
+    let mut c = weir_run(&job);
+    // Once part of the output is out, one member dies.
+    let started = Instant::now();
+    while sorted_values(&broker.bootstrap, "counts").len() < 5_000 {
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "no output after a minute (seed {seed})"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    c.kill().expect("SIGKILL");
+    c.wait().expect("wait");
+    let more = words(60_000, 600, &mut rng);
+    produce_words(&broker, "words", &more);
+    input.extend(more);
+    let expected = running_counts(input.iter().map(String::as_str));
+    await_output(
+        &broker,
+        &expected,
+        Duration::from_secs(90),
+        &format!("after a member was killed (seed {seed})"),
+    );
+    // A fourth member joins: partitions move to it, and more input comes.
+    let mut d = weir_run(&job);
+    let d_log = collect_stderr(&mut d);
+    let joined = Instant::now();
+    while !owns_some(&d_log.lock().expect("log")) {
+        assert!(
+            joined.elapsed() < Duration::from_secs(60),
+            "the new member owns no partition after a minute (seed {seed})"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let more = words(60_000, 600, &mut rng);
+    produce_words(&broker, "words", &more);
+    input.extend(more);
+    let expected = running_counts(input.iter().map(String::as_str));
+    await_output(
+        &broker,
+        &expected,
+        Duration::from_secs(90),
+        &format!("after a member joined (seed {seed})"),
+    );
+    for member in [a, b, d] {
+        terminate(member);
+    }
+    // Nothing more came out while the members left.
+    assert_eq!(
+        sorted_values(&broker.bootstrap, "counts"),
+        expected,
+        "seed {seed}"
+    );
+}
+
+#[test]
+fn an_unreachable_broker_fails_at_start_naming_it() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    // Nothing listens on port 1.
+    let broker_text = count_job_text(dir.path(), "127.0.0.1:1", true, "connect_timeout_ms = 1500");
+    let job = write_job(dir.path(), &broker_text);
+    let started = Instant::now();
+    let out = weir(&["run", job.to_str().expect("utf-8"), "-q"]);
+    assert_clean_failure(&out, &["127.0.0.1:1", "no broker answered within 1.5s"]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(
+        started.elapsed() < Duration::from_secs(30),
+        "the wait is not bounded: {:?}",
+        started.elapsed()
+    );
+}
+
+#[test]
+fn a_missing_topic_is_a_clear_error() {
+    let broker = Broker::start(&[("counts", 1)]);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let job = count_job(dir.path(), &broker, true, "");
+    let out = weir(&["run", &job, "-q"]);
+    assert_clean_failure(&out, &["topic `words` does not exist", &broker.bootstrap]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+}
+
+/// JSON events keyed by `/user`, one of them not JSON.
+fn json_events(broker: &Broker) {
+    let lines = [
+        r#"{"user": "ann", "n": 1}"#,
+        r#"{"user": "bob", "n": 2}"#,
+        r#"{"user": "ann", "n"#,
+        r#"{"user": "ann", "n": 3}"#,
+    ];
+    let records: Vec<(Option<&str>, &str)> = lines.iter().map(|l| (None, *l)).collect();
+    produce(&broker.bootstrap, "words", &records);
+}
+
+#[test]
+fn a_message_that_is_not_json_fails_the_job_or_is_skipped_and_counted() {
+    let broker = Broker::start(&[("words", 1), ("counts", 1)]);
+    json_events(&broker);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let json = "assignment = \"all\"\nformat = \"json\"\nkey_pointer = \"/user\"";
+    let job = count_job(dir.path(), &broker, true, json);
+    let out = weir(&["run", &job, "-q"]);
+    assert_clean_failure(
+        &out,
+        &[
+            "not valid JSON",
+            "offset 2",
+            "kafka topic words partition 0",
+        ],
+    );
+
+    let dir = tempfile::tempdir().expect("tempdir");
+    let skip = format!("{json}\non_bad_record = \"skip\"");
+    let job = count_job(dir.path(), &broker, true, &skip);
+    let out = weir(&["run", &job]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("bad records at the source: 1 skipped"),
+        "the skip is not counted: {}",
+        stderr(&out)
+    );
+    // The counter keys by the JSON's user: ann twice, bob once.
+    let mut values = sorted_values(&broker.bootstrap, "counts");
+    values.dedup();
+    assert_eq!(values, ["ann\t1", "ann\t2", "bob\t1"]);
+
+    // Dead letters go to a file per partition, each written by that partition's pipeline.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let letters = format!("{json}\non_bad_record = {{ dead_letter = \"bad.jsonl\" }}");
+    let job = count_job(dir.path(), &broker, true, &letters);
+    let out = weir(&["run", &job]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let file = dir.path().join("bad.partition-0.jsonl");
+    let text = std::fs::read_to_string(&file).expect("the partition's dead-letter file");
+    assert_eq!(text.lines().count(), 1, "{text}");
+    assert!(
+        text.contains("kafka topic words partition 0 offset 2") && text.contains("not valid JSON"),
+        "{text}"
+    );
 }

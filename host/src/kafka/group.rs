@@ -23,7 +23,7 @@ use super::source::{InputPartition, PartitionLink, kafka_error};
 use crate::checkpoint::{RestoreFrom, StartFrom};
 use crate::connectors::ConnectorError;
 use crate::engine::Engine;
-use crate::job::spec::SourceSpec;
+use crate::job::spec::{RecordPolicy, SourceSpec};
 use crate::job::{JobError, JobSpec, RunOptions, RunSummary, StopSignal, SupervisorError, run_job};
 
 /// How often a process that reads every partition looks for new ones.
@@ -42,7 +42,7 @@ impl std::fmt::Display for GroupSummary {
         writeln!(f, "partitions run here: [{}]", owned.join(", "))?;
         for (partition, summary) in &self.partitions {
             writeln!(f, "partition {partition}:")?;
-            write!(f, "{summary}")?;
+            writeln!(f, "{summary}")?;
         }
         Ok(())
     }
@@ -117,11 +117,13 @@ impl Shared {
             })
         };
         let link = Arc::new(PartitionLink::new(Some(committer)));
-        let mut spec = self.spec.clone();
-        spec.input_partition = Some(InputPartition {
-            partition,
-            link: link.clone(),
-        });
+        let spec = partition_spec(
+            &self.spec,
+            InputPartition {
+                partition,
+                link: link.clone(),
+            },
+        );
         let stop = StopSignal::default();
         let options = RunOptions {
             stop: stop.clone(),
@@ -219,6 +221,36 @@ impl Shared {
             .map(|(p, t)| (*p, t.link.lag()))
             .collect()
     }
+}
+
+/// The job as one partition's pipeline runs it: that partition's input, and dead-letter files
+/// of its own (`bad.jsonl` becomes `bad.partition-3.jsonl`), since each file is written
+/// exactly once by one pipeline's checkpoints.
+fn partition_spec(spec: &JobSpec, input: InputPartition) -> JobSpec {
+    let own = |policy: &mut RecordPolicy| {
+        if let RecordPolicy::DeadLetter(path) = policy {
+            let stem = path.file_stem().unwrap_or_default().to_string_lossy();
+            let name = match path.extension() {
+                Some(ext) => format!(
+                    "{stem}.partition-{}.{}",
+                    input.partition,
+                    ext.to_string_lossy()
+                ),
+                None => format!("{stem}.partition-{}", input.partition),
+            };
+            path.set_file_name(name);
+        }
+    };
+    let mut spec = spec.clone();
+    if let SourceSpec::Kafka(kafka) = &mut spec.source {
+        own(&mut kafka.on_bad_record);
+    }
+    for op in &mut spec.operators {
+        own(&mut op.on_error);
+        own(&mut op.on_bad_record);
+    }
+    spec.input_partition = Some(input);
+    spec
 }
 
 /// The group member's callbacks.
@@ -390,7 +422,7 @@ pub async fn run_group(
 
     let mut summary = GroupSummary::default();
     let mut failure = None;
-    let mut last_owned = Vec::new();
+    let mut last_owned = None;
     loop {
         tokio::time::sleep(Duration::from_millis(100)).await;
         // Collect what finished on its own.
@@ -418,12 +450,12 @@ pub async fn run_group(
         }
         let owned = shared.owned();
         let partitions: Vec<i32> = owned.iter().map(|(p, _)| *p).collect();
-        if partitions != last_owned {
+        if last_owned.as_ref() != Some(&partitions) {
             eprintln!(
                 "weir: this process owns partitions {partitions:?} of `{}`",
                 kafka.topic
             );
-            last_owned = partitions;
+            last_owned = Some(partitions);
         }
         if kafka.stop_at_end && !owned.is_empty() {
             let tasks = shared.tasks.lock().unwrap_or_else(|e| e.into_inner());
