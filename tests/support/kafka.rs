@@ -181,3 +181,39 @@ pub fn sorted_values(bootstrap: &str, topic: &str) -> Vec<String> {
     values.sort();
     values
 }
+
+/// The offsets `group` has committed for each partition of `topic`, against each partition's
+/// end: `(partition, committed, end)`.
+pub fn committed_and_ends(bootstrap: &str, group: &str, topic: &str) -> Vec<(i32, i64, i64)> {
+    let consumer: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .set("group.id", group)
+        .set("enable.auto.commit", "false")
+        .create()
+        .expect("consumer");
+    let timeout = Duration::from_secs(10);
+    let metadata = consumer
+        .fetch_metadata(Some(topic), timeout)
+        .expect("metadata");
+    let mut wanted = TopicPartitionList::new();
+    for p in metadata.topics()[0].partitions() {
+        wanted.add_partition(topic, p.id());
+    }
+    let committed = consumer
+        .committed_offsets(wanted, timeout)
+        .expect("committed offsets");
+    committed
+        .elements()
+        .iter()
+        .map(|e| {
+            let (_, end) = consumer
+                .fetch_watermarks(topic, e.partition(), timeout)
+                .expect("watermarks");
+            let at = match e.offset() {
+                Offset::Offset(at) => at,
+                _ => -1,
+            };
+            (e.partition(), at, end)
+        })
+        .collect()
+}

@@ -15,7 +15,8 @@
 //! commands on stdin, one per line:
 //! - `topic NAME PARTITIONS` creates a topic;
 //! - `produce TOPIC FILE` sends each line of FILE as a message: `KEY<TAB>VALUE`, or a value
-//!   alone (no key), partitioned by key as Java clients do.
+//!   alone (no key), partitioned by key as Java clients do;
+//! - `dump TOPIC FILE` writes the value of every message the topic holds to FILE, a line each.
 //!
 //! It answers each command with `ok ...` or `error: ...`, and stops when its stdin closes (a
 //! test that dies closes it) or on Ctrl-C.
@@ -71,9 +72,13 @@ fn run() -> Result<(), String> {
                 Ok(sent) => println!("ok {sent} messages"),
                 Err(message) => println!("error: {message}"),
             },
+            Some(("dump", args)) => match dump(&cluster.bootstrap_servers(), args) {
+                Ok(read) => println!("ok {read} messages"),
+                Err(message) => println!("error: {message}"),
+            },
             _ if line.trim().is_empty() => {}
             _ => println!(
-                "error: unknown command {line:?}; use `topic NAME PARTITIONS` or `produce TOPIC FILE`"
+                "error: unknown command {line:?}; use `topic NAME PARTITIONS`, `produce TOPIC FILE` or `dump TOPIC FILE`"
             ),
         }
         stdout.flush().map_err(|e| e.to_string())?;
@@ -116,4 +121,61 @@ fn produce(bootstrap: &str, args: &str) -> Result<usize, String> {
         .flush(std::time::Duration::from_secs(30))
         .map_err(|e| e.to_string())?;
     Ok(sent)
+}
+
+/// `dump TOPIC FILE`: writes every value the topic holds; returns how many.
+fn dump(bootstrap: &str, args: &str) -> Result<usize, String> {
+    use rdkafka::consumer::{BaseConsumer, Consumer};
+    use rdkafka::error::KafkaError;
+    use rdkafka::message::Message;
+    use std::time::Duration;
+    let (topic, path) = args
+        .trim()
+        .split_once(' ')
+        .ok_or("expected `dump TOPIC FILE`")?;
+    let consumer: BaseConsumer = rdkafka::ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .set("group.id", "weir-test-broker-dump")
+        .set("enable.partition.eof", "true")
+        .set("enable.auto.commit", "false")
+        .create()
+        .map_err(|e| e.to_string())?;
+    let timeout = Duration::from_secs(10);
+    let metadata = consumer
+        .fetch_metadata(Some(topic), timeout)
+        .map_err(|e| e.to_string())?;
+    let mut assignment = rdkafka::TopicPartitionList::new();
+    let mut open = 0;
+    for partition in metadata.topics().iter().flat_map(|t| t.partitions()) {
+        let (low, high) = consumer
+            .fetch_watermarks(topic, partition.id(), timeout)
+            .map_err(|e| e.to_string())?;
+        if high > low {
+            assignment
+                .add_partition_offset(topic, partition.id(), rdkafka::Offset::Offset(low))
+                .map_err(|e| e.to_string())?;
+            open += 1;
+        }
+    }
+    let mut out =
+        std::io::BufWriter::new(std::fs::File::create(path.trim()).map_err(|e| e.to_string())?);
+    let mut read = 0;
+    if open > 0 {
+        consumer.assign(&assignment).map_err(|e| e.to_string())?;
+    }
+    while open > 0 {
+        match consumer.poll(Duration::from_secs(10)) {
+            None => return Err("no answer from the topic for 10 s".into()),
+            Some(Err(KafkaError::PartitionEOF(_))) => open -= 1,
+            Some(Err(e)) => return Err(e.to_string()),
+            Some(Ok(message)) => {
+                out.write_all(message.payload().unwrap_or_default())
+                    .and_then(|()| out.write_all(b"\n"))
+                    .map_err(|e| e.to_string())?;
+                read += 1;
+            }
+        }
+    }
+    out.flush().map_err(|e| e.to_string())?;
+    Ok(read)
 }

@@ -139,8 +139,8 @@ impl Pipeline {
                 let input = spec.input_partition.as_ref().ok_or_else(|| {
                     PrepareError::Source(ConnectorError::Kafka {
                         brokers: kafka.brokers.clone(),
-                        message: "a Kafka job runs a pipeline per partition: run it with \
-                                  `kafka::run_group`"
+                        message: "a Kafka job runs a pipeline per partition \
+                                  (`weir_host::kafka::run_group`), not as one pipeline"
                             .into(),
                     })
                 })?;

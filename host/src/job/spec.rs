@@ -989,6 +989,52 @@ mod tests {
     }
 
     #[test]
+    fn kafka_sections_are_checked() {
+        let dir = fixture();
+        let kafka = GOOD
+            .replace(
+                "kind = \"text-lines\"\n        path = \"in.txt\"",
+                "kind = \"kafka\"\n        brokers = \"b:9092\"\n        topic = \"t\"\n        \
+                 group_id = \"g\"\n        start = { timestamp_ms = 5 }",
+            )
+            .replace(
+                "kind = \"file\"\n        path = \"out.txt\"",
+                "kind = \"kafka\"\n        brokers = \"b:9092\"\n        topic = \"out\"",
+            );
+        let with_checkpoints = format!("{kafka}\n[checkpoints]\n");
+        let spec = parse(&with_checkpoints, dir.path()).expect("valid");
+        let SourceSpec::Kafka(source) = &spec.source else {
+            panic!("not a Kafka source: {:?}", spec.source);
+        };
+        assert_eq!(
+            source.start,
+            crate::kafka::settings::StartPosition::Timestamp { timestamp_ms: 5 }
+        );
+        assert!(matches!(&spec.sink, SinkSpec::Kafka(k) if k.guarantee == Guarantee::ExactlyOnce));
+        let err = parse(&kafka, dir.path()).expect_err("no checkpoints");
+        assert!(err.contains("[sink] guarantee"), "{err}");
+        let at_least_once = kafka.replace(
+            "topic = \"out\"",
+            "topic = \"out\"\nguarantee = \"at-least-once\"",
+        );
+        let err = parse(&at_least_once, dir.path()).expect_err("no checkpoints");
+        assert!(
+            err.contains("a Kafka source keeps its offsets in checkpoints"),
+            "{err}"
+        );
+        let raw_pointer =
+            with_checkpoints.replace("group_id = \"g\"", "group_id = \"g\"\nkey_pointer = \"/u\"");
+        let err = parse(&raw_pointer, dir.path()).expect_err("raw values have no pointer");
+        assert!(err.contains("[source] key_pointer: reads JSON"), "{err}");
+        let no_group = with_checkpoints.replace("group_id = \"g\"", "group_id = \" \"");
+        let err = parse(&no_group, dir.path()).expect_err("empty group");
+        assert!(
+            err.contains("[source] group_id: must not be empty"),
+            "{err}"
+        );
+    }
+
+    #[test]
     fn an_unknown_field_is_reported_with_its_line() {
         let dir = fixture();
         let err = parse(
@@ -1032,8 +1078,8 @@ mod tests {
             ),
             (
                 "kind = \"text-lines\"",
-                "kind = \"kafka\"",
-                "unknown variant `kafka`",
+                "kind = \"pulsar\"",
+                "unknown variant `pulsar`",
             ),
         ];
         for (from, to, expected) in cases {

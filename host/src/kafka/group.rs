@@ -357,6 +357,8 @@ pub async fn run_group(
             ("group.id", &kafka.group_id),
             ("enable.auto.commit", "false"),
             ("partition.assignment.strategy", "cooperative-sticky"),
+            // Partitions added to the topic reach the group within this (default 5 min).
+            ("topic.metadata.refresh.interval.ms", "10000"),
         ],
         &kafka.properties,
     )

@@ -4,7 +4,9 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use rdkafka::ClientConfig;
+use rdkafka::consumer::ConsumerContext;
+use rdkafka::error::KafkaError;
+use rdkafka::{ClientConfig, ClientContext};
 use serde::Deserialize;
 
 use crate::connectors::timestamps::{TimestampPolicy, TimestampSpec};
@@ -159,3 +161,19 @@ impl KafkaSinkSpec {
             .map_or(DEFAULT_CONNECT_TIMEOUT, Duration::from_millis)
     }
 }
+
+/// The callbacks of Weir's consumers: client errors go to the log as warnings (a failed read
+/// also fails the read), except the end-of-partition events that `enable.partition.eof`
+/// makes librdkafka report as errors.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ClientLog;
+
+impl ClientContext for ClientLog {
+    fn error(&self, error: KafkaError, reason: &str) {
+        if !matches!(error, KafkaError::PartitionEOF(_)) {
+            tracing::warn!(%error, reason, "Kafka client error");
+        }
+    }
+}
+
+impl ConsumerContext for ClientLog {}

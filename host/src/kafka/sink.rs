@@ -28,7 +28,7 @@ use rdkafka::producer::{BaseProducer, BaseRecord, DeliveryResult, Producer, Prod
 use rdkafka::{ClientContext, Offset, TopicPartitionList};
 use tokio::runtime::Handle;
 
-use super::settings::{Guarantee, KafkaSinkSpec, client_config};
+use super::settings::{ClientLog, Guarantee, KafkaSinkSpec, client_config};
 use super::source::kafka_error;
 use crate::checkpoint::CheckpointStore;
 use crate::connectors::{ConnectorError, Sink, SinkPosition, SinkRestore};
@@ -270,7 +270,7 @@ impl KafkaSink {
         ends: &[(i32, i64)],
     ) -> Result<HashSet<u32>, ConnectorError> {
         let topic = &self.spec.topic;
-        let reader: BaseConsumer = client_config(
+        let reader: BaseConsumer<ClientLog> = client_config(
             &self.spec.brokers,
             self.spec.connect_timeout(),
             &[
@@ -281,7 +281,7 @@ impl KafkaSink {
             ],
             &self.spec.properties,
         )
-        .create()
+        .create_with_context(ClientLog)
         .map_err(|e| self.error(format!("cannot create a consumer: {e}")))?;
         let now = self.ends()?;
         let mut assignment = TopicPartitionList::new();
@@ -438,7 +438,7 @@ impl Sink for KafkaSink {
         let later = staging.staged.split_off(&CheckpointId(checkpoint.0 + 1));
         let due = std::mem::replace(&mut staging.staged, later);
         for (id, object) in due {
-            self.publish(id, &object, false)?;
+            self.publish(id, &object, true)?;
             self.delete_staged(id)?;
         }
         Ok(())

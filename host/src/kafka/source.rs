@@ -16,7 +16,7 @@ use rdkafka::message::Message;
 use rdkafka::{Offset, TopicPartitionList};
 use serde::{Deserialize, Serialize};
 
-use super::settings::{KafkaSourceSpec, StartPosition, ValueFormat, client_config};
+use super::settings::{ClientLog, KafkaSourceSpec, StartPosition, ValueFormat, client_config};
 use crate::connectors::json_records::{Decoded, JsonDecoder};
 use crate::connectors::{
     ConnectorError, Rejected, Source, SourceOrigin, SourcePosition, SourceProgress,
@@ -88,7 +88,7 @@ struct PartitionPosition {
 
 /// Reads one partition of a topic.
 pub struct PartitionSource {
-    consumer: BaseConsumer,
+    consumer: BaseConsumer<ClientLog>,
     spec: KafkaSourceSpec,
     partition: i32,
     reader: MessageReader,
@@ -117,7 +117,7 @@ impl PartitionSource {
     /// A source for `partition` of the spec's topic. It reaches the broker only when it first
     /// reads.
     pub fn new(spec: &KafkaSourceSpec, input: &InputPartition) -> Result<Self, ConnectorError> {
-        let consumer: BaseConsumer = client_config(
+        let consumer: BaseConsumer<ClientLog> = client_config(
             &spec.brokers,
             spec.connect_timeout(),
             &[
@@ -134,7 +134,7 @@ impl PartitionSource {
             ],
             &spec.properties,
         )
-        .create()
+        .create_with_context(ClientLog)
         .map_err(|e| kafka_error(&spec.brokers, format!("cannot create a consumer: {e}")))?;
         let decoder = JsonDecoder::new(
             spec.key_pointer.clone(),

@@ -101,6 +101,14 @@ impl Registry {
         let dir = self.data_dir.join("jobs").join(&id);
         let prepared = prepare(&dir, &request)
             .and_then(|spec| self.outside_data_dir(spec))
+            .and_then(|spec| match spec.source {
+                SourceSpec::Kafka(_) => Err(SubmitError(
+                    "the job reads Kafka: run it with `weir run` on each machine (the consumer \
+                     group shares the partitions); `weir serve` does not run Kafka jobs yet"
+                        .into(),
+                )),
+                _ => Ok(spec),
+            })
             .and_then(|spec| {
                 Pipeline::from_spec(&spec, &self.engine)
                     .map(|_| spec)
