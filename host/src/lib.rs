@@ -54,6 +54,8 @@
 //! - [`connectors`]: replayable sources (text lines, JSON lines, generator) that stamp
 //!   records with their event time, and two-phase sinks (file; stdout and discard write
 //!   through).
+//! - [`kafka`]: Kafka's source and sink, and scale-out: a pipeline per input partition, the
+//!   partitions shared by the processes of a consumer group ([`kafka::run_group`]).
 //! - [`serve`]: `weir serve`, a long-running host running many jobs submitted over HTTP.
 //! - [`ids`]: identifier newtypes shared across modules.
 //!

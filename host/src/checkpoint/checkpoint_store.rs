@@ -66,6 +66,12 @@ impl CheckpointStore {
         self.root.clone().join("sink")
     }
 
+    /// Who writes this job folder's output now: the token of the last run that claimed it
+    /// (the Kafka sink's fencing).
+    pub fn owner_path(&self) -> Path {
+        self.root.clone().join("owner")
+    }
+
     /// The staged output of `checkpoint`.
     pub fn sink_staging_path(&self, checkpoint: CheckpointId) -> Path {
         self.sink_staging_folder()

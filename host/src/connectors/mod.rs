@@ -55,6 +55,10 @@ pub enum ConnectorError {
     /// A Kafka client failed (unreachable brokers, a missing topic, a failed produce).
     #[error("Kafka at {brokers}: {message}")]
     Kafka { brokers: String, message: String },
+    /// Another process took over the output this sink writes (a Kafka partition moved while
+    /// this one still ran): it must stop, not retry.
+    #[error("{what}: another process took it over; this one lets go")]
+    TakenOver { what: String },
     /// A restored position does not fit the source: a corrupt checkpoint, or an input that
     /// changed since the checkpoint was taken.
     #[error("{source_name}: cannot resume from the checkpointed position: {message}")]

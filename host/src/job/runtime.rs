@@ -620,7 +620,8 @@ fn restored_watermark(
 }
 
 /// A name for this run's artifacts, unique enough across runs of a job.
-fn run_id() -> String {
+/// A name for one run, unique across processes and restarts.
+pub(crate) fn run_id() -> String {
     use std::hash::{BuildHasher, Hasher};
     let mut h = std::collections::hash_map::RandomState::new().build_hasher();
     h.write_u128(

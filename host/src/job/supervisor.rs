@@ -85,6 +85,8 @@ pub async fn run_job_in(
         JobError::Stopped => false,
         // The output lost what the checkpoint covers: every restore would find the same.
         JobError::Sink(ConnectorError::OutputLost { .. }) => false,
+        // Another process owns the output now: restarting would take it back.
+        JobError::Sink(ConnectorError::TakenOver { .. }) => false,
         JobError::Operator(e) if e.kind.is_limit() => on_limit == OnLimit::Restart,
         _ => true,
     };

@@ -112,7 +112,7 @@ impl Shared {
             let shared = Arc::downgrade(self);
             Arc::new(move |partition, offset| {
                 if let Some(shared) = shared.upgrade() {
-                    shared.commit(partition, offset);
+                    shared.commit(partition, offset, CommitMode::Async);
                 }
             })
         };
@@ -174,6 +174,17 @@ impl Shared {
                 error: JobError::Stopped,
                 ..
             })) => return,
+            // Another process owns the partition now (this one's revocation came late).
+            Ok(Err(SupervisorError::Failed {
+                error: JobError::Sink(ConnectorError::TakenOver { .. }),
+                ..
+            })) => {
+                tracing::warn!(
+                    partition,
+                    "partition taken over by another process: letting go"
+                );
+                return;
+            }
             Ok(Err(error)) => Err(GroupError::Partition { partition, error }),
             Err(e) => Err(GroupError::Panicked {
                 partition,
@@ -187,17 +198,19 @@ impl Shared {
     }
 
     /// The pipelines that finished since the last look; their tasks stay, as finished.
-    fn take_finished(&self) -> Vec<(i32, JoinHandle<PartitionRun>)> {
+    fn take_finished(&self) -> Vec<(i32, JoinHandle<PartitionRun>, Arc<PartitionLink>)> {
         let mut tasks = self.tasks.lock().unwrap_or_else(|e| e.into_inner());
         tasks
             .iter_mut()
             .filter(|(_, task)| task.handle.as_ref().is_some_and(|h| h.is_finished()))
-            .filter_map(|(partition, task)| Some((*partition, task.handle.take()?)))
+            .filter_map(|(partition, task)| {
+                Some((*partition, task.handle.take()?, task.link.clone()))
+            })
             .collect()
     }
 
     /// Commits a checkpointed offset to the group, for lag tools.
-    fn commit(&self, partition: i32, offset: i64) {
+    fn commit(&self, partition: i32, offset: i64, mode: CommitMode) {
         let Some(member) = self.member.get().and_then(Weak::upgrade) else {
             return;
         };
@@ -205,7 +218,7 @@ impl Shared {
         if offsets
             .add_partition_offset(&self.kafka.topic, partition, Offset::Offset(offset))
             .is_ok()
-            && let Err(e) = member.commit(&offsets, CommitMode::Async)
+            && let Err(e) = member.commit(&offsets, mode)
         {
             // A partition just revoked, say: the next owner commits its own.
             tracing::debug!(partition, offset, error = %e, "offset commit refused");
@@ -428,8 +441,15 @@ pub async fn run_group(
     loop {
         tokio::time::sleep(Duration::from_millis(100)).await;
         // Collect what finished on its own.
-        for (partition, handle) in shared.take_finished() {
+        for (partition, handle, link) in shared.take_finished() {
             let result = handle.await;
+            if matches!(result, Ok(Ok(_)))
+                && let Some(end) = link.next_offset()
+            {
+                // The last checkpoint completed after the source ended, which never heard;
+                // wait for this commit, as the process may leave next.
+                tokio::task::block_in_place(|| shared.commit(partition, end, CommitMode::Sync));
+            }
             shared.note(partition, result);
         }
         for (partition, result) in shared

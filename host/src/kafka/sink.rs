@@ -81,6 +81,9 @@ struct Staging {
     current_count: u32,
     /// Staged and not yet published, by checkpoint: the object's bytes.
     staged: BTreeMap<CheckpointId, Vec<u8>>,
+    /// This run's claim on the output, written at recovery to the folder's owner object; a
+    /// run that finds another claim there was taken over, and stops.
+    token: String,
 }
 
 impl KafkaSink {
@@ -123,6 +126,7 @@ impl KafkaSink {
                     current: Vec::new(),
                     current_count: 0,
                     staged: BTreeMap::new(),
+                    token: crate::job::runtime::run_id(),
                 })
             }
         };
@@ -342,6 +346,36 @@ impl KafkaSink {
 }
 
 impl Staging {
+    /// Claims the output for this run.
+    fn claim(&self) -> Result<(), object_store::Error> {
+        let path = self.store.owner_path();
+        let payload = object_store::PutPayload::from(self.token.clone().into_bytes());
+        self.runtime
+            .block_on(self.store.object_store().put(&path, payload))
+            .map(|_| ())
+    }
+
+    /// Fails if another run claimed the output since this one did: staging or publishing
+    /// now would compete with the new owner.
+    fn check_claim(&self, brokers: &str) -> Result<(), ConnectorError> {
+        let path = self.store.owner_path();
+        let store = self.store.object_store().clone();
+        let owner = self
+            .runtime
+            .block_on(async { store.get(&path).await?.bytes().await })
+            .map_err(|e| kafka_error(brokers, format!("cannot read {path}: {e}")))?;
+        if owner.as_ref() == self.token.as_bytes() {
+            Ok(())
+        } else {
+            Err(ConnectorError::TakenOver {
+                what: format!(
+                    "the output of {}",
+                    self.store.relative(&path).trim_end_matches("/owner")
+                ),
+            })
+        }
+    }
+
     async fn staged_objects(
         &self,
     ) -> Result<Vec<(CheckpointId, object_store::path::Path)>, object_store::Error> {
@@ -406,6 +440,7 @@ impl Sink for KafkaSink {
         let Some(staging) = &mut self.staging else {
             return Ok(None);
         };
+        staging.check_claim(&brokers)?;
         let mut object = Vec::with_capacity(staging.current.len() + 64);
         object.extend_from_slice(STAGED_MAGIC);
         object.put_u32_le(ends.len() as u32);
@@ -437,6 +472,9 @@ impl Sink for KafkaSink {
         };
         let later = staging.staged.split_off(&CheckpointId(checkpoint.0 + 1));
         let due = std::mem::replace(&mut staging.staged, later);
+        if !due.is_empty() {
+            staging.check_claim(&self.spec.brokers)?;
+        }
         for (id, object) in due {
             self.publish(id, &object, true)?;
             self.delete_staged(id)?;
@@ -449,6 +487,9 @@ impl Sink for KafkaSink {
             return Ok(());
         };
         let brokers = self.spec.brokers.clone();
+        staging
+            .claim()
+            .map_err(|e| kafka_error(&brokers, format!("cannot claim the output: {e}")))?;
         let listed = staging
             .runtime
             .block_on(staging.staged_objects())

@@ -50,6 +50,11 @@ impl PartitionLink {
         }
     }
 
+    /// The offset of the next message the pipeline reads, once it has started reading.
+    pub fn next_offset(&self) -> Option<i64> {
+        Some(self.next.load(Ordering::Relaxed)).filter(|n| *n >= 0)
+    }
+
     /// Messages in the partition not yet read (0 before the pipeline starts reading).
     pub fn lag(&self) -> i64 {
         let next = self.next.load(Ordering::Relaxed);
