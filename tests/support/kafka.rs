@@ -69,18 +69,26 @@ impl Drop for Broker {
 
 /// Produces `(key, value)` records to `topic`, partitioned by key as Java clients do.
 pub fn produce(bootstrap: &str, topic: &str, records: &[(Option<&str>, &str)]) {
+    let timed: Vec<_> = records.iter().map(|&(k, v)| (k, v, None)).collect();
+    produce_timed(bootstrap, topic, &timed);
+}
+
+/// Produces `(key, value, timestamp)` records: the timestamp, if any, is the message's.
+pub fn produce_timed(bootstrap: &str, topic: &str, records: &[(Option<&str>, &str, Option<i64>)]) {
     let producer: BaseProducer = ClientConfig::new()
         .set("bootstrap.servers", bootstrap)
         .set("partitioner", "murmur2_random")
         .set("linger.ms", "5")
         .create()
         .expect("producer");
-    for (key, value) in records {
+    for &(key, value, timestamp) in records {
         let mut record = BaseRecord::<str, str>::to(topic).payload(value);
         if let Some(key) = key {
             record = record.key(key);
         }
-        let mut record = record;
+        if let Some(timestamp) = timestamp {
+            record = record.timestamp(timestamp);
+        }
         loop {
             match producer.send(record) {
                 Ok(()) => break,

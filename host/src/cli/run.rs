@@ -87,13 +87,7 @@ pub fn run(args: RunArgs) -> Result<(), Failure> {
         .block_on(run_job(&spec, &engine, from, options))
         .map_err(|e| {
             let input = e.is_input_error();
-            let what = if input { "cannot run" } else { "failed" };
-            let error = anyhow::Error::new(e).context(format!("job `{}` {what}", spec.name));
-            if input {
-                Failure::input(error)
-            } else {
-                Failure::failed(error)
-            }
+            job_failure(&spec.name, e, input)
         })?;
     if !args.quiet {
         eprintln!("{summary}");
@@ -133,16 +127,25 @@ fn run_kafka(
         .block_on(crate::kafka::run_group(spec, engine, options))
         .map_err(|e| {
             let input = e.is_input_error();
-            let what = if input { "cannot run" } else { "failed" };
-            let error = anyhow::Error::new(e).context(format!("job `{}` {what}", spec.name));
-            if input {
-                Failure::input(error)
-            } else {
-                Failure::failed(error)
-            }
+            job_failure(&spec.name, e, input)
         })?;
     if !quiet {
         eprint!("{summary}");
     }
     Ok(())
+}
+
+/// A job that could not start (`input`: exit 2) or failed (exit 1), named.
+fn job_failure(
+    job: &str,
+    error: impl std::error::Error + Send + Sync + 'static,
+    input: bool,
+) -> Failure {
+    let what = if input { "cannot run" } else { "failed" };
+    let error = anyhow::Error::new(error).context(format!("job `{job}` {what}"));
+    if input {
+        Failure::input(error)
+    } else {
+        Failure::failed(error)
+    }
 }

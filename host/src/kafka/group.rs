@@ -209,6 +209,21 @@ impl Shared {
             .collect()
     }
 
+    /// Moves the results noted so far into `summary`, and the first failure into `failure`.
+    fn collect(&self, summary: &mut GroupSummary, failure: &mut Option<GroupError>) {
+        let results = std::mem::take(&mut *self.results.lock().unwrap_or_else(|e| e.into_inner()));
+        for (partition, result) in results {
+            match result {
+                Ok(run) => {
+                    summary.partitions.insert(partition, run);
+                }
+                Err(error) => {
+                    failure.get_or_insert(error);
+                }
+            }
+        }
+    }
+
     /// Commits a checkpointed offset to the group, for lag tools.
     fn commit(&self, partition: i32, offset: i64, mode: CommitMode) {
         let Some(member) = self.member.get().and_then(Weak::upgrade) else {
@@ -452,21 +467,7 @@ pub async fn run_group(
             }
             shared.note(partition, result);
         }
-        for (partition, result) in shared
-            .results
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .drain(..)
-        {
-            match result {
-                Ok(run) => {
-                    summary.partitions.insert(partition, run);
-                }
-                Err(error) => {
-                    failure.get_or_insert(error);
-                }
-            }
-        }
+        shared.collect(&mut summary, &mut failure);
         if failure.is_some() || options.stop.is_raised() {
             break;
         }
@@ -490,21 +491,7 @@ pub async fn run_group(
     tokio::task::spawn_blocking(move || poller.join())
         .await
         .ok();
-    for (partition, result) in shared
-        .results
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .drain(..)
-    {
-        match result {
-            Ok(run) => {
-                summary.partitions.insert(partition, run);
-            }
-            Err(error) => {
-                failure.get_or_insert(error);
-            }
-        }
-    }
+    shared.collect(&mut summary, &mut failure);
     match failure {
         Some(error) => Err(error),
         None => Ok(summary),
