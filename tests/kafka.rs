@@ -368,9 +368,9 @@ fn members_of_a_group_share_partitions_take_over_from_a_killed_one_and_hand_over
     let broker = Broker::start(&[("words", 6), ("counts", 6)]);
     let dir = tempfile::tempdir().expect("tempdir");
     // The test broker gives members the session timeout less 1 s to rejoin a rebalance
-    // (Kafka gives them `max.poll.interval.ms`): 6 s lets a loaded machine stop pipelines in
-    // time.
-    let job = count_job(dir.path(), &broker, false, "");
+    // (Kafka gives them `max.poll.interval.ms`, 5 minutes by default): 10 s lets a loaded
+    // machine stop pipelines in time.
+    let job = count_job(dir.path(), &broker, false, "").replace("\"6000\"", "\"10000\"");
     let mut input = words(60_000, 600, &mut rng);
     produce_words(&broker, "words", &input);
     let a = weir_run(&job);

@@ -29,6 +29,9 @@ use crate::job::{JobError, JobSpec, RunOptions, RunSummary, StopSignal, Supervis
 /// How often a process that reads every partition looks for new ones.
 const PARTITIONS_LOOK_EVERY: Duration = Duration::from_secs(5);
 
+/// How often a group member checks that every partition assigned to it has a pipeline.
+const ASSIGNMENT_LOOK_EVERY: Duration = Duration::from_secs(1);
+
 /// What a process did as a member of its job's group.
 #[derive(Debug, Default)]
 pub struct GroupSummary {
@@ -39,7 +42,7 @@ pub struct GroupSummary {
 impl std::fmt::Display for GroupSummary {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let owned: Vec<String> = self.partitions.keys().map(|p| p.to_string()).collect();
-        writeln!(f, "partitions run here: [{}]", owned.join(", "))?;
+        writeln!(f, "partitions finished here: [{}]", owned.join(", "))?;
         for (partition, summary) in &self.partitions {
             writeln!(f, "partition {partition}:")?;
             writeln!(f, "{summary}")?;
@@ -174,7 +177,9 @@ impl Shared {
                 error: JobError::Stopped,
                 ..
             })) => return,
-            // Another process owns the partition now (this one's revocation came late).
+            // Another process claimed the partition (this one's revocation came late, or the
+            // other's did). Forget it: if the group still gives it to this process, the
+            // member's next look at its assignment starts it again, and claims it back.
             Ok(Err(SupervisorError::Failed {
                 error: JobError::Sink(ConnectorError::TakenOver { .. }),
                 ..
@@ -183,6 +188,10 @@ impl Shared {
                     partition,
                     "partition taken over by another process: letting go"
                 );
+                self.tasks
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .remove(&partition);
                 return;
             }
             Ok(Err(error)) => Err(GroupError::Partition { partition, error }),
@@ -427,6 +436,17 @@ pub async fn run_group(
                                 }
                             }
                             Err(e) => tracing::warn!(error = %e, "cannot list the partitions"),
+                        }
+                    } else if !all && std::time::Instant::now() >= next_look {
+                        // Every assigned partition has its pipeline, also one that let go
+                        // of it after another process's claim while the group kept it here.
+                        next_look += ASSIGNMENT_LOOK_EVERY;
+                        if !shared.leaving.load(Ordering::Relaxed)
+                            && let Ok(assigned) = member.assignment()
+                        {
+                            for element in assigned.elements() {
+                                shared.start(element.partition());
+                            }
                         }
                     }
                 }
