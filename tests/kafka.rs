@@ -8,6 +8,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use support::crash::{Rng, running_counts, seed};
+use support::host::{Host, TOKEN};
 use support::kafka::{Broker, produce, sorted_values};
 use support::{assert_clean_failure, cache_dir, component, stderr, toml_path, weir, write_job};
 
@@ -104,6 +105,22 @@ fn a_word_count_from_kafka_to_kafka_is_exactly_once() {
         offsets.iter().all(|(_, committed, end)| committed == end),
         "committed offsets lag: {offsets:?} (partition, committed, end)"
     );
+    // Each partition's checkpoints are listed as those of a job of its own.
+    let out = weir(&[
+        "checkpoints",
+        "list",
+        &dir.path().join("store").display().to_string(),
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let listed = String::from_utf8_lossy(&out.stdout);
+    for partition in 0..3 {
+        assert!(
+            listed
+                .lines()
+                .any(|l| l.starts_with(&format!("kafka-count/partitions/{partition} "))),
+            "{listed}"
+        );
+    }
 }
 
 /// `got` (sorted) holds nothing that `expected` (sorted) does not, counting repeats.
@@ -120,11 +137,11 @@ fn beyond(got: &[String], expected: &[String]) -> Vec<String> {
 }
 
 /// Runs a word count from `words` to `counts` in one process (every partition, so a restart
-/// need not wait for the group to forget the killed one), producing input while runs are
-/// SIGKILLed at random instants; after each kill, `check` sees the output (sorted) and the
-/// running counts of the input so far. Returns the whole input.
+/// need not wait for the group to forget the killed one), with `sink` settings, producing
+/// input while runs are SIGKILLed at random instants; after each kill, `check` sees the
+/// output (sorted) and the running counts of the input so far. Returns the whole input.
 fn count_through_kills(
-    guarantee: &str,
+    sink: &str,
     check: impl Fn(&[String], &[String], usize),
 ) -> (Broker, Vec<String>) {
     const KILLS: usize = 8;
@@ -133,10 +150,7 @@ fn count_through_kills(
     let broker = Broker::start(&[("words", 4), ("counts", 4)]);
     let dir = tempfile::tempdir().expect("tempdir");
     let text = count_job_text(dir.path(), &broker.bootstrap, false, "assignment = \"all\"")
-        .replace(
-            "topic = \"counts\"",
-            &format!("topic = \"counts\"\nguarantee = \"{guarantee}\""),
-        );
+        .replace("topic = \"counts\"", &format!("topic = \"counts\"\n{sink}"));
     let job = write_job(dir.path(), &text)
         .to_str()
         .expect("utf-8")
@@ -180,34 +194,49 @@ fn count_through_kills(
     (broker, input)
 }
 
+/// What is visible after each kill is a part of the expected output: never a duplicate,
+/// never a record that should not be there.
+fn nothing_beyond(got: &[String], expected: &[String], kill: usize) {
+    let extra = beyond(got, expected);
+    assert!(
+        extra.is_empty(),
+        "after kill {kill}, the output holds records it should not: {:?}",
+        &extra[..extra.len().min(5)]
+    );
+}
+
 #[test]
 fn a_word_count_killed_at_random_instants_ends_exactly_once() {
-    let (broker, input) = count_through_kills("exactly-once", |got, expected, kill| {
-        // What is visible is a part of the expected output: never a duplicate, never a
-        // record that should not be there.
-        let extra = beyond(got, expected);
-        assert!(
-            extra.is_empty(),
-            "after kill {kill}, the output holds records it should not: {:?}",
-            &extra[..extra.len().min(5)]
-        );
-    });
+    let (broker, input) = count_through_kills("guarantee = \"exactly-once\"", nothing_beyond);
+    let expected = running_counts(input.iter().map(String::as_str));
+    assert_eq!(sorted_values(&broker.bootstrap, "counts"), expected);
+}
+
+/// The same with broker transactions. The test broker neither hides aborted transactions
+/// from `read_committed` readers nor fences a producer when another starts with its
+/// `transactional.id` (it gives each a new producer id), so this checks the transactional
+/// path through kills (each restart initialises the transactions and publishes what the
+/// last run staged), not the hiding or the fencing.
+#[test]
+fn with_broker_transactions_a_word_count_killed_at_random_instants_ends_exactly_once() {
+    let (broker, input) = count_through_kills("transactions = true", nothing_beyond);
     let expected = running_counts(input.iter().map(String::as_str));
     assert_eq!(sorted_values(&broker.bootstrap, "counts"), expected);
 }
 
 #[test]
 fn at_least_once_output_may_repeat_but_loses_nothing() {
-    let (broker, input) = count_through_kills("at-least-once", |got, expected, kill| {
-        let mut distinct = got.to_vec();
-        distinct.dedup();
-        let extra = beyond(&distinct, expected);
-        assert!(
-            extra.is_empty(),
-            "after kill {kill}, the output holds records no input made: {:?}",
-            &extra[..extra.len().min(5)]
-        );
-    });
+    let (broker, input) =
+        count_through_kills("guarantee = \"at-least-once\"", |got, expected, kill| {
+            let mut distinct = got.to_vec();
+            distinct.dedup();
+            let extra = beyond(&distinct, expected);
+            assert!(
+                extra.is_empty(),
+                "after kill {kill}, the output holds records no input made: {:?}",
+                &extra[..extra.len().min(5)]
+            );
+        });
     let expected = running_counts(input.iter().map(String::as_str));
     let mut got = sorted_values(&broker.bootstrap, "counts");
     got.dedup();
@@ -482,8 +511,8 @@ fn json_events(broker: &Broker) {
 }
 
 #[test]
-fn a_message_that_is_not_json_fails_the_job_or_is_skipped_and_counted() {
-    let broker = Broker::start(&[("words", 1), ("counts", 1)]);
+fn a_message_that_is_not_json_fails_the_job_or_is_skipped_or_dead_lettered_and_counted() {
+    let broker = Broker::start(&[("words", 1), ("counts", 1), ("bad", 2)]);
     json_events(&broker);
     let dir = tempfile::tempdir().expect("tempdir");
     let json = "assignment = \"all\"\nformat = \"json\"\nkey_pointer = \"/user\"";
@@ -526,6 +555,33 @@ fn a_message_that_is_not_json_fails_the_job_or_is_skipped_and_counted() {
         text.contains("kafka topic words partition 0 offset 2") && text.contains("not valid JSON"),
         "{text}"
     );
+
+    // Or to a topic, published as the checkpoint completes, once.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let letters = format!("{json}\non_bad_record = {{ dead_letter_topic = \"bad\" }}");
+    let job = count_job(dir.path(), &broker, true, &letters);
+    let out = weir(&["run", &job]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("1 dead-lettered"),
+        "the dead letter is not counted: {}",
+        stderr(&out)
+    );
+    let letters = support::kafka::consume_all(&broker.bootstrap, "bad");
+    assert_eq!(letters.len(), 1, "{letters:?}");
+    let letter: serde_json::Value = serde_json::from_str(&letters[0].value).expect("JSON");
+    assert_eq!(letter["origin"], "kafka topic words partition 0 offset 2");
+    assert_eq!(letter["value"], r#"{"user": "ann", "n"#);
+    assert!(
+        letter["error"]
+            .as_str()
+            .is_some_and(|e| e.contains("not valid JSON")),
+        "{letter}"
+    );
+    assert!(
+        letters[0].id.is_some(),
+        "published with its id: {letters:?}"
+    );
 }
 
 #[test]
@@ -553,7 +609,13 @@ fn a_restored_sink_skips_the_staged_records_the_topic_already_holds() {
     let local = |path: &object_store::path::Path| Path::new("/").join(path.to_string());
     let sink = |store: &CheckpointStore| {
         let _inside = runtime.enter();
-        KafkaSink::new(&spec, "job/0".into(), Some(store.clone())).expect("sink")
+        KafkaSink::new(
+            &spec,
+            "job/0".into(),
+            Some(store.clone()),
+            KafkaSink::JOB_SINK,
+        )
+        .expect("sink")
     };
     let mut first = sink(&store);
     first.recover(None).expect("fresh");
@@ -566,7 +628,7 @@ fn a_restored_sink_skips_the_staged_records_the_topic_already_holds() {
     first.write(&batch).expect("write");
     let checkpoint = CheckpointId(1);
     first.stage(checkpoint).expect("stage");
-    let staged = store.sink_staging_path(checkpoint);
+    let staged = store.staging_path(KafkaSink::JOB_SINK, checkpoint);
     let object = std::fs::read(local(&staged)).expect("the staged object");
     assert!(
         sorted_values(&broker.bootstrap, "counts").is_empty(),
@@ -607,7 +669,7 @@ fn a_restored_sink_skips_the_staged_records_the_topic_already_holds() {
         "the staged object is deleted once published"
     );
     // A staged object of a checkpoint after the restored one never completed: dropped.
-    let later = local(&store.sink_staging_path(CheckpointId(2)));
+    let later = local(&store.staging_path(KafkaSink::JOB_SINK, CheckpointId(2)));
     std::fs::create_dir_all(later.parent().expect("a folder")).expect("folder");
     std::fs::write(&later, &object).expect("a later staged object");
     let mut again = sink(&store);
@@ -619,4 +681,166 @@ fn a_restored_sink_skips_the_staged_records_the_topic_already_holds() {
         .expect("recover");
     assert_eq!(sorted_values(&broker.bootstrap, "counts"), expected);
     assert!(!later.exists(), "the later staged object is deleted");
+}
+
+/// The partitions a `weir serve` host owns of job `id` (from `weir job --json`), with the
+/// records each one read and its lag.
+fn served_partitions(host: &Host, id: &str) -> Vec<(i64, u64, i64)> {
+    let info = host.job(id);
+    info["partitions"]
+        .as_array()
+        .unwrap_or_else(|| panic!("a Kafka job lists its partitions: {info}"))
+        .iter()
+        .map(|p| {
+            (
+                p["partition"].as_i64().expect("partition"),
+                p["source_records"].as_u64().expect("records"),
+                p["lag"].as_i64().expect("lag"),
+            )
+        })
+        .collect()
+}
+
+/// Waits until `hosts` own the partitions `0..count` between them, each one once.
+fn await_partitions_shared(hosts: &[(&Host, &str)], count: i64, what: &str) {
+    let started = Instant::now();
+    loop {
+        let mut owned: Vec<i64> = hosts
+            .iter()
+            .flat_map(|(host, id)| served_partitions(host, id))
+            .map(|(p, _, _)| p)
+            .collect();
+        owned.sort_unstable();
+        if owned == (0..count).collect::<Vec<_>>() {
+            return;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "{what}: the hosts own partitions {owned:?} after a minute"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+#[test]
+fn jobs_on_serve_hosts_share_partitions_show_them_with_their_lag_and_take_over() {
+    let seed = seed();
+    let mut rng = Rng(seed);
+    let broker = Broker::start(&[("words", 4), ("counts", 4)]);
+    let dir = tempfile::tempdir().expect("tempdir");
+    // As in the members test: a session long enough for a loaded machine.
+    let job = count_job(dir.path(), &broker, false, "").replace("\"6000\"", "\"10000\"");
+    let mut input = words(40_000, 400, &mut rng);
+    produce_words(&broker, "words", &input);
+    let (data_a, data_b) = (
+        tempfile::tempdir().expect("a"),
+        tempfile::tempdir().expect("b"),
+    );
+    let a = Host::start(data_a.path());
+    let mut b = Host::start(data_b.path());
+    let submit = |host: &Host| {
+        let out = host.weir(&["submit", &job, "--json"], Some(TOKEN));
+        assert!(out.status.success(), "submit failed: {}", stderr(&out));
+        let jobs: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+        jobs[0]["id"].as_str().expect("an id").to_owned()
+    };
+    let (id_a, id_b) = (submit(&a), submit(&b));
+    let expected = running_counts(input.iter().map(String::as_str));
+    await_output(
+        &broker,
+        &expected,
+        Duration::from_secs(90),
+        &format!("two hosts (seed {seed})"),
+    );
+    await_partitions_shared(&[(&a, &id_a), (&b, &id_b)], 4, "two hosts");
+    // Each host shows the partitions it owns: together they read the whole input, and
+    // nothing is left to read.
+    let (on_a, on_b) = (served_partitions(&a, &id_a), served_partitions(&b, &id_b));
+    assert!(!on_a.is_empty() && !on_b.is_empty(), "{on_a:?} {on_b:?}");
+    let read: u64 = on_a
+        .iter()
+        .chain(&on_b)
+        .map(|(_, records, _)| records)
+        .sum();
+    assert_eq!(read, input.len() as u64, "{on_a:?} {on_b:?}");
+    assert!(
+        on_a.iter().chain(&on_b).all(|(_, _, lag)| *lag == 0),
+        "{on_a:?} {on_b:?}"
+    );
+    let table = stdout_of(&a.weir(&["jobs"], Some(TOKEN)));
+    let listed: Vec<String> = on_a.iter().map(|(p, _, _)| p.to_string()).collect();
+    assert!(
+        table.contains("PARTITIONS") && table.contains(&listed.join(",")),
+        "{table}"
+    );
+    let (status, metrics) = a.get("/metrics", Some(&format!("Bearer {TOKEN}")));
+    assert_eq!(status, 200);
+    for (partition, records, _) in &on_a {
+        let labels = format!("job_id=\"{id_a}\",job=\"kafka-count\",partition=\"{partition}\"");
+        for line in [
+            format!("weir_kafka_partition_lag{{{labels}}} 0"),
+            format!("weir_source_records_total{{{labels}}} {records}"),
+        ] {
+            assert!(
+                metrics.lines().any(|l| l == line),
+                "no {line:?} in\n{metrics}"
+            );
+        }
+    }
+    // Its checkpoints are per partition, in the shared store: the host says where.
+    let (status, body) = a.get(
+        &format!("/v1/jobs/{id_a}/checkpoints"),
+        Some(&format!("Bearer {TOKEN}")),
+    );
+    assert_eq!(status, 404, "{body}");
+    assert!(
+        body.contains("kafka-count/partitions/<p>/") && body.contains("weir checkpoints list"),
+        "{body}"
+    );
+    // A checkpoint asked of the job is taken by every partition the host owns.
+    let said = stdout_of(&a.weir(&["checkpoint", &id_a], Some(TOKEN)));
+    for (partition, _, _) in &on_a {
+        assert!(
+            said.contains(&format!("partition {partition}: checkpoint ")),
+            "{said}"
+        );
+    }
+    // One host dies: the other takes over its partitions and their state.
+    b.child.kill().expect("SIGKILL");
+    b.child.wait().expect("wait");
+    let more = words(40_000, 400, &mut rng);
+    produce_words(&broker, "words", &more);
+    input.extend(more);
+    let expected = running_counts(input.iter().map(String::as_str));
+    await_output(
+        &broker,
+        &expected,
+        Duration::from_secs(90),
+        &format!("after a host was killed (seed {seed})"),
+    );
+    await_partitions_shared(&[(&a, &id_a)], 4, "one host");
+    let read: u64 = served_partitions(&a, &id_a)
+        .iter()
+        .map(|(_, records, _)| records)
+        .sum();
+    assert_eq!(read, input.len() as u64, "seed {seed}");
+    let shown = stdout_of(&a.weir(&["job", &id_a], Some(TOKEN)));
+    assert!(
+        shown.contains("partitions owned by this host: 0,1,2,3"),
+        "{shown}"
+    );
+    // Cancelled, it leaves the group; nothing more comes out.
+    let out = a.weir(&["cancel", &id_a], Some(TOKEN));
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(a.wait(&id_a)["status"], "cancelled");
+    assert_eq!(
+        sorted_values(&broker.bootstrap, "counts"),
+        expected,
+        "seed {seed}"
+    );
+}
+
+fn stdout_of(out: &std::process::Output) -> String {
+    assert!(out.status.success(), "{}", stderr(out));
+    String::from_utf8_lossy(&out.stdout).into_owned()
 }

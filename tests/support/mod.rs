@@ -8,6 +8,7 @@
 
 pub mod crash;
 pub mod emulators;
+pub mod host;
 pub mod kafka;
 
 use std::path::{Path, PathBuf};

@@ -60,21 +60,25 @@ impl CheckpointStore {
         }
     }
 
-    /// The folder where a sink stages output until its checkpoint completes (the Kafka
-    /// sink's exactly-once mode); only that sink writes and deletes there.
-    pub fn sink_staging_folder(&self) -> Path {
-        self.root.clone().join("sink")
+    /// The folder where one output of the job stages what it writes until its checkpoint
+    /// completes (the Kafka sink's exactly-once mode): `sink` for the job's sink,
+    /// `dead-letters/<topic>` for a dead-letter topic. Only that output's sink writes and
+    /// deletes there.
+    pub fn staging_folder(&self, output: &str) -> Path {
+        output
+            .split('/')
+            .fold(self.root.clone(), |path, part| path.join(part))
     }
 
-    /// Who writes this job folder's output now: the token of the last run that claimed it
-    /// (the Kafka sink's fencing).
-    pub fn owner_path(&self) -> Path {
-        self.root.clone().join("owner")
+    /// Who writes an output now: the token of the last run that claimed it (the Kafka
+    /// sink's fencing).
+    pub fn owner_path(&self, output: &str) -> Path {
+        self.staging_folder(output).join("owner")
     }
 
-    /// The staged output of `checkpoint`.
-    pub fn sink_staging_path(&self, checkpoint: CheckpointId) -> Path {
-        self.sink_staging_folder()
+    /// An output's staged part for `checkpoint`.
+    pub fn staging_path(&self, output: &str, checkpoint: CheckpointId) -> Path {
+        self.staging_folder(output)
             .join(format!("chk-{:020}.out", checkpoint.0))
     }
 

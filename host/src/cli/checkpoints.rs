@@ -10,6 +10,9 @@
 //!   under it; or, when it is one job's folder in a store (it holds that job's
 //!   `checkpoints/chk-….json`) or that `checkpoints/` folder itself, that job only;
 //! - an object-store URL (`file:///var/weir`, `s3://bucket/prefix`): every job under it;
+//!
+//! A Kafka job keeps checkpoints per partition (`job/partitions/p/`): each partition is
+//! listed as a job named `job/partitions/p`, which `show --job` takes too.
 //! - with `--host URL`, the id of a job that `weir serve` runs there, read through the host's
 //!   API (`GET /v1/jobs/{id}/checkpoints`), which answers with what a store would give.
 //!
@@ -108,13 +111,18 @@ async fn list(store: &str, host: Option<String>, json: bool) -> Result<(), Failu
             let target = Target::open(store)?;
             let mut rows = Vec::new();
             for job in target.jobs().await? {
-                rows.extend(
-                    target
-                        .checkpoints(&job)
-                        .summaries()
-                        .await
-                        .map_err(|e| target.unreadable(e))?,
-                );
+                let summaries = target
+                    .checkpoints(&job)
+                    .summaries()
+                    .await
+                    .map_err(|e| target.unreadable(e))?;
+                // A Kafka job's partition is listed as `job/partitions/p`, its folder.
+                rows.extend(summaries.into_iter().map(|mut row| {
+                    if job.contains(PARTITIONS) {
+                        row.job = job.clone();
+                    }
+                    row
+                }));
             }
             rows
         }
@@ -214,11 +222,18 @@ impl Target {
         })
     }
 
+    /// The checkpoints of `job`, or of a Kafka job's partition named `job/partitions/p`.
     fn checkpoints(&self, job: &str) -> JobCheckpoints {
-        JobCheckpoints::new(
-            job,
-            CheckpointStore::new(self.store.clone(), &self.prefix, job),
-        )
+        let store = match job
+            .split_once(PARTITIONS)
+            .and_then(|(name, p)| Some((name, p.parse().ok()?)))
+        {
+            Some((name, partition)) => {
+                CheckpointStore::new(self.store.clone(), &self.prefix, name).partition(partition)
+            }
+            None => CheckpointStore::new(self.store.clone(), &self.prefix, job),
+        };
+        JobCheckpoints::new(job, store)
     }
 
     fn unreadable(&self, e: impl Into<anyhow::Error>) -> Failure {
@@ -229,7 +244,9 @@ impl Target {
     }
 
     /// The jobs to look at: the one named, or every folder under the prefix that has a
-    /// `checkpoints/` folder (the layout [`CheckpointStore`] writes), sorted by name.
+    /// `checkpoints/` folder (the layout [`CheckpointStore`] writes), and every partition of
+    /// a Kafka job (`job/partitions/p/checkpoints/`, named `job/partitions/p`), sorted by
+    /// name.
     async fn jobs(&self) -> Result<Vec<String>, Failure> {
         if let Some(job) = &self.job {
             return Ok(vec![job.clone()]);
@@ -249,15 +266,38 @@ impl Target {
                 .list_with_delimiter(Some(&folder))
                 .await
                 .map_err(|e| self.unreadable(e))?;
-            if inside
-                .common_prefixes
-                .iter()
-                .any(|p| p.filename() == Some("checkpoints"))
-            {
-                jobs.push(name);
+            let has = |folder: &str| {
+                inside
+                    .common_prefixes
+                    .iter()
+                    .any(|p| p.filename() == Some(folder))
+            };
+            if has("checkpoints") {
+                jobs.push(name.clone());
+            }
+            if has("partitions") {
+                let partitions = self
+                    .store
+                    .list_with_delimiter(Some(&folder.clone().join("partitions")))
+                    .await
+                    .map_err(|e| self.unreadable(e))?;
+                let mut numbers: Vec<i32> = partitions
+                    .common_prefixes
+                    .iter()
+                    .filter_map(|p| p.filename()?.parse().ok())
+                    .collect();
+                numbers.sort_unstable();
+                jobs.extend(numbers.iter().map(|p| format!("{name}{PARTITIONS}{p}")));
             }
         }
-        jobs.sort();
+        jobs.sort_by(|a, b| {
+            // Partitions in number order after their job.
+            let key = |j: &str| match j.split_once(PARTITIONS) {
+                Some((name, p)) => (name.to_owned(), p.parse::<i64>().unwrap_or(-1)),
+                None => (j.to_owned(), -1),
+            };
+            key(a).cmp(&key(b))
+        });
         Ok(jobs)
     }
 
@@ -282,6 +322,10 @@ impl Target {
         }
     }
 }
+
+/// What joins a Kafka job's name and a partition's number in the name of the partition's
+/// checkpoints: their folder.
+const PARTITIONS: &str = "/partitions/";
 
 /// The store URL and job a folder names (see the module's documentation).
 fn folder(path: &std::path::Path) -> anyhow::Result<(String, Option<String>)> {

@@ -21,7 +21,9 @@ use crate::guest::LogLine;
 use crate::job::JobSpec;
 use crate::job::spec::{RecordPolicy, SinkSpec, SourceSpec, source_policy};
 use crate::serve::job_checkpoints::distinct_artifacts;
-use crate::serve::protocol::{CheckpointDetail, ErrorBody, JobInfo, JobStatus, SubmitRequest};
+use crate::serve::protocol::{
+    CheckpointDetail, ErrorBody, JobInfo, JobStatus, PartitionInfo, SubmitRequest,
+};
 
 #[derive(Debug, clap::Args)]
 pub struct HostArgs {
@@ -198,6 +200,9 @@ async fn checkpoint_now(host: &HostArgs, id: &str, wait: Option<Duration>) -> Re
         println!("checkpoint requested for {id}");
         return Ok(());
     };
+    if asked.partitions.is_some() {
+        return partition_checkpoints(host, id, &asked, timeout).await;
+    }
     let before = asked.last_checkpoint.unwrap_or(0);
     let deadline = Instant::now() + timeout;
     let (info, completed) = loop {
@@ -256,6 +261,68 @@ async fn checkpoint_now(host: &HostArgs, id: &str, wait: Option<Duration>) -> Re
     Ok(())
 }
 
+/// `weir checkpoint ID --wait` for a Kafka job: waits until every partition the host owned
+/// when asked has completed a checkpoint since.
+async fn partition_checkpoints(
+    host: &HostArgs,
+    id: &str,
+    asked: &JobInfo,
+    timeout: Duration,
+) -> Result<(), Failure> {
+    let before: BTreeMap<i32, u64> = asked
+        .partitions
+        .iter()
+        .flatten()
+        .map(|p| (p.partition, p.last_checkpoint.unwrap_or(0)))
+        .collect();
+    let deadline = Instant::now() + timeout;
+    loop {
+        let info: JobInfo = call(
+            host,
+            reqwest::Method::GET,
+            &format!("/v1/jobs/{id}"),
+            None::<&()>,
+        )
+        .await?;
+        let now = info.partitions.clone().unwrap_or_default();
+        let done = before.iter().all(|(partition, before)| {
+            now.iter()
+                .find(|p| p.partition == *partition)
+                // One let go of meanwhile checkpoints on its new host.
+                .is_none_or(|p| p.last_checkpoint.unwrap_or(0) > *before)
+        });
+        if done {
+            if host.json {
+                return print_jobs(host, &[info]);
+            }
+            for p in &now {
+                println!(
+                    "partition {}: checkpoint {} completed",
+                    p.partition,
+                    p.last_checkpoint
+                        .map_or_else(|| "-".into(), |c| c.to_string())
+                );
+            }
+            return Ok(());
+        }
+        if info.status != JobStatus::Running {
+            return Err(Failure::failed(anyhow!(
+                "job {id} ended ({}) before the checkpoints completed{}",
+                info.status,
+                info.error.map(|e| format!(": {e}")).unwrap_or_default()
+            )));
+        }
+        if Instant::now() >= deadline {
+            return Err(Failure::failed(anyhow!(
+                "not every partition of job {id} completed a checkpoint within {} s of the \
+                 request; see `weir job {id}`, or wait longer with --timeout",
+                timeout.as_secs()
+            )));
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 /// The job file with source, sink and dead-letter paths made absolute (the host reads and
 /// writes them), and its components.
 fn submission(job: &Path) -> Result<SubmitRequest, Failure> {
@@ -288,6 +355,18 @@ fn submission(job: &Path) -> Result<SubmitRequest, Failure> {
                 toml::Value::String(absolute.display().to_string()),
             );
         }
+    }
+    // A Kafka job's checkpoints stay in its store, shared by the hosts of its group: the
+    // default one (next to the job file) is named whole.
+    if let (SourceSpec::Kafka(_), Some(checkpoints), Some(section)) = (
+        &spec.source,
+        &spec.checkpoints,
+        table.get_mut("checkpoints").and_then(|s| s.as_table_mut()),
+    ) {
+        section.insert(
+            "store".into(),
+            toml::Value::String(checkpoints.store.clone()),
+        );
     }
     let absolute = |policy: &RecordPolicy| -> Result<Option<toml::Value>, Failure> {
         let Some(path) = policy.dead_letter() else {
@@ -410,23 +489,56 @@ fn print_jobs(host: &HostArgs, jobs: &[JobInfo]) -> Result<(), Failure> {
         );
         return Ok(());
     }
+    let kafka = jobs.iter().any(|j| j.partitions.is_some());
+    let (partitions_header, lag_header) = if kafka {
+        ("PARTITIONS", "LAG")
+    } else {
+        ("", "")
+    };
     println!(
-        "{:<10} {:<20} {:<10} {:>12} {:>12} {:>11}",
-        "ID", "NAME", "STATUS", "RECORDS IN", "RECORDS OUT", "CHECKPOINT"
+        "{:<10} {:<20} {:<10} {:>12} {:>12} {:>11} {:<12} {:>8}",
+        "ID",
+        "NAME",
+        "STATUS",
+        "RECORDS IN",
+        "RECORDS OUT",
+        "CHECKPOINT",
+        partitions_header,
+        lag_header
     );
     for j in jobs {
-        println!(
-            "{:<10} {:<20} {:<10} {:>12} {:>12} {:>11}",
+        // A Kafka job: the partitions this host owns, and their lag in messages.
+        let (partitions, lag) = match &j.partitions {
+            Some(owned) => (
+                owned_partitions(owned),
+                owned.iter().map(|p| p.lag).sum::<i64>().to_string(),
+            ),
+            None => (String::new(), String::new()),
+        };
+        let line = format!(
+            "{:<10} {:<20} {:<10} {:>12} {:>12} {:>11} {:<12} {:>8}",
             j.id,
             j.name,
             j.status.to_string(),
             j.source_records,
             j.sink_records,
             j.last_checkpoint
-                .map_or_else(|| "-".into(), |c| c.to_string())
+                .map_or_else(|| "-".into(), |c| c.to_string()),
+            partitions,
+            lag
         );
+        println!("{}", line.trim_end());
     }
     Ok(())
+}
+
+/// `0,2,4`, or `-` for none.
+fn owned_partitions(owned: &[PartitionInfo]) -> String {
+    if owned.is_empty() {
+        return "-".into();
+    }
+    let numbers: Vec<String> = owned.iter().map(|p| p.partition.to_string()).collect();
+    numbers.join(",")
 }
 
 fn print_logs(host: &HostArgs, lines: &[LogLine]) -> Result<(), Failure> {
@@ -473,6 +585,27 @@ fn print_job(host: &HostArgs, job: &JobInfo) -> Result<(), Failure> {
             "{:<20} {:>11} {:>12} {:>12}",
             o.name, o.parallelism, o.records_in, o.records_out
         );
+    }
+    if let Some(owned) = &job.partitions {
+        println!(
+            "\npartitions owned by this host: {} (counts of each partition's whole history)",
+            owned_partitions(owned)
+        );
+        println!(
+            "{:<10} {:>10} {:>12} {:>12} {:>11}",
+            "PARTITION", "LAG", "RECORDS IN", "RECORDS OUT", "CHECKPOINT"
+        );
+        for p in owned {
+            println!(
+                "{:<10} {:>10} {:>12} {:>12} {:>11}",
+                p.partition,
+                p.lag,
+                p.source_records,
+                p.sink_records,
+                p.last_checkpoint
+                    .map_or_else(|| "-".into(), |c| c.to_string())
+            );
+        }
     }
     Ok(())
 }

@@ -11,7 +11,6 @@
 //! those channels too, stages every file with the job's output, and commits them together
 //! when the checkpoint completes.
 
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -116,15 +115,20 @@ enum Handling {
 }
 
 impl BadRecordPolicy {
-    /// `policy`, whose dead-letter file (if any) is one of the job's `files`.
-    pub fn new(policy: &RecordPolicy, files: &[PathBuf], counters: Arc<BadRecordCounters>) -> Self {
+    /// `policy`, whose dead-letter file or topic (if any) is one of the job's `targets`
+    /// (`JobSpec::dead_letter_targets`).
+    pub fn new(
+        policy: &RecordPolicy,
+        targets: &[RecordPolicy],
+        counters: Arc<BadRecordCounters>,
+    ) -> Self {
         let handling = match policy {
             RecordPolicy::Fail => Handling::Fail,
             RecordPolicy::Skip => Handling::Skip,
-            // The job's files are gathered from its policies, so the file is among them.
-            RecordPolicy::DeadLetter(path) => files
+            // The job's targets are gathered from its policies, so this one is among them.
+            RecordPolicy::DeadLetter(_) | RecordPolicy::DeadLetterTopic(_) => targets
                 .iter()
-                .position(|f| f == path)
+                .position(|t| t == policy)
                 .map_or(Handling::Fail, Handling::DeadLetter),
         };
         Self { handling, counters }
@@ -245,7 +249,10 @@ mod tests {
 
     #[test]
     fn skipping_and_dead_lettering_count_and_queue_the_letters() {
-        let files = [PathBuf::from("/a.jsonl"), PathBuf::from("/b.jsonl")];
+        let files = [
+            RecordPolicy::DeadLetter("/a.jsonl".into()),
+            RecordPolicy::DeadLetterTopic("b".into()),
+        ];
         let counters = Arc::new(BadRecordCounters::default());
         let (tx, mut rx) = crate::job::in_flight::channel(4, 16);
         let mut recv = || futures::executor::block_on(std::future::poll_fn(|cx| rx.poll_recv(cx)));
@@ -261,7 +268,7 @@ mod tests {
         };
         let skip = BadRecordPolicy::new(&RecordPolicy::Skip, &files, counters.clone());
         let to_b = BadRecordPolicy::new(
-            &RecordPolicy::DeadLetter(files[1].clone()),
+            &RecordPolicy::DeadLetterTopic("b".into()),
             &files,
             counters.clone(),
         );

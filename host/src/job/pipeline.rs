@@ -1,7 +1,6 @@
 //! [`Pipeline`]: a job ready to run.
 
 use crate::job::watermarks::WatermarkPolicy;
-use std::path::PathBuf;
 use std::sync::Arc;
 
 use super::runtime::Checkpointing;
@@ -34,6 +33,15 @@ pub struct Stage {
     pub on_bad_record: RecordPolicy,
 }
 
+/// A place dead letters go to: a file or a topic, with its sink.
+pub struct DeadLetterOutput {
+    /// The policy that names it (`RecordPolicy::DeadLetter` or `DeadLetterTopic`).
+    pub target: RecordPolicy,
+    /// What a checkpoint records its position under: the file's path, or `kafka:<topic>`.
+    pub name: String,
+    pub sink: Box<dyn Sink>,
+}
+
 /// A source, a chain of stages and a sink.
 pub struct Pipeline {
     pub name: String,
@@ -44,8 +52,8 @@ pub struct Pipeline {
     pub source_on_bad_record: RecordPolicy,
     pub stages: Vec<Stage>,
     pub sink: Box<dyn Sink>,
-    /// The job's dead-letter files (every one its policies name, once each).
-    pub dead_letters: Vec<PathBuf>,
+    /// The job's dead-letter files and topics (every one its policies name, once each).
+    pub dead_letters: Vec<DeadLetterOutput>,
     /// `None`: the job keeps no checkpoints (only its last one, in memory, to end it).
     pub checkpointing: Option<Checkpointing>,
     /// How the source makes watermarks; `None`: only the end of input's.
@@ -147,21 +155,55 @@ impl Pipeline {
                 Box::new(PartitionSource::new(kafka, input).map_err(PrepareError::Source)?)
             }
         };
+        // Names the output in the Kafka sink's record ids: the job and its input partition.
+        let lineage = match &spec.input_partition {
+            Some(input) => format!("{}/{}", spec.name, input.partition),
+            None => spec.name.clone(),
+        };
+        let store = checkpointing.as_ref().map(|c| c.store.clone());
         let sink: Box<dyn Sink> = match &spec.sink {
             SinkSpec::Stdout => Box::new(StdoutSink::new()),
             SinkSpec::File { path } => {
                 Box::new(FileSink::create(path).map_err(PrepareError::Sink)?)
             }
             SinkSpec::Discard => Box::new(DiscardSink),
-            SinkSpec::Kafka(kafka) => {
-                let lineage = match &spec.input_partition {
-                    Some(input) => format!("{}/{}", spec.name, input.partition),
-                    None => spec.name.clone(),
-                };
-                let store = checkpointing.as_ref().map(|c| c.store.clone());
-                Box::new(KafkaSink::new(kafka, lineage, store).map_err(PrepareError::Sink)?)
-            }
+            SinkSpec::Kafka(kafka) => Box::new(
+                KafkaSink::new(kafka, lineage.clone(), store.clone(), KafkaSink::JOB_SINK)
+                    .map_err(PrepareError::Sink)?,
+            ),
         };
+        let dead_letters = spec
+            .dead_letter_targets()
+            .into_iter()
+            .map(|target| {
+                let (name, sink): (String, Box<dyn Sink>) = match &target {
+                    RecordPolicy::DeadLetterTopic(topic) => {
+                        let kafka = spec.dead_letter_topic_sink(topic).ok_or_else(|| {
+                            PrepareError::Sink(ConnectorError::Kafka {
+                                brokers: String::new(),
+                                message: format!(
+                                    "dead_letter_topic `{topic}` needs a Kafka source or sink"
+                                ),
+                            })
+                        })?;
+                        let sink = KafkaSink::new(
+                            &kafka,
+                            format!("{lineage}/dead-letters"),
+                            store.clone(),
+                            &format!("dead-letters/{topic}"),
+                        )
+                        .map_err(PrepareError::Sink)?;
+                        (format!("kafka:{topic}"), Box::new(sink))
+                    }
+                    other => {
+                        let path = other.dead_letter().unwrap_or(std::path::Path::new(""));
+                        let sink = FileSink::create(path).map_err(PrepareError::Sink)?;
+                        (path.display().to_string(), Box::new(sink))
+                    }
+                };
+                Ok(DeadLetterOutput { target, name, sink })
+            })
+            .collect::<Result<_, PrepareError>>()?;
         Ok(Self {
             checkpointing,
             watermarks: spec.watermark,
@@ -172,7 +214,7 @@ impl Pipeline {
             source_on_bad_record: source_policy(&spec.source).cloned().unwrap_or_default(),
             stages,
             sink,
-            dead_letters: spec.dead_letter_files(),
+            dead_letters,
         })
     }
 }

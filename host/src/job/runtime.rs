@@ -32,7 +32,7 @@ use super::downstream::Downstream;
 use super::in_flight::{self, Input, Output};
 use super::input_gate::{Closed, Event, InputGate};
 use super::metrics::{JobMetrics, SubtaskMetrics};
-use super::pipeline::{Pipeline, Stage};
+use super::pipeline::{DeadLetterOutput, Pipeline, Stage};
 use super::progress::Progress;
 use super::router::{RouteError, Router};
 use super::spec::RecordPolicy;
@@ -45,9 +45,7 @@ use crate::checkpoint::subtask_checkpoints::{
     RestoreAssignment, SubtaskCheckpoints, SubtaskIdentity,
 };
 use crate::checkpoint::{ChainPolicy, CheckpointMetadata, CheckpointStore, JobStart};
-use crate::connectors::{
-    ConnectorError, FileSink, Rejected, Sink, SinkRestore, Source, SourceOrigin,
-};
+use crate::connectors::{ConnectorError, Rejected, Sink, SinkRestore, Source, SourceOrigin};
 use crate::guest::GuestLogFile;
 use crate::guest::state_host::processing_time_now;
 use crate::ids::{CheckpointId, OperatorName, SubtaskIndex};
@@ -124,6 +122,11 @@ pub struct CheckpointRequest(Arc<tokio::sync::Notify>);
 impl CheckpointRequest {
     pub fn request(&self) {
         self.0.notify_one();
+    }
+
+    /// Waits for the next request (or the one made since the last wait).
+    pub async fn requested(&self) {
+        self.0.notified().await;
     }
 }
 
@@ -223,7 +226,7 @@ pub async fn run(
             checkpoint = checkpoint.id.0,
             "the job had finished; committing its output"
         );
-        let mut outputs = Outputs::new(sink, &dead_letters)?;
+        let mut outputs = Outputs::new(sink, dead_letters);
         // Sinks block (files, brokers): not on an async worker.
         let finished = checkpoint.clone();
         tokio::task::spawn_blocking(move || outputs.recover(Some(&finished)))
@@ -300,8 +303,9 @@ pub async fn run(
     };
     let mut letters = letters.drain(..);
     let origin = source.origin();
+    let targets: Vec<RecordPolicy> = dead_letters.iter().map(|d| d.target.clone()).collect();
     let policy = |policy: &RecordPolicy, counters: &Arc<BadRecordCounters>| {
-        BadRecordPolicy::new(policy, &dead_letters, counters.clone())
+        BadRecordPolicy::new(policy, &targets, counters.clone())
     };
 
     let mut tasks = JoinSet::new();
@@ -433,7 +437,7 @@ pub async fn run(
     notify.push(notify_tx);
     let sink_inputs = std::mem::take(&mut edges[stages.len()].receivers).remove(0);
     let sink_task = SinkTask {
-        outputs: Outputs::new(sink, &dead_letters)?,
+        outputs: Outputs::new(sink, dead_letters),
         gate: InputGate::new(sink_inputs, notify_rx, target, batch_size)
             .with_dead_letters(letter_inputs),
         restored,
@@ -499,24 +503,19 @@ pub async fn run(
     }
 }
 
-/// Everything a job writes: its sink and its dead-letter files, staged, committed and
-/// recovered together.
+/// Everything a job writes: its sink and its dead-letter files and topics, staged, committed
+/// and recovered together.
 struct Outputs {
     sink: Box<dyn Sink>,
-    /// Each dead-letter file with its sink, in the order of [`Pipeline::dead_letters`].
-    dead_letters: Vec<(String, FileSink)>,
+    /// Each dead-letter file or topic with its sink, by the name its checkpoints record it
+    /// under, in the order of [`Pipeline::dead_letters`].
+    dead_letters: Vec<(String, Box<dyn Sink>)>,
 }
 
 impl Outputs {
-    fn new(sink: Box<dyn Sink>, dead_letters: &[std::path::PathBuf]) -> Result<Self, JobError> {
-        let dead_letters = dead_letters
-            .iter()
-            .map(|path| {
-                let sink = FileSink::create(path).map_err(JobError::Sink)?;
-                Ok((path.display().to_string(), sink))
-            })
-            .collect::<Result<_, JobError>>()?;
-        Ok(Self { sink, dead_letters })
+    fn new(sink: Box<dyn Sink>, dead_letters: Vec<DeadLetterOutput>) -> Self {
+        let dead_letters = dead_letters.into_iter().map(|d| (d.name, d.sink)).collect();
+        Self { sink, dead_letters }
     }
 
     fn recover(&mut self, restored: Option<&CheckpointMetadata>) -> Result<(), JobError> {

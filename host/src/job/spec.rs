@@ -223,13 +223,17 @@ pub enum RecordPolicy {
     /// The record is written, with why and where it came from, as a JSON line to a file
     /// (exactly once, with the checkpoints, like the file sink), and counted.
     DeadLetter(PathBuf),
+    /// As [`RecordPolicy::DeadLetter`], to a Kafka topic on the brokers of the job's Kafka
+    /// source (or sink), with the guarantee of its Kafka sink (exactly once otherwise).
+    DeadLetterTopic(String),
 }
 
 impl TryFrom<toml::Value> for RecordPolicy {
     type Error = String;
 
     fn try_from(value: toml::Value) -> Result<Self, String> {
-        const USE: &str = "use \"fail\", \"skip\" or { dead_letter = \"path\" }";
+        const USE: &str = "use \"fail\", \"skip\", { dead_letter = \"path\" } or \
+                           { dead_letter_topic = \"topic\" }";
         match value {
             toml::Value::String(name) => match name.as_str() {
                 "fail" => Ok(Self::Fail),
@@ -242,8 +246,14 @@ impl TryFrom<toml::Value> for RecordPolicy {
                     (Some((key, toml::Value::String(path))), None) if key == "dead_letter" => {
                         Ok(Self::DeadLetter(PathBuf::from(path)))
                     }
+                    (Some((key, toml::Value::String(topic))), None)
+                        if key == "dead_letter_topic" =>
+                    {
+                        Ok(Self::DeadLetterTopic(topic))
+                    }
                     _ => Err(format!(
-                        "a table policy is {{ dead_letter = \"path\" }} alone; {USE}"
+                        "a table policy is {{ dead_letter = \"path\" }} or \
+                         {{ dead_letter_topic = \"topic\" }} alone; {USE}"
                     )),
                 }
             }
@@ -259,6 +269,11 @@ impl RecordPolicy {
             Self::DeadLetter(path) => Some(path),
             _ => None,
         }
+    }
+
+    /// Whether records go to a dead-letter file or topic.
+    pub fn is_dead_letter(&self) -> bool {
+        matches!(self, Self::DeadLetter(_) | Self::DeadLetterTopic(_))
     }
 }
 
@@ -344,21 +359,50 @@ pub fn source_policy(source: &SourceSpec) -> Option<&RecordPolicy> {
 }
 
 impl JobSpec {
-    /// Every dead-letter file the job writes to, each once, in the order the job file names
-    /// them (source, then operators).
-    pub fn dead_letter_files(&self) -> Vec<PathBuf> {
-        let mut files: Vec<PathBuf> = Vec::new();
+    /// Every place the job writes dead letters to (a file or a topic), as the policy that
+    /// names it, each once, in the order the job file names them (source, then operators).
+    pub fn dead_letter_targets(&self) -> Vec<RecordPolicy> {
+        let mut targets: Vec<RecordPolicy> = Vec::new();
         let policies = source_policy(&self.source).into_iter().chain(
             self.operators
                 .iter()
                 .flat_map(|op| [&op.on_error, &op.on_bad_record]),
         );
-        for path in policies.filter_map(RecordPolicy::dead_letter) {
-            if !files.iter().any(|f| f == path) {
-                files.push(path.to_owned());
+        for policy in policies.filter(|p| p.is_dead_letter()) {
+            if !targets.contains(policy) {
+                targets.push(policy.clone());
             }
         }
-        files
+        targets
+    }
+
+    /// Every dead-letter file the job writes to, as [`JobSpec::dead_letter_targets`].
+    pub fn dead_letter_files(&self) -> Vec<PathBuf> {
+        self.dead_letter_targets()
+            .iter()
+            .filter_map(|t| t.dead_letter().map(Path::to_owned))
+            .collect()
+    }
+
+    /// The sink of a dead-letter topic: the brokers (and client properties) of the job's
+    /// Kafka sink, or else of its Kafka source; the guarantee of its Kafka sink, or else
+    /// exactly once. `None` for a job with neither (the job file check refuses those).
+    pub fn dead_letter_topic_sink(&self, topic: &str) -> Option<KafkaSinkSpec> {
+        match (&self.sink, &self.source) {
+            (SinkSpec::Kafka(sink), _) => Some(KafkaSinkSpec {
+                topic: topic.to_owned(),
+                ..sink.clone()
+            }),
+            (_, SourceSpec::Kafka(source)) => Some(KafkaSinkSpec {
+                brokers: source.brokers.clone(),
+                topic: topic.to_owned(),
+                guarantee: Guarantee::ExactlyOnce,
+                transactions: false,
+                connect_timeout_ms: source.connect_timeout_ms,
+                properties: Default::default(),
+            }),
+            _ => None,
+        }
     }
 }
 
@@ -532,6 +576,13 @@ impl Checker<'_> {
                         return Err(self.invalid(format!("[sink] {field}"), "must not be empty"));
                     }
                 }
+                if kafka.transactions && kafka.guarantee != Guarantee::ExactlyOnce {
+                    return Err(self.invalid(
+                        "[sink] transactions",
+                        "broker transactions publish each checkpoint's output exactly once: \
+                         they need guarantee = \"exactly-once\"",
+                    ));
+                }
                 if kafka.guarantee == Guarantee::ExactlyOnce && file.checkpoints.is_none() {
                     return Err(self.invalid(
                         "[sink] guarantee",
@@ -640,6 +691,13 @@ impl Checker<'_> {
                     ),
                 ]
             }));
+        let mut topics: Vec<(&str, &str)> = Vec::new();
+        if let SinkSpec::Kafka(kafka) = sink {
+            topics.push((&kafka.topic, "the sink's output topic"));
+        }
+        if let SourceSpec::Kafka(kafka) = source {
+            topics.push((&kafka.topic, "the source's input topic"));
+        }
         for (location, policy) in policies {
             if let Some(path) = policy.dead_letter()
                 && let Some((_, what)) = taken.iter().find(|(t, _)| *t == path)
@@ -648,6 +706,23 @@ impl Checker<'_> {
                     location,
                     format!("dead_letter {} is {what}", path.display()),
                 ));
+            }
+            if let RecordPolicy::DeadLetterTopic(topic) = policy {
+                if topic.trim().is_empty() {
+                    return Err(self.invalid(location, "dead_letter_topic must not be empty"));
+                }
+                if topics.is_empty() {
+                    return Err(self.invalid(
+                        location,
+                        "dead_letter_topic goes to the brokers of the job's Kafka source or \
+                         sink, and this job has neither: use { dead_letter = \"path\" }",
+                    ));
+                }
+                if let Some((_, what)) = topics.iter().find(|(t, _)| t == topic) {
+                    return Err(
+                        self.invalid(location, format!("dead_letter_topic `{topic}` is {what}"))
+                    );
+                }
             }
         }
         Ok(())
@@ -1032,6 +1107,43 @@ mod tests {
             err.contains("[source] group_id: must not be empty"),
             "{err}"
         );
+    }
+
+    #[test]
+    fn a_dead_letter_topic_goes_to_the_jobs_kafka_brokers() {
+        let dir = fixture();
+        let letters = "key_by = \"key\"\n        on_error = { dead_letter_topic = \"bad\" }";
+        // A job without Kafka has no brokers to send them to.
+        let plain = GOOD.replace("key_by = \"key\"", letters);
+        let err = parse(&plain, dir.path()).expect_err("no brokers");
+        assert!(
+            err.contains("operator `count` on_error: dead_letter_topic goes to the brokers"),
+            "{err}"
+        );
+        // With a Kafka sink: its brokers and guarantee.
+        let sink = "kind = \"kafka\"\n        brokers = \"b:9092\"\n        topic = \"out\"\n        \
+                    guarantee = \"at-least-once\"";
+        let kafka_sink = plain.replace("kind = \"file\"\n        path = \"out.txt\"", sink);
+        let spec = parse(&kafka_sink, dir.path()).expect("valid");
+        assert_eq!(
+            spec.dead_letter_targets(),
+            [RecordPolicy::DeadLetterTopic("bad".into())]
+        );
+        let letters_sink = spec.dead_letter_topic_sink("bad").expect("a sink");
+        assert_eq!(
+            (letters_sink.brokers.as_str(), letters_sink.topic.as_str()),
+            ("b:9092", "bad")
+        );
+        assert_eq!(letters_sink.guarantee, Guarantee::AtLeastOnce);
+        assert!(spec.dead_letter_files().is_empty());
+        // Not into the output.
+        let into_output =
+            kafka_sink.replace("dead_letter_topic = \"bad\"", "dead_letter_topic = \"out\"");
+        let err = parse(&into_output, dir.path()).expect_err("the output topic");
+        assert!(err.contains("is the sink's output topic"), "{err}");
+        let table = plain.replace("dead_letter_topic = \"bad\"", "dead_letter_topic = 3");
+        let err = parse(&table, dir.path()).expect_err("not a topic");
+        assert!(err.contains("{ dead_letter_topic = \"topic\" }"), "{err}");
     }
 
     #[test]

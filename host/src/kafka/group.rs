@@ -24,7 +24,10 @@ use crate::checkpoint::{RestoreFrom, StartFrom};
 use crate::connectors::ConnectorError;
 use crate::engine::Engine;
 use crate::job::spec::{RecordPolicy, SourceSpec};
-use crate::job::{JobError, JobSpec, RunOptions, RunSummary, StopSignal, SupervisorError, run_job};
+use crate::job::{
+    CheckpointRequest, JobError, JobMetrics, JobSpec, RunOptions, RunSummary, StopSignal,
+    SupervisorError, run_job,
+};
 
 /// How often a process that reads every partition looks for new ones.
 const PARTITIONS_LOOK_EVERY: Duration = Duration::from_secs(5);
@@ -78,6 +81,57 @@ impl GroupError {
     }
 }
 
+/// What a running member shows of itself (`weir serve` shows it in `weir jobs` and
+/// `/metrics`): the partitions it owns, each with its counters and lag.
+#[derive(Debug, Default)]
+pub struct GroupView {
+    partitions: Mutex<BTreeMap<i32, PartitionView>>,
+}
+
+/// One owned partition's part of a [`GroupView`].
+#[derive(Clone, Debug)]
+struct PartitionView {
+    metrics: Arc<JobMetrics>,
+    link: Arc<PartitionLink>,
+    checkpoint_now: CheckpointRequest,
+}
+
+/// A partition a member owns, as [`GroupView::owned`] gives it.
+#[derive(Clone, Debug)]
+pub struct OwnedPartition {
+    pub partition: i32,
+    /// Messages of the partition not yet read.
+    pub lag: i64,
+    /// The counters of the partition's pipeline. They count the partition's whole history,
+    /// here and in earlier owners: a run continues from its restored checkpoint's counts.
+    pub metrics: Arc<JobMetrics>,
+}
+
+impl GroupView {
+    /// The partitions owned now, in order.
+    pub fn owned(&self) -> Vec<OwnedPartition> {
+        self.lock()
+            .iter()
+            .map(|(partition, view)| OwnedPartition {
+                partition: *partition,
+                lag: view.link.lag(),
+                metrics: view.metrics.clone(),
+            })
+            .collect()
+    }
+
+    /// Asks every owned partition's pipeline for a checkpoint now.
+    pub fn request_checkpoint(&self) {
+        for view in self.lock().values() {
+            view.checkpoint_now.request();
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<i32, PartitionView>> {
+        self.partitions.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
 /// How a partition's pipeline ended.
 type PartitionRun = Result<RunSummary, SupervisorError>;
 
@@ -102,6 +156,7 @@ struct Shared {
     member: OnceLock<Weak<BaseConsumer<MemberContext>>>,
     /// Raised when the process leaves the group: no new pipelines start.
     leaving: AtomicBool,
+    view: Arc<GroupView>,
 }
 
 impl Shared {
@@ -128,12 +183,24 @@ impl Shared {
             },
         );
         let stop = StopSignal::default();
+        let view = PartitionView {
+            metrics: Arc::new(JobMetrics::new(
+                spec.operators
+                    .iter()
+                    .map(|o| (o.name.as_str(), o.parallelism)),
+            )),
+            link: link.clone(),
+            // Its own: a request shared by several pipelines would reach only one of them.
+            checkpoint_now: CheckpointRequest::default(),
+        };
         let options = RunOptions {
             stop: stop.clone(),
             progress: false,
-            metrics: None,
+            metrics: Some(view.metrics.clone()),
+            checkpoint_now: view.checkpoint_now.clone(),
             ..self.options.clone()
         };
+        self.view.lock().insert(partition, view);
         let engine = self.engine.clone();
         let from = StartFrom::Restore(RestoreFrom::Latest);
         tracing::info!(
@@ -161,6 +228,7 @@ impl Shared {
             .unwrap_or_else(|e| e.into_inner())
             .remove(&partition);
         let Some(mut task) = task else { return };
+        self.view.lock().remove(&partition);
         task.stop.stop();
         if let Some(handle) = task.handle.take() {
             let result = self.runtime.block_on(handle);
@@ -192,6 +260,7 @@ impl Shared {
                     .lock()
                     .unwrap_or_else(|e| e.into_inner())
                     .remove(&partition);
+                self.view.lock().remove(&partition);
                 return;
             }
             Ok(Err(error)) => Err(GroupError::Partition { partition, error }),
@@ -290,6 +359,18 @@ fn partition_spec(spec: &JobSpec, input: InputPartition) -> JobSpec {
     spec
 }
 
+/// The job as partition 0's pipeline would run it, to check a job before running it (the
+/// pipeline reaches no broker until it runs).
+pub fn one_partition(spec: &JobSpec) -> JobSpec {
+    partition_spec(
+        spec,
+        InputPartition {
+            partition: 0,
+            link: Arc::new(PartitionLink::new(None)),
+        },
+    )
+}
+
 /// The group member's callbacks.
 struct MemberContext {
     shared: Arc<Shared>,
@@ -357,10 +438,23 @@ pub fn check_topic(kafka: &KafkaSourceSpec) -> Result<usize, ConnectorError> {
 /// Runs `spec` (whose source is Kafka) as a member of its consumer group until it is stopped
 /// (`options.stop`), a partition's pipeline fails, or, with `stop_at_end`, every partition
 /// this process owns has reached its end.
+///
+/// `options.metrics` is not used (each partition's pipeline counts on its own, see
+/// [`run_group_watched`]); `options.checkpoint_now` reaches every partition's pipeline.
 pub async fn run_group(
     spec: &JobSpec,
     engine: &Engine,
     options: RunOptions,
+) -> Result<GroupSummary, GroupError> {
+    run_group_watched(spec, engine, options, Arc::default()).await
+}
+
+/// [`run_group`], showing the partitions it owns in `view` while it runs.
+pub async fn run_group_watched(
+    spec: &JobSpec,
+    engine: &Engine,
+    options: RunOptions,
+    view: Arc<GroupView>,
 ) -> Result<GroupSummary, GroupError> {
     let SourceSpec::Kafka(kafka) = &spec.source else {
         return Err(GroupError::Connect(ConnectorError::Kafka {
@@ -386,6 +480,7 @@ pub async fn run_group(
         results: Mutex::default(),
         member: OnceLock::new(),
         leaving: AtomicBool::new(false),
+        view,
     });
     let member: BaseConsumer<MemberContext> = client_config(
         &kafka.brokers,
@@ -474,7 +569,10 @@ pub async fn run_group(
     let mut failure = None;
     let mut last_owned = None;
     loop {
-        tokio::time::sleep(Duration::from_millis(100)).await;
+        tokio::select! {
+            () = tokio::time::sleep(Duration::from_millis(100)) => {}
+            () = options.checkpoint_now.requested() => shared.view.request_checkpoint(),
+        }
         // Collect what finished on its own.
         for (partition, handle, link) in shared.take_finished() {
             let result = handle.await;

@@ -32,6 +32,6 @@ pub mod settings;
 pub mod sink;
 pub mod source;
 
-pub use group::run_group;
+pub use group::{GroupView, OwnedPartition, run_group, run_group_watched};
 pub use sink::KafkaSink;
 pub use source::PartitionSource;

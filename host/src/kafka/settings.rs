@@ -107,6 +107,12 @@ pub struct KafkaSinkSpec {
     pub topic: String,
     #[serde(default)]
     pub guarantee: Guarantee,
+    /// With `exactly-once`: publish each checkpoint's output in one broker transaction, under
+    /// a `transactional.id` per input partition and output, so that a new owner's start
+    /// fences the old one at the broker, and `read_committed` consumers see a checkpoint's
+    /// output all at once.
+    #[serde(default)]
+    pub transactions: bool,
     pub connect_timeout_ms: Option<u64>,
     #[serde(default)]
     pub properties: BTreeMap<String, String>,
@@ -170,7 +176,20 @@ pub struct ClientLog;
 
 impl ClientContext for ClientLog {
     fn error(&self, error: KafkaError, reason: &str) {
-        if !matches!(error, KafkaError::PartitionEOF(_)) {
+        log_client_error(error, reason);
+    }
+}
+
+/// Logs a client's error as a warning, unless it is the end of a partition.
+pub fn log_client_error(error: KafkaError, reason: &str) {
+    {
+        // The end of a partition is news for the reader, not an error.
+        let end = matches!(
+            error,
+            KafkaError::PartitionEOF(_)
+                | KafkaError::Global(rdkafka::types::RDKafkaErrorCode::PartitionEOF)
+        );
+        if !end {
             tracing::warn!(%error, reason, "Kafka client error");
         }
     }

@@ -13,6 +13,16 @@
 //!
 //! Consumers see each record once, with no need for `read_committed`. A consumer that reads
 //! while a restored run republishes may see a checkpoint's records in two pieces, never twice.
+//!
+//! With `transactions = true`, each checkpoint's output is published in one broker
+//! transaction, under a `transactional.id` named by the lineage and output
+//! (`weir/<job>/<partition>/<output>`), the same in whichever process runs the partition.
+//! A run's recovery initialises the transactions first, which aborts whatever the last owner
+//! left open and fences it: a run that lost its partition without hearing it can no longer
+//! commit, at the broker, whatever the owner token said when it looked. `read_committed`
+//! consumers then see a checkpoint's output all at once or not at all. The staging and the
+//! read-back stay as they are: the staged object is what survives a crash between the
+//! checkpoint and the commit.
 
 use std::collections::{BTreeMap, HashSet};
 use std::sync::Mutex;
@@ -84,24 +94,37 @@ struct Staging {
     /// This run's claim on the output, written at recovery to the folder's owner object; a
     /// run that finds another claim there was taken over, and stops.
     token: String,
+    /// Which output of the job this is, naming its staging folder
+    /// (`CheckpointStore::staging_folder`).
+    output: String,
 }
 
 impl KafkaSink {
+    /// The staging folder of the job's sink (`CheckpointStore::staging_folder`).
+    pub const JOB_SINK: &'static str = "sink";
+
     /// A sink for `spec`; `lineage` names its output. Exactly once needs `store`, the
-    /// checkpoint store (of the input partition) where output is staged.
+    /// checkpoint store (of the input partition) where output is staged, in the folder
+    /// `output` names ([`KafkaSink::JOB_SINK`], or a dead-letter topic's).
     pub fn new(
         spec: &KafkaSinkSpec,
         lineage: String,
         store: Option<CheckpointStore>,
+        output: &str,
     ) -> Result<Self, ConnectorError> {
+        let transactional_id = format!("weir/{lineage}/{output}");
+        let mut ours = vec![
+            ("enable.idempotence", "true"),
+            ("partitioner", "murmur2_random"),
+            ("linger.ms", "5"),
+        ];
+        if spec.transactions {
+            ours.push(("transactional.id", &transactional_id));
+        }
         let producer: BaseProducer<DeliveryErrors> = client_config(
             &spec.brokers,
             spec.connect_timeout(),
-            &[
-                ("enable.idempotence", "true"),
-                ("partitioner", "murmur2_random"),
-                ("linger.ms", "5"),
-            ],
+            &ours,
             &spec.properties,
         )
         .create_with_context(DeliveryErrors::default())
@@ -127,6 +150,7 @@ impl KafkaSink {
                     current_count: 0,
                     staged: BTreeMap::new(),
                     token: crate::job::runtime::run_id(),
+                    output: output.to_owned(),
                 })
             }
         };
@@ -178,6 +202,37 @@ impl KafkaSink {
                 }
             }
         }
+    }
+
+    /// A failed transaction step: another run fenced this one (it owns the partition now), or
+    /// the broker failed it. An open transaction is aborted on the way out, if it can be.
+    fn transaction_error(&self, step: &str, error: KafkaError) -> ConnectorError {
+        let fenced = matches!(
+            error.rdkafka_error_code(),
+            Some(
+                RDKafkaErrorCode::Fenced
+                    | RDKafkaErrorCode::ProducerFenced
+                    | RDKafkaErrorCode::InvalidProducerEpoch
+            )
+        );
+        if fenced {
+            return ConnectorError::TakenOver {
+                what: format!(
+                    "the output to topic `{}` (the broker fenced this run's transactions)",
+                    self.spec.topic
+                ),
+            };
+        }
+        if let KafkaError::Transaction(e) = &error
+            && e.txn_requires_abort()
+            && let Err(abort) = self.producer.abort_transaction(FLUSH_TIMEOUT)
+        {
+            tracing::warn!(error = %abort, "cannot abort the transaction");
+        }
+        self.error(format!(
+            "cannot {step} a transaction on topic `{}`: {error}",
+            self.spec.topic
+        ))
     }
 
     /// Waits until the broker has everything sent so far, or fails with the first error.
@@ -245,6 +300,11 @@ impl KafkaSink {
         } else {
             HashSet::new()
         };
+        if self.spec.transactions {
+            self.producer
+                .begin_transaction()
+                .map_err(|e| self.transaction_error("begin", e))?;
+        }
         let mut id = String::new();
         for (seq, record) in staged.records.iter().enumerate() {
             if present.contains(&(seq as u32)) {
@@ -254,6 +314,12 @@ impl KafkaSink {
             id.push_str(&prefix);
             id.push_str(&seq.to_string());
             self.send(record.key, record.value, record.timestamp, Some(&id))?;
+        }
+        if self.spec.transactions {
+            // Flushes, then commits: every record of the checkpoint becomes visible at once.
+            self.producer
+                .commit_transaction(FLUSH_TIMEOUT)
+                .map_err(|e| self.transaction_error("commit", e))?;
         }
         self.flush()?;
         if recovering && !present.is_empty() {
@@ -280,6 +346,8 @@ impl KafkaSink {
             &[
                 ("enable.partition.eof", "true"),
                 ("enable.auto.commit", "false"),
+                // What an aborted transaction left is not published.
+                ("isolation.level", "read_committed"),
                 // librdkafka assigns only with a group id; this reader never joins or commits.
                 ("group.id", "weir-sink-read-back"),
             ],
@@ -348,7 +416,7 @@ impl KafkaSink {
 impl Staging {
     /// Claims the output for this run.
     fn claim(&self) -> Result<(), object_store::Error> {
-        let path = self.store.owner_path();
+        let path = self.store.owner_path(&self.output);
         let payload = object_store::PutPayload::from(self.token.clone().into_bytes());
         self.runtime
             .block_on(self.store.object_store().put(&path, payload))
@@ -358,7 +426,7 @@ impl Staging {
     /// Fails if another run claimed the output since this one did: staging or publishing
     /// now would compete with the new owner.
     fn check_claim(&self, brokers: &str) -> Result<(), ConnectorError> {
-        let path = self.store.owner_path();
+        let path = self.store.owner_path(&self.output);
         let store = self.store.object_store().clone();
         let owner = self
             .runtime
@@ -379,7 +447,7 @@ impl Staging {
     async fn staged_objects(
         &self,
     ) -> Result<Vec<(CheckpointId, object_store::path::Path)>, object_store::Error> {
-        let folder = self.store.sink_staging_folder();
+        let folder = self.store.staging_folder(&self.output);
         let listed: Vec<_> = self
             .store
             .object_store()
@@ -452,7 +520,7 @@ impl Sink for KafkaSink {
         object.extend_from_slice(&staging.current);
         let checksum = xxhash_rust::xxh3::xxh3_64(&object);
         object.put_u64_le(checksum);
-        let path = staging.store.sink_staging_path(checkpoint);
+        let path = staging.store.staging_path(&staging.output, checkpoint);
         let store = staging.store.object_store().clone();
         let payload = object_store::PutPayload::from(object.clone());
         staging
@@ -490,6 +558,12 @@ impl Sink for KafkaSink {
         staging
             .claim()
             .map_err(|e| kafka_error(&brokers, format!("cannot claim the output: {e}")))?;
+        if self.spec.transactions {
+            // Aborts what the last owner left open, and fences it.
+            self.producer
+                .init_transactions(self.spec.connect_timeout())
+                .map_err(|e| self.transaction_error("start", e))?;
+        }
         let listed = staging
             .runtime
             .block_on(staging.staged_objects())
@@ -516,7 +590,7 @@ impl KafkaSink {
         let Some(staging) = &self.staging else {
             return Ok(());
         };
-        let path = staging.store.sink_staging_path(checkpoint);
+        let path = staging.store.staging_path(&staging.output, checkpoint);
         staging
             .runtime
             .block_on(crate::checkpoint::checkpoint_store::delete_if_present(

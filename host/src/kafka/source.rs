@@ -16,7 +16,13 @@ use rdkafka::message::Message;
 use rdkafka::{Offset, TopicPartitionList};
 use serde::{Deserialize, Serialize};
 
-use super::settings::{ClientLog, KafkaSourceSpec, StartPosition, ValueFormat, client_config};
+use rdkafka::ClientContext;
+use rdkafka::consumer::ConsumerContext;
+use rdkafka::statistics::Statistics;
+
+use super::settings::{
+    KafkaSourceSpec, StartPosition, ValueFormat, client_config, log_client_error,
+};
 use crate::connectors::json_records::{Decoded, JsonDecoder};
 use crate::connectors::{
     ConnectorError, Rejected, Source, SourceOrigin, SourcePosition, SourceProgress,
@@ -74,6 +80,42 @@ impl std::fmt::Debug for PartitionLink {
     }
 }
 
+/// A partition reader's client callbacks: errors to the log, and the partition's end, from the
+/// statistics librdkafka gathers as it fetches, to the link (for the lag).
+struct ReaderContext {
+    link: Arc<PartitionLink>,
+    topic: String,
+    partition: i32,
+}
+
+impl ClientContext for ReaderContext {
+    fn error(&self, error: KafkaError, reason: &str) {
+        log_client_error(error, reason);
+    }
+
+    fn stats(&self, statistics: Statistics) {
+        let Some(partition) = statistics
+            .topics
+            .get(&self.topic)
+            .and_then(|t| t.partitions.get(&self.partition))
+        else {
+            return;
+        };
+        // What a read_committed reader can reach: the last stable offset (the high
+        // watermark less open transactions), where the broker reports one.
+        let end = if partition.ls_offset >= 0 {
+            partition.ls_offset
+        } else {
+            partition.hi_offset
+        };
+        if end >= 0 {
+            self.link.high.fetch_max(end, Ordering::Relaxed);
+        }
+    }
+}
+
+impl ConsumerContext for ReaderContext {}
+
 /// The partition a pipeline of a Kafka job reads (`crate::job::JobSpec::input_partition`).
 #[derive(Clone, Debug)]
 pub struct InputPartition {
@@ -93,7 +135,7 @@ struct PartitionPosition {
 
 /// Reads one partition of a topic.
 pub struct PartitionSource {
-    consumer: BaseConsumer<ClientLog>,
+    consumer: BaseConsumer<ReaderContext>,
     spec: KafkaSourceSpec,
     partition: i32,
     reader: MessageReader,
@@ -122,7 +164,7 @@ impl PartitionSource {
     /// A source for `partition` of the spec's topic. It reaches the broker only when it first
     /// reads.
     pub fn new(spec: &KafkaSourceSpec, input: &InputPartition) -> Result<Self, ConnectorError> {
-        let consumer: BaseConsumer<ClientLog> = client_config(
+        let consumer: BaseConsumer<ReaderContext> = client_config(
             &spec.brokers,
             spec.connect_timeout(),
             &[
@@ -136,10 +178,16 @@ impl PartitionSource {
                 // silent jump.
                 ("auto.offset.reset", "error"),
                 ("isolation.level", "read_committed"),
+                // The partition's end, for the lag, comes with the client's statistics.
+                ("statistics.interval.ms", "1000"),
             ],
             &spec.properties,
         )
-        .create_with_context(ClientLog)
+        .create_with_context(ReaderContext {
+            link: input.link.clone(),
+            topic: spec.topic.clone(),
+            partition: input.partition,
+        })
         .map_err(|e| kafka_error(&spec.brokers, format!("cannot create a consumer: {e}")))?;
         let decoder = JsonDecoder::new(
             spec.key_pointer.clone(),
@@ -419,5 +467,61 @@ pub(crate) fn kafka_error(brokers: &str, message: String) -> ConnectorError {
     ConnectorError::Kafka {
         brokers: brokers.to_owned(),
         message,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+
+    use rdkafka::statistics::{Partition, Topic};
+
+    use super::*;
+
+    fn statistics(topic: &str, partition: i32, hi: i64, ls: i64) -> Statistics {
+        let partition_stats = Partition {
+            partition,
+            hi_offset: hi,
+            ls_offset: ls,
+            ..Partition::default()
+        };
+        Statistics {
+            topics: HashMap::from([(
+                topic.to_owned(),
+                Topic {
+                    topic: topic.to_owned(),
+                    partitions: HashMap::from([(partition, partition_stats)]),
+                    ..Topic::default()
+                },
+            )]),
+            ..Statistics::default()
+        }
+    }
+
+    #[test]
+    fn the_lag_follows_the_partitions_end_from_the_clients_statistics() {
+        let link = Arc::new(PartitionLink::new(None));
+        let context = ReaderContext {
+            link: link.clone(),
+            topic: "t".into(),
+            partition: 2,
+        };
+        assert_eq!(link.lag(), 0, "nothing read yet: no lag");
+        link.next.store(100, Ordering::Relaxed);
+        link.high.store(100, Ordering::Relaxed);
+        assert_eq!(link.lag(), 0);
+        // 50 messages arrive: the last stable offset counts, not the high watermark (an open
+        // transaction's records are not readable yet).
+        context.stats(statistics("t", 2, 160, 150));
+        assert_eq!(link.lag(), 50);
+        // Another partition's or topic's figures are not this one's.
+        context.stats(statistics("t", 3, 900, 900));
+        context.stats(statistics("u", 2, 900, 900));
+        assert_eq!(link.lag(), 50);
+        // A broker that reports no stable offset: the high watermark.
+        context.stats(statistics("t", 2, 170, -1));
+        assert_eq!(link.lag(), 70);
+        link.next.store(170, Ordering::Relaxed);
+        assert_eq!(link.lag(), 0);
     }
 }

@@ -188,13 +188,13 @@ async fn logs(
     }
 }
 
-/// 404 for a job that does not exist or keeps no checkpoints, 500 for a store that cannot
-/// be opened.
+/// 404 for a job that does not exist or keeps no checkpoints of its own (a Kafka job's are
+/// per partition), 500 for a store that cannot be opened.
 fn checkpoints_error(e: CheckpointsError) -> Response {
     let status = match e {
-        CheckpointsError::NoSuchJob(_) | CheckpointsError::KeepsNone { .. } => {
-            StatusCode::NOT_FOUND
-        }
+        CheckpointsError::NoSuchJob(_)
+        | CheckpointsError::KeepsNone { .. }
+        | CheckpointsError::PerPartition { .. } => StatusCode::NOT_FOUND,
         CheckpointsError::Store { .. } => StatusCode::INTERNAL_SERVER_ERROR,
     };
     error(status, e.to_string())

@@ -11,6 +11,10 @@
 //! that can meet bad records (labels `operator`, the source being `(source)`, and `policy`):
 //! the records it skipped or dead-lettered.
 //!
+//! A Kafka job runs a pipeline per partition of its topic that the host owns: each one's
+//! series carry a `partition` label besides `job_id` and `job` (sum them by `job_id` for the
+//! job), and `weir_kafka_partition_lag` gives each owned partition's messages not yet read.
+//!
 //! Record counters count the whole job: a run that restores a checkpoint continues from the
 //! counts the checkpoint recorded, so when a job restarts within a running host they step
 //! back to those counts (Prometheus reads that as a counter reset).
@@ -199,30 +203,56 @@ fn watermark_seconds(w: i64) -> String {
     }
 }
 
+/// The counters of one pipeline of a job: the job's only one, or one partition's of a Kafka
+/// job.
+pub struct PipelineCounters {
+    pub job_id: String,
+    pub job: String,
+    /// A Kafka job's partition, and its messages not yet read.
+    pub partition: Option<(i32, i64)>,
+    pub metrics: Arc<JobMetrics>,
+}
+
+impl PipelineCounters {
+    /// `job_id="…",job="…"`, and `,partition="…"` for a partition's pipeline.
+    fn labels(&self) -> String {
+        let mut labels = format!(
+            "job_id=\"{}\",job=\"{}\"",
+            escape(&self.job_id),
+            escape(&self.job)
+        );
+        if let Some((partition, _)) = self.partition {
+            let _ = write!(labels, ",partition=\"{partition}\"");
+        }
+        labels
+    }
+}
+
 /// Renders the metrics of every job of `registry`.
 pub fn render(registry: &Registry) -> String {
     render_jobs(&registry.metrics())
 }
 
-fn render_jobs(jobs: &[(String, String, Arc<JobMetrics>)]) -> String {
+fn render_jobs(pipelines: &[PipelineCounters]) -> String {
     let mut out = String::new();
-    let job_labels =
-        |id: &str, job: &str| format!("job_id=\"{}\",job=\"{}\"", escape(id), escape(job));
+    let jobs: Vec<(String, &JobMetrics)> = pipelines
+        .iter()
+        .map(|p| (p.labels(), &*p.metrics))
+        .collect();
     for (name, kind, help, read) in JOB_FAMILIES {
         header(&mut out, name, kind, help);
-        for (id, job, m) in jobs {
-            let _ = writeln!(out, "{name}{{{}}} {}", job_labels(id, job), read(m));
+        for (labels, m) in &jobs {
+            let _ = writeln!(out, "{name}{{{labels}}} {}", read(m));
         }
     }
     // Each subtask's labels, formatted once for all its families.
     let subtasks: Vec<(String, &SubtaskMetrics)> = jobs
         .iter()
-        .flat_map(|(id, job, m)| {
+        .flat_map(|(job_labels, m)| {
             m.operators.iter().flat_map(move |op| {
                 op.subtasks.iter().enumerate().map(move |(i, s)| {
                     let labels = format!(
-                        "{},operator=\"{}\",subtask=\"{i}\"",
-                        job_labels(id, job),
+                        "{job_labels},operator=\"{}\",subtask=\"{i}\"",
                         escape(&op.name)
                     );
                     (labels, s.as_ref())
@@ -280,11 +310,10 @@ fn render_jobs(jobs: &[(String, String, Arc<JobMetrics>)]) -> String {
         "counter",
         "Lines a source dropped for want of a usable timestamp (on_bad_timestamp = \"skip\").",
     );
-    for (id, job, m) in jobs {
+    for (labels, m) in &jobs {
         let _ = writeln!(
             out,
-            "{name}{{{}}} {}",
-            job_labels(id, job),
+            "{name}{{{labels}}} {}",
             m.source_skipped_timestamps.load(Ordering::Relaxed)
         );
     }
@@ -296,7 +325,7 @@ fn render_jobs(jobs: &[(String, String, Arc<JobMetrics>)]) -> String {
         "Bad records set aside by their policy: lines the source could not read, records a \
          key_by could not key or an operator failed on.",
     );
-    for (id, job, m) in jobs {
+    for (labels, m) in &jobs {
         let places = std::iter::once(("(source)", &m.source_bad_records)).chain(
             m.operators
                 .iter()
@@ -309,8 +338,7 @@ fn render_jobs(jobs: &[(String, String, Arc<JobMetrics>)]) -> String {
             ] {
                 let _ = writeln!(
                     out,
-                    "{name}{{{},operator=\"{}\",policy=\"{policy}\"}} {}",
-                    job_labels(id, job),
+                    "{name}{{{labels},operator=\"{}\",policy=\"{policy}\"}} {}",
                     escape(place),
                     counter.load(Ordering::Relaxed)
                 );
@@ -332,6 +360,18 @@ fn render_jobs(jobs: &[(String, String, Arc<JobMetrics>)]) -> String {
         let _ = writeln!(out, "{name}_bucket{{{labels},le=\"+Inf\"}} {}", h.count);
         let _ = writeln!(out, "{name}_sum{{{labels}}} {}", h.sum_seconds);
         let _ = writeln!(out, "{name}_count{{{labels}}} {}", h.count);
+    }
+    let name = "weir_kafka_partition_lag";
+    header(
+        &mut out,
+        name,
+        "gauge",
+        "Messages of a Kafka job's input partition that its pipeline on this host has not read yet.",
+    );
+    for (pipeline, (labels, _)) in pipelines.iter().zip(&jobs) {
+        if let Some((_, lag)) = pipeline.partition {
+            let _ = writeln!(out, "{name}{{{labels}}} {lag}");
+        }
     }
     out
 }
@@ -383,7 +423,23 @@ mod tests {
         s.set_timers_pending(Some((3, 1)));
         s.count_fired(9);
         m.source_skipped_timestamps.store(6, Ordering::Relaxed);
-        let text = render_jobs(&[("job-1".into(), "a \"b\"".into(), m)]);
+        // A Kafka job's partition 3, 42 messages behind.
+        let partition = Arc::new(JobMetrics::new([("count", 1)]));
+        partition.source_records.store(11, Ordering::Relaxed);
+        let text = render_jobs(&[
+            PipelineCounters {
+                job_id: "job-1".into(),
+                job: "a \"b\"".into(),
+                partition: None,
+                metrics: m,
+            },
+            PipelineCounters {
+                job_id: "job-2".into(),
+                job: "k".into(),
+                partition: Some((3, 42)),
+                metrics: partition,
+            },
+        ]);
         let labels = r#"job_id="job-1",job="a \"b\"",operator="count",subtask="1""#;
         for line in [
             format!("weir_records_in_total{{{labels}}} 7"),
@@ -405,6 +461,9 @@ mod tests {
             format!("weir_timers_fired_total{{{labels}}} 9"),
             format!("weir_watermark_seconds{{{labels}}} {}", minute_ago as f64 / 1e3),
             r#"weir_source_skipped_timestamps_total{job_id="job-1",job="a \"b\""} 6"#.to_owned(),
+            r#"weir_source_records_total{job_id="job-2",job="k",partition="3"} 11"#.to_owned(),
+            r#"weir_records_in_total{job_id="job-2",job="k",partition="3",operator="count",subtask="0"} 0"#.to_owned(),
+            r#"weir_kafka_partition_lag{job_id="job-2",job="k",partition="3"} 42"#.to_owned(),
         ] {
             assert!(
                 text.lines().any(|l| l == line),
@@ -422,6 +481,10 @@ mod tests {
         assert!(
             !text.contains(r#"weir_watermark_seconds{job_id="job-1",job="a \"b\"",operator="count",subtask="0"}"#),
             "a subtask without a watermark has no watermark line"
+        );
+        assert!(
+            !text.contains("weir_kafka_partition_lag{job_id=\"job-1\""),
+            "a job that reads no Kafka has no lag line"
         );
         // Every sample line belongs to a family announced before it.
         let mut announced = std::collections::HashSet::new();

@@ -33,6 +33,23 @@ pub struct JobInfo {
     /// stored, and reachable through `GET /v1/jobs/{id}/checkpoints`.
     #[serde(default)]
     pub keeps_checkpoints: bool,
+    /// A Kafka job: the partitions of its topic this host owns now, each run as a pipeline of
+    /// its own with checkpoints of its own. The job's counts are their sums.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub partitions: Option<Vec<PartitionInfo>>,
+}
+
+/// A partition of a Kafka job's topic that a host owns.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct PartitionInfo {
+    pub partition: i32,
+    /// Messages of the partition not yet read.
+    pub lag: i64,
+    /// Counts of the partition's whole history, earlier owners included.
+    pub source_records: u64,
+    pub sink_records: u64,
+    /// The partition's last completed checkpoint, if any.
+    pub last_checkpoint: Option<u64>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]

@@ -3,6 +3,11 @@
 //! Each job gets its own folder under the data directory (`jobs/<id>/`): its job file, its
 //! components, and its checkpoints, whatever store the job file names, so that no job can
 //! reach another's state. Jobs run as tasks of the host's runtime; one failing fails alone.
+//!
+//! A Kafka job is the exception to the store rule: it runs as a member of its consumer group
+//! (`crate::kafka::group`), a pipeline per partition the group gives this host, and its
+//! partitions move between hosts with their state, so its checkpoints stay in the store its
+//! job file names, shared by every host of the group (outside the data directory).
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -12,7 +17,8 @@ use std::sync::{Arc, Mutex};
 use base64::Engine as _;
 
 use super::job_checkpoints::JobCheckpoints;
-use super::protocol::{JobInfo, JobStatus, OperatorInfo, SubmitRequest};
+use super::prometheus::PipelineCounters;
+use super::protocol::{JobInfo, JobStatus, OperatorInfo, PartitionInfo, SubmitRequest};
 use crate::checkpoint::{CheckpointStore, JobStart, RestoreFrom, StartFrom};
 use crate::engine::Engine;
 use crate::guest::{GuestLogFile, LogLine};
@@ -21,6 +27,7 @@ use crate::job::spec::{SinkSpec, SourceSpec};
 use crate::job::{
     CheckpointRequest, JobMetrics, JobSpec, Pipeline, RunOptions, StopSignal, run_job,
 };
+use crate::kafka::GroupView;
 
 /// A submission that cannot be run, with why.
 #[derive(Debug, thiserror::Error)]
@@ -45,6 +52,16 @@ pub enum CheckpointsError {
     NoSuchJob(String),
     #[error("job {id} (`{name}`) keeps no checkpoints: its job file has no [checkpoints] section")]
     KeepsNone { id: String, name: String },
+    #[error(
+        "job {id} (`{name}`) reads Kafka: each partition of its topic keeps checkpoints of \
+         its own, under `{name}/partitions/<p>/` in its store; list them with `weir \
+         checkpoints list {store}`"
+    )]
+    PerPartition {
+        id: String,
+        name: String,
+        store: String,
+    },
     #[error("job {id}: cannot open its checkpoint store: {source}")]
     Store {
         id: String,
@@ -56,7 +73,10 @@ pub enum CheckpointsError {
 struct HostedJob {
     id: String,
     name: String,
+    /// The counters of a job run as one pipeline.
     metrics: Arc<JobMetrics>,
+    /// A Kafka job: the partitions the host owns, each a pipeline with counters of its own.
+    group: Option<Arc<GroupView>>,
     stop: StopSignal,
     checkpoint_now: CheckpointRequest,
     /// The URL of the store its checkpoints go to (in its folder); `None` when its job
@@ -101,16 +121,13 @@ impl Registry {
         let dir = self.data_dir.join("jobs").join(&id);
         let prepared = prepare(&dir, &request)
             .and_then(|spec| self.outside_data_dir(spec))
-            .and_then(|spec| match spec.source {
-                SourceSpec::Kafka(_) => Err(SubmitError(
-                    "the job reads Kafka: run it with `weir run` on each machine (the consumer \
-                     group shares the partitions); `weir serve` does not run Kafka jobs yet"
-                        .into(),
-                )),
-                _ => Ok(spec),
-            })
             .and_then(|spec| {
-                Pipeline::from_spec(&spec, &self.engine)
+                // A Kafka job is checked as one partition's pipeline: the group runs those.
+                let pipeline = match &spec.source {
+                    SourceSpec::Kafka(_) => crate::kafka::group::one_partition(&spec),
+                    _ => spec.clone(),
+                };
+                Pipeline::from_spec(&pipeline, &self.engine)
                     .map(|_| spec)
                     .map_err(|e| SubmitError(e.to_string()))
             });
@@ -181,13 +198,29 @@ impl Registry {
         };
         let (running, dir) = (job.clone(), dir.to_owned());
         tokio::spawn(async move {
-            let result = run_job(&spec, &engine, restore, options).await;
+            let result = match &running.group {
+                // Each partition resumes from its own latest checkpoint.
+                Some(view) => {
+                    crate::kafka::run_group_watched(&spec, &engine, options, view.clone())
+                        .await
+                        .map(|_| ())
+                        .map_err(|e| e.to_string())
+                }
+                None => run_job(&spec, &engine, restore, options)
+                    .await
+                    .map(|_| ())
+                    .map_err(|e| e.to_string()),
+            };
             let outcome = match result {
-                Ok(_) => (JobStatus::Finished, None),
+                // A group member leaves without error when stopped.
+                Ok(()) if running.group.is_some() && running.stop.is_raised() => {
+                    (JobStatus::Cancelled, None)
+                }
+                Ok(()) => (JobStatus::Finished, None),
                 Err(_) if running.stop.is_raised() => (JobStatus::Cancelled, None),
                 Err(e) => {
                     tracing::warn!(job = %running.id, error = %e, "job failed");
-                    (JobStatus::Failed, Some(e.to_string()))
+                    (JobStatus::Failed, Some(e))
                 }
             };
             *running.outcome.lock().unwrap_or_else(|e| e.into_inner()) = outcome;
@@ -215,17 +248,15 @@ impl Registry {
         }
         let stopping = job.clone();
         tokio::spawn(async move {
-            let last = || {
-                stopping
-                    .metrics
-                    .checkpoints
-                    .last_completed
-                    .load(Ordering::Relaxed)
-            };
-            let before = last();
+            let before = stopping.last_checkpoints();
             stopping.checkpoint_now.request();
             let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(60);
-            while last() == before && tokio::time::Instant::now() < deadline {
+            // Every pipeline (every owned partition of a Kafka job) completed one more.
+            let done = || {
+                let now = stopping.last_checkpoints();
+                before.iter().all(|(p, b)| now.get(p).is_none_or(|n| n > b))
+            };
+            while !done() && tokio::time::Instant::now() < deadline {
                 tokio::time::sleep(std::time::Duration::from_millis(10)).await;
             }
             stopping.stop.stop();
@@ -257,12 +288,21 @@ impl Registry {
             ))
         })?;
         let restore = checkpoint.map_or(RestoreFrom::Latest, RestoreFrom::Id);
-        // Checked here so that a wrong id is a bad request, not a failed job.
-        let store = CheckpointStore::open(&checkpoints.store, &spec.name)
-            .map_err(|e| unusable(e.to_string()))?;
-        JobStart::plan(&store, &spec.name, &StartFrom::Restore(restore.clone()))
-            .await
-            .map_err(|e| unusable(format!("cannot restore: {e}")))?;
+        if matches!(spec.source, SourceSpec::Kafka(_)) {
+            if checkpoint.is_some() {
+                return Err(unusable(format!(
+                    "job {id} reads Kafka: each partition resumes from its own latest \
+                     checkpoint, so no checkpoint can be chosen"
+                )));
+            }
+        } else {
+            // Checked here so that a wrong id is a bad request, not a failed job.
+            let store = CheckpointStore::open(&checkpoints.store, &spec.name)
+                .map_err(|e| unusable(e.to_string()))?;
+            JobStart::plan(&store, &spec.name, &StartFrom::Restore(restore.clone()))
+                .await
+                .map_err(|e| unusable(format!("cannot restore: {e}")))?;
+        }
         // Two restarts at once would run the job twice.
         let mut jobs = self.jobs();
         if jobs.get(id).is_some_and(|j| !Arc::ptr_eq(j, &job)) {
@@ -299,6 +339,13 @@ impl Registry {
         for file in spec.dead_letter_files() {
             paths.push(("dead-letter", file));
         }
+        // A Kafka job keeps the store its job file names (`prepare`): on local disk, it must
+        // not be another job's.
+        if let (SourceSpec::Kafka(_), Some(checkpoints)) = (&spec.source, &spec.checkpoints)
+            && let Some(path) = local_store_path(&checkpoints.store)
+        {
+            paths.push(("checkpoint store", path));
+        }
         for (what, path) in paths {
             if resolved(&path).starts_with(&data) {
                 return Err(SubmitError(format!(
@@ -332,6 +379,13 @@ impl Registry {
                 id: id.to_owned(),
                 name: job.name.clone(),
             })?;
+        if job.group.is_some() {
+            return Err(CheckpointsError::PerPartition {
+                id: id.to_owned(),
+                name: job.name.clone(),
+                store: url.trim_end_matches('/').to_owned(),
+            });
+        }
         let store =
             CheckpointStore::open(url, &job.name).map_err(|source| CheckpointsError::Store {
                 id: id.to_owned(),
@@ -340,12 +394,27 @@ impl Registry {
         Ok(JobCheckpoints::new(job.name.clone(), store))
     }
 
-    /// Every job's counters, for `/metrics`.
-    pub fn metrics(&self) -> Vec<(String, String, Arc<JobMetrics>)> {
-        self.jobs()
-            .values()
-            .map(|j| (j.id.clone(), j.name.clone(), j.metrics.clone()))
-            .collect()
+    /// Every job's counters, for `/metrics`: one set per pipeline (per owned partition of a
+    /// Kafka job).
+    pub fn metrics(&self) -> Vec<PipelineCounters> {
+        let mut pipelines = Vec::new();
+        for job in self.jobs().values() {
+            let counters = |partition, metrics| PipelineCounters {
+                job_id: job.id.clone(),
+                job: job.name.clone(),
+                partition,
+                metrics,
+            };
+            match &job.group {
+                Some(view) => pipelines.extend(
+                    view.owned()
+                        .into_iter()
+                        .map(|p| counters(Some((p.partition, p.lag)), p.metrics)),
+                ),
+                None => pipelines.push(counters(None, job.metrics.clone())),
+            }
+        }
+        pipelines
     }
 }
 
@@ -353,6 +422,29 @@ impl HostedJob {
     fn status(&self) -> JobStatus {
         self.outcome.lock().unwrap_or_else(|e| e.into_inner()).0
     }
+
+    /// The last completed checkpoint of each pipeline: by partition for a Kafka job, under
+    /// `-1` for a job of one pipeline.
+    fn last_checkpoints(&self) -> BTreeMap<i32, u64> {
+        let last = |m: &JobMetrics| m.checkpoints.last_completed.load(Ordering::Relaxed);
+        match &self.group {
+            Some(view) => view
+                .owned()
+                .iter()
+                .map(|p| (p.partition, last(&p.metrics)))
+                .collect(),
+            None => BTreeMap::from([(-1, last(&self.metrics))]),
+        }
+    }
+}
+
+/// The folder of a checkpoint store on local disk (a `file://` URL); `None` for object
+/// storage.
+fn local_store_path(store: &str) -> Option<PathBuf> {
+    url::Url::parse(store)
+        .ok()
+        .filter(|url| url.scheme() == "file")
+        .and_then(|url| url.to_file_path().ok())
 }
 
 /// `path` with symbolic links and `..` resolved as far as it exists (a sink's file may not
@@ -383,6 +475,7 @@ fn hosted(
     Arc::new(HostedJob {
         id,
         name: spec.name.clone(),
+        group: matches!(spec.source, SourceSpec::Kafka(_)).then(Arc::default),
         metrics: Arc::new(JobMetrics::new(
             spec.operators
                 .iter()
@@ -436,17 +529,61 @@ impl JobRecord {
 }
 
 fn info(job: &HostedJob) -> JobInfo {
-    let summary = job.metrics.summary(&job.name, std::time::Duration::ZERO);
     let (status, error) = job
         .outcome
         .lock()
         .unwrap_or_else(|e| e.into_inner())
         .clone();
-    let last = job
-        .metrics
-        .checkpoints
-        .last_completed
-        .load(Ordering::Relaxed);
+    let Some(view) = &job.group else {
+        let summary = job.metrics.summary(&job.name, std::time::Duration::ZERO);
+        let last = job
+            .metrics
+            .checkpoints
+            .last_completed
+            .load(Ordering::Relaxed);
+        return job_info(
+            job,
+            (status, error),
+            summary,
+            (last > 0).then_some(last),
+            None,
+        );
+    };
+    // A Kafka job: the sums over the partitions owned now.
+    let mut total = job.metrics.summary(&job.name, std::time::Duration::ZERO);
+    let mut partitions = Vec::new();
+    for owned in view.owned() {
+        let summary = owned.metrics.summary(&job.name, std::time::Duration::ZERO);
+        let last = owned
+            .metrics
+            .checkpoints
+            .last_completed
+            .load(Ordering::Relaxed);
+        total.source_records += summary.source_records;
+        total.sink_records += summary.sink_records;
+        total.checkpoints_completed += summary.checkpoints_completed;
+        for (sum, o) in total.operators.iter_mut().zip(&summary.operators) {
+            sum.records_in += o.records_in;
+            sum.records_out += o.records_out;
+        }
+        partitions.push(PartitionInfo {
+            partition: owned.partition,
+            lag: owned.lag,
+            source_records: summary.source_records,
+            sink_records: summary.sink_records,
+            last_checkpoint: (last > 0).then_some(last),
+        });
+    }
+    job_info(job, (status, error), total, None, Some(partitions))
+}
+
+fn job_info(
+    job: &HostedJob,
+    (status, error): (JobStatus, Option<String>),
+    summary: crate::job::RunSummary,
+    last_checkpoint: Option<u64>,
+    partitions: Option<Vec<PartitionInfo>>,
+) -> JobInfo {
     JobInfo {
         id: job.id.clone(),
         name: job.name.clone(),
@@ -465,8 +602,9 @@ fn info(job: &HostedJob) -> JobInfo {
             })
             .collect(),
         checkpoints_completed: summary.checkpoints_completed,
-        last_checkpoint: (last > 0).then_some(last),
+        last_checkpoint,
         keeps_checkpoints: job.checkpoint_store.is_some(),
+        partitions,
     }
 }
 
@@ -506,7 +644,18 @@ fn prepare(dir: &Path, request: &SubmitRequest) -> Result<JobSpec, SubmitError> 
             toml::Value::String(format!("components/{name}.wasm")),
         );
     }
-    if let Some(checkpoints) = table.get_mut("checkpoints").and_then(|c| c.as_table_mut()) {
+    // A Kafka job's partitions move between hosts with their state, so its checkpoints stay
+    // in the store its job file names, which every host of its group shares.
+    let kafka = table
+        .get("source")
+        .and_then(|s| s.get("kind"))
+        .and_then(|k| k.as_str())
+        == Some("kafka");
+    if let Some(checkpoints) = table
+        .get_mut("checkpoints")
+        .and_then(|c| c.as_table_mut())
+        .filter(|_| !kafka)
+    {
         let store = url::Url::from_directory_path(dir.join("checkpoints"))
             .map_err(|()| bad(format!("cannot name {} as a URL", dir.display())))?;
         checkpoints.insert("store".into(), toml::Value::String(store.to_string()));
