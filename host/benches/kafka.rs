@@ -1,9 +1,10 @@
 //! Kafka in and out, on the test broker (`weir-test-broker`, in memory, on this machine).
 //!
 //! - Throughput: JSON events keyed by word, Kafka -> keyed count -> Kafka, every partition in
-//!   this process (`assignment = "all"`), with the exactly-once sink and with the
-//!   at-least-once one; and the same job from a JSON-lines file to a file. Rounds alternate
-//!   the three; each figure is the median. `kafka_vs_file_ratio` is exactly-once over file.
+//!   this process (`assignment = "all"`), with the exactly-once sink, the same with broker
+//!   transactions, and the at-least-once one; and the same job from a JSON-lines file to a
+//!   file. Rounds alternate the four; each figure is the median. `kafka_vs_file_ratio` is
+//!   exactly-once (without transactions) over file.
 //! - `rebalance_recovery_ms`: two `weir run` processes share a topic on one consumer group
 //!   while input keeps coming; one is SIGKILLed, and the time is taken from the kill to the
 //!   first output of one of its partitions published by the other (which includes the group
@@ -73,10 +74,9 @@ fn kafka_source(brokers: &str, topic: &str, extra: &str) -> String {
     )
 }
 
-fn kafka_sink(brokers: &str, topic: &str, guarantee: &str) -> String {
-    format!(
-        "[sink]\nkind = \"kafka\"\nbrokers = \"{brokers}\"\ntopic = \"{topic}\"\nguarantee = \"{guarantee}\"\n"
-    )
+/// A Kafka sink with `settings` (`guarantee = "…"`, `transactions = true`).
+fn kafka_sink(brokers: &str, topic: &str, settings: &str) -> String {
+    format!("[sink]\nkind = \"kafka\"\nbrokers = \"{brokers}\"\ntopic = \"{topic}\"\n{settings}\n")
 }
 
 /// Records per second of one run of `text`.
@@ -120,7 +120,7 @@ fn main() {
         .expect("runtime");
     let records = PARTITIONS as usize * PER_PARTITION;
     let mut topics = vec![("events", PARTITIONS)];
-    let outputs: Vec<String> = (0..ROUNDS * 2).map(|i| format!("out-{i}")).collect();
+    let outputs: Vec<String> = (0..ROUNDS * 3).map(|i| format!("out-{i}")).collect();
     topics.extend(outputs.iter().map(|t| (t.as_str(), PARTITIONS)));
     let broker = Broker::start(&topics);
     let work = tempfile::tempdir().expect("tempdir");
@@ -170,25 +170,42 @@ fn main() {
     );
     // Warm-up: load the component, page the code in.
     measure(&runtime, &engine, &file_job, records as u64);
-    let (mut exactly, mut at_least, mut file) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut exactly, mut transactions, mut at_least, mut file) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     for round in 0..ROUNDS {
         let source = kafka_source(
             &broker.bootstrap,
             "events",
             "assignment = \"all\"\nstop_at_end = true",
         );
-        for (guarantee, into, topic) in [
-            ("exactly-once", &mut exactly, &outputs[2 * round]),
-            ("at-least-once", &mut at_least, &outputs[2 * round + 1]),
+        for (mode, settings, into, topic) in [
+            (
+                "exactly-once",
+                "guarantee = \"exactly-once\"",
+                &mut exactly,
+                &outputs[3 * round],
+            ),
+            (
+                "transactions",
+                "transactions = true",
+                &mut transactions,
+                &outputs[3 * round + 1],
+            ),
+            (
+                "at-least-once",
+                "guarantee = \"at-least-once\"",
+                &mut at_least,
+                &outputs[3 * round + 2],
+            ),
         ] {
-            let store = work.path().join(format!("store-{guarantee}-{round}"));
+            let store = work.path().join(format!("store-{mode}-{round}"));
             let text = job_text(
                 &source,
-                &kafka_sink(&broker.bootstrap, topic, guarantee),
+                &kafka_sink(&broker.bootstrap, topic, settings),
                 &store,
             );
             let rate = measure(&runtime, &engine, &text, records as u64);
-            eprintln!("round {round}: {guarantee} {rate:.0} records/s");
+            eprintln!("round {round}: {mode} {rate:.0} records/s");
             into.push(rate);
         }
         std::fs::remove_dir_all(work.path().join("file-store")).ok();
@@ -196,8 +213,14 @@ fn main() {
         eprintln!("round {round}: file {rate:.0} records/s");
         file.push(rate);
     }
-    let (exactly, at_least, file) = (median(exactly), median(at_least), median(file));
+    let (exactly, transactions, at_least, file) = (
+        median(exactly),
+        median(transactions),
+        median(at_least),
+        median(file),
+    );
     println!("bench: kafka_exactly_once_records_per_sec = {exactly:.0} records/s");
+    println!("bench: kafka_transactions_records_per_sec = {transactions:.0} records/s");
     println!("bench: kafka_at_least_once_records_per_sec = {at_least:.0} records/s");
     println!("bench: file_records_per_sec = {file:.0} records/s");
     println!("bench: kafka_vs_file_ratio = {:.3} ratio", exactly / file);
@@ -214,7 +237,7 @@ fn rebalance_recovery(work: &Path) -> f64 {
     let brokers = broker.bootstrap.clone();
     let text = job_text(
         &kafka_source(&brokers, "live", ""),
-        &kafka_sink(&brokers, "live-out", "exactly-once"),
+        &kafka_sink(&brokers, "live-out", "guarantee = \"exactly-once\""),
         &work.join("live-store"),
     );
     let job = work.join("live.toml");
