@@ -354,6 +354,24 @@ fn await_output(broker: &Broker, expected: &[String], within: Duration, what: &s
     }
 }
 
+/// Produces `count` more words (of `distinct`) into `words`, adds them to `input`, and
+/// waits (90 s at most) until `counts` holds exactly the running counts of the whole input;
+/// returns those.
+fn more_words_then_await(
+    broker: &Broker,
+    rng: &mut Rng,
+    input: &mut Vec<String>,
+    (count, distinct): (usize, usize),
+    what: &str,
+) -> Vec<String> {
+    let more = words(count, distinct, rng);
+    produce_words(broker, "words", &more);
+    input.extend(more);
+    let expected = running_counts(input.iter().map(String::as_str));
+    await_output(broker, &expected, Duration::from_secs(90), what);
+    expected
+}
+
 /// Collects a child's stderr as it comes (it must have been spawned with piped stderr).
 fn collect_stderr(child: &mut Child) -> std::sync::Arc<std::sync::Mutex<String>> {
     use std::io::BufRead;
@@ -390,18 +408,50 @@ fn terminate(child: Child) -> String {
     text
 }
 
+/// A word count for several members of a group: `words` and `counts` of `partitions`
+/// partitions, and `count` words (of `distinct`) already in `words`.
+struct GroupRun {
+    seed: u64,
+    rng: Rng,
+    broker: Broker,
+    dir: tempfile::TempDir,
+    job: String,
+    input: Vec<String>,
+}
+
+impl GroupRun {
+    fn start(partitions: i32, count: usize, distinct: usize) -> Self {
+        let seed = seed();
+        let mut rng = Rng(seed);
+        let broker = Broker::start(&[("words", partitions), ("counts", partitions)]);
+        let dir = tempfile::tempdir().expect("tempdir");
+        // The test broker gives members the session timeout less 1 s to rejoin a rebalance
+        // (Kafka gives them `max.poll.interval.ms`, 5 minutes by default): 10 s lets a loaded
+        // machine stop pipelines in time.
+        let job = count_job(dir.path(), &broker, false, "").replace("\"6000\"", "\"10000\"");
+        let input = words(count, distinct, &mut rng);
+        produce_words(&broker, "words", &input);
+        Self {
+            seed,
+            rng,
+            broker,
+            dir,
+            job,
+            input,
+        }
+    }
+}
+
 #[test]
 fn members_of_a_group_share_partitions_take_over_from_a_killed_one_and_hand_over_to_a_new_one() {
-    let seed = seed();
-    let mut rng = Rng(seed);
-    let broker = Broker::start(&[("words", 6), ("counts", 6)]);
-    let dir = tempfile::tempdir().expect("tempdir");
-    // The test broker gives members the session timeout less 1 s to rejoin a rebalance
-    // (Kafka gives them `max.poll.interval.ms`, 5 minutes by default): 10 s lets a loaded
-    // machine stop pipelines in time.
-    let job = count_job(dir.path(), &broker, false, "").replace("\"6000\"", "\"10000\"");
-    let mut input = words(60_000, 600, &mut rng);
-    produce_words(&broker, "words", &input);
+    let GroupRun {
+        seed,
+        mut rng,
+        broker,
+        dir: _dir,
+        job,
+        mut input,
+    } = GroupRun::start(6, 60_000, 600);
     let a = weir_run(&job);
     let b = weir_run(&job);
     let mut c = weir_run(&job);
@@ -416,14 +466,11 @@ fn members_of_a_group_share_partitions_take_over_from_a_killed_one_and_hand_over
     }
     c.kill().expect("SIGKILL");
     c.wait().expect("wait");
-    let more = words(60_000, 600, &mut rng);
-    produce_words(&broker, "words", &more);
-    input.extend(more);
-    let expected = running_counts(input.iter().map(String::as_str));
-    await_output(
+    more_words_then_await(
         &broker,
-        &expected,
-        Duration::from_secs(90),
+        &mut rng,
+        &mut input,
+        (60_000, 600),
         &format!("after a member was killed (seed {seed})"),
     );
     // A fourth member joins: partitions move to it, and more input comes.
@@ -437,14 +484,11 @@ fn members_of_a_group_share_partitions_take_over_from_a_killed_one_and_hand_over
         );
         std::thread::sleep(Duration::from_millis(100));
     }
-    let more = words(60_000, 600, &mut rng);
-    produce_words(&broker, "words", &more);
-    input.extend(more);
-    let expected = running_counts(input.iter().map(String::as_str));
-    await_output(
+    let expected = more_words_then_await(
         &broker,
-        &expected,
-        Duration::from_secs(90),
+        &mut rng,
+        &mut input,
+        (60_000, 600),
         &format!("after a member joined (seed {seed})"),
     );
     // Lag tools see the group's progress: each partition's checkpointed offset is committed.
@@ -527,15 +571,23 @@ fn a_message_that_is_not_json_fails_the_job_or_is_skipped_or_dead_lettered_and_c
         ],
     );
 
-    let dir = tempfile::tempdir().expect("tempdir");
-    let skip = format!("{json}\non_bad_record = \"skip\"");
-    let job = count_job(dir.path(), &broker, true, &skip);
-    let out = weir(&["run", &job]);
-    assert!(out.status.success(), "{}", stderr(&out));
+    // A run with `on_bad_record = policy` that succeeds: its folder and its stderr.
+    let run_with = |policy: &str| {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let job = count_job(
+            dir.path(),
+            &broker,
+            true,
+            &format!("{json}\non_bad_record = {policy}"),
+        );
+        let out = weir(&["run", &job]);
+        assert!(out.status.success(), "{}", stderr(&out));
+        (dir, stderr(&out))
+    };
+    let (_dir, said) = run_with("\"skip\"");
     assert!(
-        stderr(&out).contains("bad records at the source: 1 skipped"),
-        "the skip is not counted: {}",
-        stderr(&out)
+        said.contains("bad records at the source: 1 skipped"),
+        "the skip is not counted: {said}"
     );
     // The counter keys by the JSON's user: ann twice, bob once.
     let mut values = sorted_values(&broker.bootstrap, "counts");
@@ -543,11 +595,7 @@ fn a_message_that_is_not_json_fails_the_job_or_is_skipped_or_dead_lettered_and_c
     assert_eq!(values, ["ann\t1", "ann\t2", "bob\t1"]);
 
     // Dead letters go to a file per partition, each written by that partition's pipeline.
-    let dir = tempfile::tempdir().expect("tempdir");
-    let letters = format!("{json}\non_bad_record = {{ dead_letter = \"bad.jsonl\" }}");
-    let job = count_job(dir.path(), &broker, true, &letters);
-    let out = weir(&["run", &job]);
-    assert!(out.status.success(), "{}", stderr(&out));
+    let (dir, _) = run_with("{ dead_letter = \"bad.jsonl\" }");
     let file = dir.path().join("bad.partition-0.jsonl");
     let text = std::fs::read_to_string(&file).expect("the partition's dead-letter file");
     assert_eq!(text.lines().count(), 1, "{text}");
@@ -557,15 +605,10 @@ fn a_message_that_is_not_json_fails_the_job_or_is_skipped_or_dead_lettered_and_c
     );
 
     // Or to a topic, published as the checkpoint completes, once.
-    let dir = tempfile::tempdir().expect("tempdir");
-    let letters = format!("{json}\non_bad_record = {{ dead_letter_topic = \"bad\" }}");
-    let job = count_job(dir.path(), &broker, true, &letters);
-    let out = weir(&["run", &job]);
-    assert!(out.status.success(), "{}", stderr(&out));
+    let (_dir, said) = run_with("{ dead_letter_topic = \"bad\" }");
     assert!(
-        stderr(&out).contains("1 dead-lettered"),
-        "the dead letter is not counted: {}",
-        stderr(&out)
+        said.contains("1 dead-lettered"),
+        "the dead letter is not counted: {said}"
     );
     let letters = support::kafka::consume_all(&broker.bootstrap, "bad");
     assert_eq!(letters.len(), 1, "{letters:?}");
@@ -724,14 +767,14 @@ fn await_partitions_shared(hosts: &[(&Host, &str)], count: i64, what: &str) {
 
 #[test]
 fn jobs_on_serve_hosts_share_partitions_show_them_with_their_lag_and_take_over() {
-    let seed = seed();
-    let mut rng = Rng(seed);
-    let broker = Broker::start(&[("words", 4), ("counts", 4)]);
-    let dir = tempfile::tempdir().expect("tempdir");
-    // As in the members test: a session long enough for a loaded machine.
-    let job = count_job(dir.path(), &broker, false, "").replace("\"6000\"", "\"10000\"");
-    let mut input = words(40_000, 400, &mut rng);
-    produce_words(&broker, "words", &input);
+    let GroupRun {
+        seed,
+        mut rng,
+        broker,
+        dir: _dir,
+        job,
+        mut input,
+    } = GroupRun::start(4, 40_000, 400);
     let (data_a, data_b) = (
         tempfile::tempdir().expect("a"),
         tempfile::tempdir().expect("b"),
@@ -808,14 +851,11 @@ fn jobs_on_serve_hosts_share_partitions_show_them_with_their_lag_and_take_over()
     // One host dies: the other takes over its partitions and their state.
     b.child.kill().expect("SIGKILL");
     b.child.wait().expect("wait");
-    let more = words(40_000, 400, &mut rng);
-    produce_words(&broker, "words", &more);
-    input.extend(more);
-    let expected = running_counts(input.iter().map(String::as_str));
-    await_output(
+    let expected = more_words_then_await(
         &broker,
-        &expected,
-        Duration::from_secs(90),
+        &mut rng,
+        &mut input,
+        (40_000, 400),
         &format!("after a host was killed (seed {seed})"),
     );
     await_partitions_shared(&[(&a, &id_a)], 4, "one host");

@@ -129,13 +129,7 @@ pub fn client(command: ClientCommand) -> Result<(), Failure> {
                 print_logs(&host, &lines)
             }
             ClientCommand::Job { id, host, .. } => {
-                let info: JobInfo = call(
-                    &host,
-                    reqwest::Method::GET,
-                    &format!("/v1/jobs/{id}"),
-                    None::<&()>,
-                )
-                .await?;
+                let info = job_info(&host, &id).await?;
                 print_job(&host, &info)
             }
             ClientCommand::Cancel {
@@ -206,13 +200,7 @@ async fn checkpoint_now(host: &HostArgs, id: &str, wait: Option<Duration>) -> Re
     let before = asked.last_checkpoint.unwrap_or(0);
     let deadline = Instant::now() + timeout;
     let (info, completed) = loop {
-        let info: JobInfo = call(
-            host,
-            reqwest::Method::GET,
-            &format!("/v1/jobs/{id}"),
-            None::<&()>,
-        )
-        .await?;
+        let info = job_info(host, id).await?;
         match info.last_checkpoint {
             Some(completed) if completed > before => break (info, completed),
             _ if info.status != JobStatus::Running => {
@@ -261,6 +249,12 @@ async fn checkpoint_now(host: &HostArgs, id: &str, wait: Option<Duration>) -> Re
     Ok(())
 }
 
+/// `GET /v1/jobs/{id}`.
+async fn job_info(host: &HostArgs, id: &str) -> Result<JobInfo, Failure> {
+    let path = format!("/v1/jobs/{id}");
+    call(host, reqwest::Method::GET, &path, None::<&()>).await
+}
+
 /// `weir checkpoint ID --wait` for a Kafka job: waits until every partition the host owned
 /// when asked has completed a checkpoint since.
 async fn partition_checkpoints(
@@ -277,13 +271,7 @@ async fn partition_checkpoints(
         .collect();
     let deadline = Instant::now() + timeout;
     loop {
-        let info: JobInfo = call(
-            host,
-            reqwest::Method::GET,
-            &format!("/v1/jobs/{id}"),
-            None::<&()>,
-        )
-        .await?;
+        let info = job_info(host, id).await?;
         let now = info.partitions.clone().unwrap_or_default();
         let done = before.iter().all(|(partition, before)| {
             now.iter()

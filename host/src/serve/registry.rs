@@ -536,29 +536,14 @@ fn info(job: &HostedJob) -> JobInfo {
         .clone();
     let Some(view) = &job.group else {
         let summary = job.metrics.summary(&job.name, std::time::Duration::ZERO);
-        let last = job
-            .metrics
-            .checkpoints
-            .last_completed
-            .load(Ordering::Relaxed);
-        return job_info(
-            job,
-            (status, error),
-            summary,
-            (last > 0).then_some(last),
-            None,
-        );
+        let last = last_completed(&job.metrics);
+        return job_info(job, (status, error), summary, last, None);
     };
     // A Kafka job: the sums over the partitions owned now.
     let mut total = job.metrics.summary(&job.name, std::time::Duration::ZERO);
     let mut partitions = Vec::new();
     for owned in view.owned() {
         let summary = owned.metrics.summary(&job.name, std::time::Duration::ZERO);
-        let last = owned
-            .metrics
-            .checkpoints
-            .last_completed
-            .load(Ordering::Relaxed);
         total.source_records += summary.source_records;
         total.sink_records += summary.sink_records;
         total.checkpoints_completed += summary.checkpoints_completed;
@@ -571,10 +556,15 @@ fn info(job: &HostedJob) -> JobInfo {
             lag: owned.lag,
             source_records: summary.source_records,
             sink_records: summary.sink_records,
-            last_checkpoint: (last > 0).then_some(last),
+            last_checkpoint: last_completed(&owned.metrics),
         });
     }
     job_info(job, (status, error), total, None, Some(partitions))
+}
+
+/// The id of the last checkpoint a pipeline completed, if any.
+fn last_completed(metrics: &JobMetrics) -> Option<u64> {
+    Some(metrics.checkpoints.last_completed.load(Ordering::Relaxed)).filter(|id| *id > 0)
 }
 
 fn job_info(
