@@ -5,6 +5,7 @@ mod support;
 
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use support::crash::{Rng, running_counts, seed};
@@ -73,15 +74,74 @@ interval_ms = 200
     )
 }
 
-fn weir_run(job: &str) -> Child {
-    Command::new(env!("CARGO_BIN_EXE_weir"))
+/// A `weir run` process whose stderr is read as it comes: a pipe nobody reads blocks the
+/// process once it is full. Killed when dropped; a failing test prints its log.
+struct Member {
+    child: Child,
+    log: Arc<Mutex<String>>,
+    reader: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Member {
+    fn log(&self) -> String {
+        self.log.lock().expect("log").clone()
+    }
+
+    /// Waits for the process to end: its status and its whole log.
+    fn finish(mut self) -> (std::process::ExitStatus, String) {
+        let status = self.child.wait().expect("wait");
+        if let Some(reader) = self.reader.take() {
+            reader.join().expect("the log reader");
+        }
+        (status, self.log())
+    }
+
+    /// SIGKILL.
+    fn kill(&mut self) {
+        self.child.kill().expect("SIGKILL");
+        self.child.wait().expect("wait");
+    }
+}
+
+impl Drop for Member {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        if std::thread::panicking() {
+            eprintln!(
+                "--- weir run {} ---\n{}",
+                self.child.id(),
+                self.log.lock().map(|l| l.clone()).unwrap_or_default()
+            );
+        }
+    }
+}
+
+fn weir_run(job: &str) -> Member {
+    use std::io::BufRead;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_weir"))
         .args(["run", job, "-q"])
         .env("WEIR_CACHE_DIR", cache_dir())
         .env("RUST_LOG", "warn")
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
-        .expect("weir starts")
+        .expect("weir starts");
+    let log = Arc::new(Mutex::new(String::new()));
+    let pipe = child.stderr.take().expect("piped stderr");
+    let into = log.clone();
+    let reader = std::thread::spawn(move || {
+        for line in std::io::BufReader::new(pipe).lines().map_while(Result::ok) {
+            let mut log = into.lock().expect("log");
+            log.push_str(&line);
+            log.push('\n');
+        }
+    });
+    Member {
+        child,
+        log,
+        reader: Some(reader),
+    }
 }
 
 #[test]
@@ -93,8 +153,8 @@ fn a_word_count_from_kafka_to_kafka_is_exactly_once() {
     let input = words(20_000, 300, &mut rng);
     produce_words(&broker, "words", &input);
     let job = count_job(dir.path(), &broker, true, "");
-    let out = weir_run(&job).wait_with_output().expect("wait");
-    assert!(out.status.success(), "weir failed: {}", stderr(&out));
+    let (status, log) = weir_run(&job).finish();
+    assert!(status.success(), "weir failed: {log}");
     let expected = running_counts(input.iter().map(String::as_str));
     let got = sorted_values(&broker.bootstrap, "counts");
     assert_eq!(got.len(), expected.len(), "seed {seed}");
@@ -162,12 +222,11 @@ fn count_through_kills(
         produce_words(&broker, "words", &chunk);
         input.extend(chunk);
         std::thread::sleep(Duration::from_millis(200 + rng.below(1_200)));
-        if let Some(status) = child.try_wait().expect("poll") {
-            let out = child.wait_with_output().expect("wait");
-            panic!("a run ended by itself ({status}): {}", stderr(&out));
+        if child.child.try_wait().expect("poll").is_some() {
+            let (status, log) = child.finish();
+            panic!("a run ended by itself ({status}): {log}");
         }
-        child.kill().expect("SIGKILL");
-        child.wait().expect("wait");
+        child.kill();
         let expected = running_counts(input.iter().map(String::as_str));
         check(&sorted_values(&broker.bootstrap, "counts"), &expected, kill);
         child = weir_run(&job);
@@ -372,22 +431,6 @@ fn more_words_then_await(
     expected
 }
 
-/// Collects a child's stderr as it comes (it must have been spawned with piped stderr).
-fn collect_stderr(child: &mut Child) -> std::sync::Arc<std::sync::Mutex<String>> {
-    use std::io::BufRead;
-    let log = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
-    let pipe = child.stderr.take().expect("piped stderr");
-    let into = log.clone();
-    std::thread::spawn(move || {
-        for line in std::io::BufReader::new(pipe).lines().map_while(Result::ok) {
-            let mut log = into.lock().expect("log");
-            log.push_str(&line);
-            log.push('\n');
-        }
-    });
-    log
-}
-
 /// Whether a member's log says it owns at least one partition now.
 fn owns_some(log: &str) -> bool {
     log.lines()
@@ -395,17 +438,16 @@ fn owns_some(log: &str) -> bool {
         .is_some_and(|l| !l.contains("owns partitions []"))
 }
 
-/// Stops a member cleanly (SIGTERM: it leaves the group) and returns its stderr.
-fn terminate(child: Child) -> String {
+/// Stops a member cleanly (SIGTERM: it leaves the group) and returns its log.
+fn terminate(member: Member) -> String {
     let status = Command::new("kill")
-        .args(["-TERM", &child.id().to_string()])
+        .args(["-TERM", &member.child.id().to_string()])
         .status()
         .expect("kill -TERM");
     assert!(status.success());
-    let out = child.wait_with_output().expect("wait");
-    let text = stderr(&out);
-    assert!(out.status.success(), "a member failed: {text}");
-    text
+    let (status, log) = member.finish();
+    assert!(status.success(), "a member failed: {log}");
+    log
 }
 
 /// A word count for several members of a group: `words` and `counts` of `partitions`
@@ -464,8 +506,7 @@ fn members_of_a_group_share_partitions_take_over_from_a_killed_one_and_hand_over
         );
         std::thread::sleep(Duration::from_millis(100));
     }
-    c.kill().expect("SIGKILL");
-    c.wait().expect("wait");
+    c.kill();
     more_words_then_await(
         &broker,
         &mut rng,
@@ -474,10 +515,9 @@ fn members_of_a_group_share_partitions_take_over_from_a_killed_one_and_hand_over
         &format!("after a member was killed (seed {seed})"),
     );
     // A fourth member joins: partitions move to it, and more input comes.
-    let mut d = weir_run(&job);
-    let d_log = collect_stderr(&mut d);
+    let d = weir_run(&job);
     let joined = Instant::now();
-    while !owns_some(&d_log.lock().expect("log")) {
+    while !owns_some(&d.log()) {
         assert!(
             joined.elapsed() < Duration::from_secs(60),
             "the new member owns no partition after a minute (seed {seed})"
