@@ -54,7 +54,7 @@ fn azure_sigkill_at_random_instants_then_restore_gives_exactly_the_uninterrupted
     let seed = seed();
     let mut rng = Rng(seed | 1);
     let dir = tempfile::tempdir().expect("tempdir");
-    let expected = write_words(&dir.path().join("in.txt"), 80_000, 3_000, seed);
+    let expected = write_words(&dir.path().join("in.txt"), 120_000, 3_000, seed);
     let store = server.url("jobs");
     let job = word_count_job(
         dir.path(),
