@@ -469,3 +469,46 @@ fn latest_of_a_job_without_checkpoints_says_there_are_none_yet() {
     assert_eq!(out.status.code(), Some(2), "{}", support::stderr(&out));
     assert_clean_failure(&out, &["job `wordcount` has no completed checkpoint yet"]);
 }
+
+#[test]
+fn a_torn_metadata_object_is_listed_as_damaged_and_the_others_still_are() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let url = url_of(dir.path());
+    write_checkpoints(&url, "wordcount", &[1, 2, 3]);
+    let folder = dir.path().join("wordcount/checkpoints");
+    let newest = std::fs::read_dir(&folder)
+        .expect("the metadata folder")
+        .map(|e| e.expect("entry").path())
+        .filter(|p| p.extension().is_some_and(|e| e == "json"))
+        .max()
+        .expect("metadata objects");
+    let bytes = std::fs::read(&newest).expect("metadata");
+    std::fs::write(&newest, &bytes[..bytes.len() / 2]).expect("tear it");
+
+    let table = stdout(&weir(&["checkpoints", "list", &url]));
+    let lines: Vec<&str> = table.lines().collect();
+    assert_eq!(lines.len(), 5, "{table}");
+    fn words(line: &str) -> Vec<&str> {
+        line.split_whitespace().take(3).collect()
+    }
+    assert_eq!(words(lines[1])[..2], ["wordcount", "1"], "{table}");
+    assert_eq!(words(lines[2])[..2], ["wordcount", "2"], "{table}");
+    assert_eq!(words(lines[3]), ["wordcount", "3", "DAMAGED"], "{table}");
+    assert!(
+        lines[4].starts_with("damaged: checkpoint 3 of wordcount: ")
+            && lines[4].contains("not checkpoint metadata"),
+        "{table}"
+    );
+    let json: serde_json::Value =
+        serde_json::from_str(&stdout(&weir(&["checkpoints", "list", &url, "--json"])))
+            .expect("JSON");
+    let rows = json.as_array().expect("an array");
+    assert_eq!(rows.len(), 3, "{json}");
+    assert!(rows[0].get("damaged").is_none(), "{json}");
+    assert!(
+        rows[2]["damaged"]
+            .as_str()
+            .is_some_and(|d| d.contains("chk-")),
+        "{json}"
+    );
+}

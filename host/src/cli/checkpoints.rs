@@ -380,8 +380,17 @@ fn print_list(rows: &[CheckpointSummary], json: bool) -> Result<(), Failure> {
         "ARTIFACTS",
         "BYTES",
     ])];
-    table.extend(rows.iter().map(|r| {
-        vec![
+    table.extend(rows.iter().map(|r| match &r.damaged {
+        Some(_) => vec![
+            r.job.clone(),
+            r.id.to_string(),
+            "DAMAGED".into(),
+            "-".into(),
+            "-".into(),
+            "-".into(),
+            "-".into(),
+        ],
+        None => vec![
             r.job.clone(),
             r.id.to_string(),
             r.completed_at.clone(),
@@ -389,12 +398,18 @@ fn print_list(rows: &[CheckpointSummary], json: bool) -> Result<(), Failure> {
             r.subtasks.to_string(),
             r.artifacts.to_string(),
             r.bytes.to_string(),
-        ]
+        ],
     }));
     print!(
         "{}",
         render(&table, &[false, true, false, false, true, true, true])
     );
+    // Why, below the table: the reasons are long.
+    for r in rows {
+        if let Some(why) = &r.damaged {
+            println!("damaged: checkpoint {} of {}: {why}", r.id, r.job);
+        }
+    }
     Ok(())
 }
 

@@ -87,12 +87,27 @@ impl JobCheckpoints {
         &self.job
     }
 
-    /// Every completed checkpoint, ascending by id.
+    /// Every completed checkpoint, ascending by id. One whose metadata cannot be read is
+    /// listed as damaged, so that the others can still be seen; a store that cannot be
+    /// read fails.
     pub async fn summaries(&self) -> Result<Vec<CheckpointSummary>, StorageError> {
         let mut rows = Vec::new();
         for id in self.store.completed().await? {
-            let m = self.store.read_metadata(id).await?;
-            rows.push(summary(&m));
+            match self.store.read_metadata(id).await {
+                Ok(m) => rows.push(summary(&m)),
+                Err(e @ StorageError::Metadata { .. }) => rows.push(CheckpointSummary {
+                    job: self.job.clone(),
+                    id: id.0,
+                    completed_at_ms: 0,
+                    completed_at: String::new(),
+                    finished: false,
+                    subtasks: 0,
+                    artifacts: 0,
+                    bytes: 0,
+                    damaged: Some(e.to_string()),
+                }),
+                Err(e) => return Err(e),
+            }
         }
         Ok(rows)
     }
@@ -164,6 +179,7 @@ pub fn summary(m: &CheckpointMetadata) -> CheckpointSummary {
         subtasks: m.operators.iter().map(|o| o.subtasks.len()).sum(),
         artifacts,
         bytes,
+        damaged: None,
     }
 }
 

@@ -94,6 +94,10 @@ pub struct CheckpointSummary {
     /// The distinct artifacts the checkpoint references, and their bytes.
     pub artifacts: usize,
     pub bytes: u64,
+    /// Why its metadata cannot be read (torn, not metadata, another version); the other
+    /// fields are then empty.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub damaged: Option<String>,
 }
 
 /// `GET /v1/jobs/{id}/checkpoints/{ID|latest}`: the checkpoint's metadata (its fields, as
