@@ -58,19 +58,18 @@ component = {counter}
 parallelism = 2
 key_by = "key"
 
-[sink]
-kind = "kafka"
-brokers = "{brokers}"
-topic = "counts"
-
-[checkpoints]
-store = "{store}"
-interval_ms = 200
-"#,
+{tail}"#,
         counter = toml_path(&component("weir-example-counter")),
-        store = url::Url::from_directory_path(dir.join("store"))
-            .expect("absolute")
-            .as_str(),
+        tail = sink_and_checkpoints(brokers, dir),
+    )
+}
+
+/// The `[sink]` (the topic `counts`) and `[checkpoints]` (in `dir/store`) of the tests' jobs.
+fn sink_and_checkpoints(brokers: &str, dir: &Path) -> String {
+    format!(
+        "[sink]\nkind = \"kafka\"\nbrokers = \"{brokers}\"\ntopic = \"counts\"\n\n\
+         [checkpoints]\nstore = \"{}\"\ninterval_ms = 200\n",
+        url::Url::from_directory_path(dir.join("store")).expect("absolute")
     )
 }
 
@@ -344,18 +343,10 @@ parallelism = 2
 key_by = "key"
 config = {{ size_ms = 60000, allowed_lateness_ms = 0 }}
 
-[sink]
-kind = "kafka"
-brokers = "{brokers}"
-topic = "counts"
-
-[checkpoints]
-store = "{store}"
-interval_ms = 200
-"#,
+{tail}"#,
         brokers = broker.bootstrap,
         pages = toml_path(&component("weir-example-page-counts")),
-        store = url::Url::from_directory_path(dir.path().join("store")).expect("absolute"),
+        tail = sink_and_checkpoints(&broker.bootstrap, dir.path()),
     );
     let job = write_job(dir.path(), &text);
     let out = weir(&["run", job.to_str().expect("utf-8"), "-q"]);
