@@ -29,13 +29,23 @@ pub struct CheckpointStore {
     store: Arc<dyn ObjectStore>,
     /// `<store prefix>/<job>`.
     root: Path,
+    /// What goes before a path to name the object as the user knows it ([`Self::locate`]):
+    /// `/` for local disk, `s3://bucket/` and the like for the others.
+    origin: Arc<str>,
 }
 
 impl CheckpointStore {
     /// The checkpoints of `job` in the store named by `url`.
     pub fn open(url: &str, job: &str) -> Result<Self, StorageError> {
         let (store, prefix) = open_store(url)?;
-        Ok(Self::new(store, &prefix, job))
+        Ok(Self::new(store, &prefix, job).named_by(url))
+    }
+
+    /// The same store, whose objects [`Self::locate`] names as under `url`, the store's URL.
+    #[must_use]
+    pub fn named_by(mut self, url: &str) -> Self {
+        self.origin = origin_of(url).into();
+        self
     }
 
     /// The checkpoints of `job` under `prefix` of `store` (a wrapped store, in tests).
@@ -43,6 +53,7 @@ impl CheckpointStore {
         Self {
             store,
             root: prefix.clone().join(job),
+            origin: "".into(),
         }
     }
 
@@ -57,6 +68,7 @@ impl CheckpointStore {
                 .clone()
                 .join("partitions")
                 .join(partition.to_string()),
+            origin: self.origin.clone(),
         }
     }
 
@@ -89,6 +101,12 @@ impl CheckpointStore {
     /// The full path of an artifact named relative to the job's folder.
     pub fn resolve(&self, relative: &str) -> Path {
         Path::from_iter(self.root.parts().chain(Path::from(relative).parts()))
+    }
+
+    /// The object at `path` as the user knows it: `/dir/job/...` for a local store (whose
+    /// paths have no leading `/`), `s3://bucket/job/...` for a remote one.
+    pub fn locate(&self, path: &Path) -> String {
+        format!("{}{path}", self.origin)
     }
 
     /// The path relative to the job's folder, as recorded in metadata.
@@ -258,6 +276,16 @@ impl CheckpointStore {
                     source,
                 })?;
         Ok(objects.into_iter().map(|o| o.location).collect())
+    }
+}
+
+/// The scheme and bucket of a store URL (`s3://bucket/`), or `/` for local disk, whose
+/// object paths are absolute paths without their leading `/`.
+fn origin_of(url: &str) -> String {
+    match url::Url::parse(url) {
+        Ok(u) if u.scheme() == "file" => "/".into(),
+        Ok(u) => format!("{}://{}/", u.scheme(), u.host_str().unwrap_or_default()),
+        Err(_) => String::new(),
     }
 }
 

@@ -1,5 +1,5 @@
 //! Checkpoints: incremental snapshots in object storage, their coordination, cleanup and
-//! restore (DESIGN.md §4–§7).
+//! restore (DESIGN.md §4–§8, §13, §14).
 //!
 //! - [`actor`]: which task issues a store call (for attribution in tests and logs).
 //! - [`protocol`]: the messages between the coordinator and the tasks (barriers, acks,
@@ -13,16 +13,20 @@
 //! - [`metadata`]: [`metadata::CheckpointMetadata`], the object that makes a checkpoint
 //!   complete: source position and every subtask's handle (chain and owners).
 //! - [`checkpoint_store`]: where a job's objects live in the store, and the operations on them.
+//! - [`error`]: [`CheckpointError`], failures on the checkpoint path by kind: damage, store,
+//!   incompatible, failed.
 //! - [`start`]: where a run starts: the checkpoint to restore, the retained ones, the next id.
 //! - [`format`](mod@format): the versioned, checksummed artifact of one increment, laid out by key group
 //!   with an index for ranged reads.
 //! - [`storage`]: stores chosen by URL through `object_store`; ranged reads of artifacts.
+//! - [`verify`]: reads a checkpoint whole and reports its damage, artifact by artifact.
 //! - [`instrumented_store`]: a store wrapper that counts reads, writes and deletes per path
 //!   and injects faults, for tests.
 
 pub mod actor;
 pub mod checkpoint_store;
 pub mod coordinator;
+pub mod error;
 pub mod format;
 pub mod instrumented_store;
 pub mod metadata;
@@ -31,8 +35,10 @@ pub mod protocol;
 pub mod start;
 pub mod storage;
 pub mod subtask_checkpoints;
+pub mod verify;
 
 pub use checkpoint_store::CheckpointStore;
+pub use error::CheckpointError;
 pub use metadata::CheckpointMetadata;
 pub use start::{JobStart, RestoreFrom, RunLineage, StartFrom};
 pub use subtask_checkpoints::ChainPolicy;

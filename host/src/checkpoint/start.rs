@@ -18,6 +18,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use super::checkpoint_store::{CheckpointStore, parse_metadata};
+use super::error::CheckpointError;
 use super::metadata::CheckpointMetadata;
 use super::storage::StorageError;
 use super::subtask_checkpoints::RestoreAssignment;
@@ -98,6 +99,18 @@ pub enum StartError {
         found: String,
         expected: String,
     },
+    /// The checkpoint asked for by id is damaged (no fallback: the user chose it).
+    #[error("{0}")]
+    Damaged(CheckpointError),
+    /// Every checkpoint a restore could use is damaged.
+    #[error(
+        "no retained checkpoint of job `{job}` is whole, so none can be restored:{}",
+        damage_list(damaged)
+    )]
+    NoneWhole {
+        job: String,
+        damaged: Vec<CheckpointError>,
+    },
     #[error(
         "the store already holds {} of job `{job}` (newest: {}{}), and a run from the \
          beginning would start its output afresh while they describe what an earlier run \
@@ -114,11 +127,25 @@ pub enum StartError {
     },
 }
 
+fn damage_list(damaged: &[CheckpointError]) -> String {
+    damaged.iter().map(|d| format!("\n  - {d}")).collect()
+}
+
 fn plural(n: usize, what: &str) -> String {
     if n == 1 {
         format!("1 {what}")
     } else {
         format!("{n} {what}s")
+    }
+}
+
+fn none_whole(job: &str, damage: &[(CheckpointId, &CheckpointError)]) -> StartError {
+    let mut damaged: Vec<CheckpointError> = damage.iter().map(|(_, e)| (*e).clone()).collect();
+    damaged.sort_by_key(|e| std::cmp::Reverse(e.checkpoint()));
+    damaged.dedup_by_key(|e| e.checkpoint());
+    StartError::NoneWhole {
+        job: job.to_owned(),
+        damaged,
     }
 }
 
@@ -131,6 +158,10 @@ pub struct JobStart {
     pub retained: Vec<Arc<CheckpointMetadata>>,
     /// The id of the run's first checkpoint.
     pub next_checkpoint: CheckpointId,
+    /// Checkpoints newer than the restored one that a restore could not use (metadata that
+    /// does not parse, or damage found by an earlier attempt), newest first: a restore of
+    /// `latest` fell back past them.
+    pub passed_over: Vec<CheckpointError>,
 }
 
 impl JobStart {
@@ -140,15 +171,22 @@ impl JobStart {
             restored: None,
             retained: Vec::new(),
             next_checkpoint: CheckpointId(1),
+            passed_over: Vec::new(),
         }
     }
 
     /// Plans a run of `job` from the checkpoints in `store`. [`StartFrom::Fresh`] deletes
     /// the job's checkpoints first.
+    ///
+    /// `damaged` are checkpoints an earlier attempt found damaged. A restore of `latest`, and
+    /// an automatic restart, fall back past them and past checkpoints whose metadata does
+    /// not parse, to the newest that may be whole (DESIGN.md §8); a restore of a given id
+    /// fails on them.
     pub async fn plan(
         store: &CheckpointStore,
         job: &str,
         from: &StartFrom,
+        damaged: &[CheckpointError],
     ) -> Result<Self, StartError> {
         if *from == StartFrom::Fresh {
             let deleted = store.delete_all().await?;
@@ -161,9 +199,24 @@ impl JobStart {
             }
         }
         let mut retained = Vec::new();
+        // Every checkpoint found damaged, by id (the earlier attempts', then the torn
+        // metadata found now).
+        let mut damage: Vec<(CheckpointId, &CheckpointError)> = damaged
+            .iter()
+            .filter_map(|e| Some((e.checkpoint()?, e)))
+            .collect();
+        let mut unreadable = Vec::new();
         for id in store.completed().await? {
-            retained.push(Arc::new(store.read_metadata(id).await?));
+            match store.read_metadata(id).await {
+                Ok(metadata) => retained.push(Arc::new(metadata)),
+                Err(e @ StorageError::Metadata { .. }) => {
+                    unreadable.push(CheckpointError::from_storage(id, e, |p| store.locate(p)));
+                }
+                Err(e) => return Err(e.into()),
+            }
         }
+        damage.extend(unreadable.iter().filter_map(|e| Some((e.checkpoint()?, e))));
+        let damage_of = |id: CheckpointId| damage.iter().find(|(d, _)| *d == id).map(|(_, e)| *e);
         let restore = match from {
             StartFrom::New => {
                 if let Some(newest) = retained.last() {
@@ -178,31 +231,62 @@ impl JobStart {
             StartFrom::Fresh => None,
             StartFrom::Restore(restore) => Some(restore.clone()),
             StartFrom::Restart(lineage) => {
-                match retained.iter().rev().find(|m| m.id >= lineage.first) {
+                match retained
+                    .iter()
+                    .rev()
+                    .find(|m| m.id >= lineage.first && damage_of(m.id).is_none())
+                {
                     Some(own) => Some(RestoreFrom::Id(own.id)),
                     None => lineage.origin.clone(),
                 }
             }
         };
+        // Whether the run falls back past damage rather than failing on it.
+        let falls_back = matches!(
+            from,
+            StartFrom::Restore(RestoreFrom::Latest) | StartFrom::Restart(_)
+        );
         let restored = match restore {
             None => None,
-            Some(RestoreFrom::Latest) => retained.last().cloned(),
-            Some(RestoreFrom::Id(id)) => Some(
-                retained
+            Some(RestoreFrom::Latest) => {
+                let whole = retained
                     .iter()
-                    .find(|m| m.id == id)
-                    .cloned()
-                    .ok_or(StartError::NoSuchCheckpoint(id))?,
-            ),
+                    .rev()
+                    .find(|m| damage_of(m.id).is_none())
+                    .cloned();
+                if whole.is_none() && !damage.is_empty() {
+                    return Err(none_whole(job, &damage));
+                }
+                whole
+            }
+            Some(RestoreFrom::Id(id)) => {
+                if let Some(e) = damage_of(id) {
+                    return Err(if falls_back {
+                        none_whole(job, &damage)
+                    } else {
+                        StartError::Damaged(e.clone())
+                    });
+                }
+                Some(
+                    retained
+                        .iter()
+                        .find(|m| m.id == id)
+                        .cloned()
+                        .ok_or(StartError::NoSuchCheckpoint(id))?,
+                )
+            }
             Some(RestoreFrom::Metadata(path)) => {
                 let bytes = std::fs::read(&path).map_err(|source| StartError::Read {
                     path: path.clone(),
                     source,
                 })?;
-                Some(Arc::new(parse_metadata(
-                    &bytes,
-                    &path.display().to_string(),
-                )?))
+                let metadata = parse_metadata(&bytes, &path.display().to_string())?;
+                // Only an earlier attempt's finding applies: the store's own checkpoint of
+                // that id is not this file.
+                if let Some(e) = damaged.iter().find(|d| d.checkpoint() == Some(metadata.id)) {
+                    return Err(StartError::Damaged(e.clone()));
+                }
+                Some(Arc::new(metadata))
             }
         };
         if let Some(m) = &restored
@@ -214,16 +298,25 @@ impl JobStart {
                 expected: job.to_owned(),
             });
         }
+        let restored_id = restored.as_ref().map(|m| m.id);
+        let mut passed_over: Vec<CheckpointError> = damage
+            .iter()
+            .filter(|(id, _)| falls_back && restored_id.is_some_and(|r| *id > r))
+            .map(|(_, e)| (*e).clone())
+            .collect();
+        passed_over.sort_by_key(|e| std::cmp::Reverse(e.checkpoint()));
         let newest = retained
             .iter()
             .map(|m| m.id)
-            .chain(restored.as_ref().map(|m| m.id))
+            .chain(unreadable.iter().filter_map(CheckpointError::checkpoint))
+            .chain(restored_id)
             .max()
             .unwrap_or(CheckpointId(0));
         Ok(Self {
             restored,
             retained,
             next_checkpoint: CheckpointId(newest.0 + 1),
+            passed_over,
         })
     }
 
@@ -295,14 +388,14 @@ mod tests {
     }
 
     async fn restored(store: &CheckpointStore, from: &StartFrom) -> Option<u64> {
-        let start = JobStart::plan(store, "job", from).await.expect("plan");
+        let start = JobStart::plan(store, "job", from, &[]).await.expect("plan");
         start.restored.map(|m| m.id.0)
     }
 
     #[tokio::test]
     async fn a_new_run_is_refused_beside_checkpoints_of_the_job() {
         let store = store_with(&[3, 4]).await;
-        let err = JobStart::plan(&store, "job", &StartFrom::New)
+        let err = JobStart::plan(&store, "job", &StartFrom::New, &[])
             .await
             .expect_err("refused");
         assert!(
@@ -317,7 +410,7 @@ mod tests {
         );
 
         let empty = store_with(&[]).await;
-        let start = JobStart::plan(&empty, "job", &StartFrom::New)
+        let start = JobStart::plan(&empty, "job", &StartFrom::New, &[])
             .await
             .expect("plan");
         assert!(start.restored.is_none());
@@ -327,7 +420,7 @@ mod tests {
     #[tokio::test]
     async fn fresh_deletes_every_object_of_the_job_first() {
         let store = store_with(&[3, 4]).await;
-        let start = JobStart::plan(&store, "job", &StartFrom::Fresh)
+        let start = JobStart::plan(&store, "job", &StartFrom::Fresh, &[])
             .await
             .expect("plan");
         assert!(start.restored.is_none() && start.retained.is_empty());
@@ -343,6 +436,7 @@ mod tests {
             &store,
             "job",
             &StartFrom::Restore(RestoreFrom::Id(CheckpointId(2))),
+            &[],
         )
         .await
         .expect("plan");
@@ -359,12 +453,14 @@ mod tests {
         store.write_metadata(&metadata(5)).await.expect("write");
         assert_eq!(restored(&store, &from).await, Some(5));
         // A restart of that restart resumes the same run.
-        let again = JobStart::plan(&store, "job", &from).await.expect("plan");
+        let again = JobStart::plan(&store, "job", &from, &[])
+            .await
+            .expect("plan");
         assert_eq!(StartFrom::Restart(again.lineage(&from)), from);
 
         // A run from the beginning (after --fresh) restarts from the beginning.
         let fresh = store_with(&[]).await;
-        let start = JobStart::plan(&fresh, "job", &StartFrom::Fresh)
+        let start = JobStart::plan(&fresh, "job", &StartFrom::Fresh, &[])
             .await
             .expect("plan");
         let from = StartFrom::Restart(start.lineage(&StartFrom::Fresh));
@@ -374,5 +470,79 @@ mod tests {
             None,
             "checkpoint 0 is not the run's"
         );
+    }
+
+    fn damage(id: u64) -> CheckpointError {
+        CheckpointError::Damaged {
+            checkpoint: CheckpointId(id),
+            object: format!("/store/job/state/count/0/chk-{id}.inc"),
+            reason: "checksum mismatch".into(),
+        }
+    }
+
+    #[tokio::test]
+    async fn latest_falls_back_past_damage_and_torn_metadata_and_fails_when_none_is_whole() {
+        let store = store_with(&[1, 2, 3, 4]).await;
+        let torn = store.metadata_path(CheckpointId(4));
+        object_store::ObjectStoreExt::put(
+            store.object_store().as_ref(),
+            &torn,
+            b"{".to_vec().into(),
+        )
+        .await
+        .expect("tear");
+        let latest = StartFrom::Restore(RestoreFrom::Latest);
+        let start = JobStart::plan(&store, "job", &latest, &[damage(3)])
+            .await
+            .expect("plan");
+        assert_eq!(start.restored.as_ref().map(|m| m.id), Some(CheckpointId(2)));
+        let passed: Vec<_> = start.passed_over.iter().map(|e| e.checkpoint()).collect();
+        assert_eq!(passed, [Some(CheckpointId(4)), Some(CheckpointId(3))]);
+        // New ids continue past the torn one, whose object stays.
+        assert_eq!(start.next_checkpoint, CheckpointId(5));
+
+        let err = JobStart::plan(&store, "job", &latest, &[damage(3), damage(2), damage(1)])
+            .await
+            .expect_err("none whole");
+        let StartError::NoneWhole { damaged, .. } = &err else {
+            panic!("{err}");
+        };
+        let ids: Vec<_> = damaged
+            .iter()
+            .filter_map(CheckpointError::checkpoint)
+            .collect();
+        assert_eq!(ids, [4, 3, 2, 1].map(CheckpointId));
+
+        // Asked for by id: no fallback, and no warning about newer ones.
+        let by_id = StartFrom::Restore(RestoreFrom::Id(CheckpointId(3)));
+        let err = JobStart::plan(&store, "job", &by_id, &[damage(3)])
+            .await
+            .expect_err("damaged");
+        assert!(matches!(err, StartError::Damaged(_)), "{err}");
+        let by_id = StartFrom::Restore(RestoreFrom::Id(CheckpointId(2)));
+        let start = JobStart::plan(&store, "job", &by_id, &[])
+            .await
+            .expect("plan");
+        assert!(start.passed_over.is_empty());
+    }
+
+    #[tokio::test]
+    async fn a_restart_falls_back_only_within_its_own_run() {
+        let store = store_with(&[1, 2, 3, 4]).await;
+        // A run restored from 2 completed 3 and 4; 4 and 3 are damaged: back to 2.
+        let lineage = RunLineage {
+            first: CheckpointId(3),
+            origin: Some(RestoreFrom::Id(CheckpointId(2))),
+        };
+        let from = StartFrom::Restart(lineage);
+        let start = JobStart::plan(&store, "job", &from, &[damage(4), damage(3)])
+            .await
+            .expect("plan");
+        assert_eq!(start.restored.as_ref().map(|m| m.id), Some(CheckpointId(2)));
+        // Where it began is damaged too: not 1, of an earlier run.
+        let err = JobStart::plan(&store, "job", &from, &[damage(4), damage(3), damage(2)])
+            .await
+            .expect_err("none whole");
+        assert!(matches!(err, StartError::NoneWhole { .. }), "{err}");
     }
 }

@@ -31,6 +31,7 @@ use tokio::task::JoinHandle;
 
 use super::actor::{Actor, acting};
 use super::checkpoint_store::{CheckpointStore, delete_if_present};
+use super::error::CheckpointError;
 use super::format;
 use super::metadata::{ArtifactRef, CheckpointMetadata, SubtaskHandle};
 use super::ownership::Ownership;
@@ -204,7 +205,7 @@ impl SubtaskCheckpoints {
         &mut self,
         backend: &mut KeyedStateBackend,
         assignment: &RestoreAssignment,
-    ) -> Result<(), String> {
+    ) -> Result<(), CheckpointError> {
         let ownership = Ownership::plan(
             &self.operator,
             self.parallelism,
@@ -232,26 +233,30 @@ impl SubtaskCheckpoints {
             .map(|a| a.path.as_str())
             .collect();
         self.sweep_orphans(&everything)
+            .map_err(CheckpointError::Other)
     }
 
     fn restore(
         &mut self,
         backend: &mut KeyedStateBackend,
         restored: &CheckpointMetadata,
-    ) -> Result<(), String> {
+    ) -> Result<(), CheckpointError> {
+        let incompatible = |reason: String| CheckpointError::Incompatible {
+            checkpoint: restored.id,
+            reason,
+        };
         let operator = restored.operator(&self.operator).ok_or_else(|| {
-            format!(
-                "checkpoint {} has no operator `{}`: it belongs to another job",
-                restored.id, self.operator
-            )
+            incompatible(format!(
+                "has no operator `{}`: it belongs to another job",
+                self.operator
+            ))
         })?;
         if restored.key_groups != self.key_groups.count() {
-            return Err(format!(
-                "checkpoint {} has {} key groups and the job {}: max_parallelism cannot change",
-                restored.id,
+            return Err(incompatible(format!(
+                "has {} key groups and the job {}: max_parallelism cannot change",
                 restored.key_groups,
                 self.key_groups.count()
-            ));
+            )));
         }
         // The subtasks whose key groups overlap ours; with unchanged parallelism, just ours.
         let sources: Vec<&SubtaskHandle> = operator
@@ -278,11 +283,13 @@ impl SubtaskCheckpoints {
                     actor.clone(),
                     read_chain(self.store.object_store().as_ref(), &paths, self.range),
                 ))
-                .map_err(|e| format!("cannot restore checkpoint {}: {e}", restored.id))?;
+                .map_err(|e| {
+                    CheckpointError::from_storage(restored.id, e, |p| self.store.locate(p))
+                })?;
             for (increment, path) in increments.iter().zip(&paths) {
-                backend
-                    .restore(increment)
-                    .map_err(|e| format!("cannot restore {path}: {e}"))?;
+                backend.restore(increment).map_err(|e| {
+                    CheckpointError::undecodable(restored.id, self.store.locate(path), e)
+                })?;
             }
         }
         let rescaled = operator.parallelism != self.parallelism;

@@ -1,5 +1,6 @@
 //! `weir checkpoints list STORE [--host URL] [--json]` and
-//! `weir checkpoints show ID|latest --store STORE [--job NAME] [--host URL] [--json]`
+//! `weir checkpoints show ID|latest --store STORE [--job NAME] [--host URL] [--json]` and
+//! `weir checkpoints verify [ID|latest|all] --store STORE [--job NAME] [--json]`
 //!
 //! Read-only inspection of the checkpoints jobs left in an object store, so that an operator
 //! can see what a restore would start from (and what it costs) without running anything.
@@ -31,6 +32,8 @@ use crate::checkpoint::CheckpointMetadata;
 use crate::checkpoint::CheckpointStore;
 use crate::checkpoint::metadata::BarrierTiming;
 use crate::checkpoint::storage::open_store;
+use crate::checkpoint::verify::CheckpointReport as VerifyReport;
+use crate::ids::CheckpointId;
 use crate::job::JobSpec;
 use crate::serve::job_checkpoints::{InspectError, JobCheckpoints, Which, distinct_artifacts, utc};
 use crate::serve::protocol::{CheckpointDetail, CheckpointSummary};
@@ -73,6 +76,43 @@ enum CheckpointsCommand {
         #[arg(long)]
         json: bool,
     },
+    /// Read every artifact a checkpoint references, check every checksum and that every
+    /// chain decodes: exit 0 when all is whole, 1 when something is damaged.
+    Verify {
+        /// The checkpoint id, `latest`, or `all` (every checkpoint of the job).
+        #[arg(value_name = "ID|latest|all", default_value = "latest")]
+        which: VerifyWhich,
+        /// A job file (JOB.toml), a folder, or an object-store URL (file:///dir,
+        /// s3://bucket/prefix).
+        #[arg(long, value_name = "STORE")]
+        store: String,
+        /// The job, when the store holds the checkpoints of several.
+        #[arg(long, value_name = "NAME")]
+        job: Option<String>,
+        /// Print a JSON array of per-checkpoint reports instead of text.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+/// Which checkpoints `verify` reads.
+#[derive(Clone, Copy, Debug)]
+enum VerifyWhich {
+    All,
+    One(Which),
+}
+
+impl std::str::FromStr for VerifyWhich {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "all" => Ok(Self::All),
+            _ => s.parse().map(Self::One).map_err(|_: String| {
+                format!("{s:?} is not a checkpoint: use a checkpoint id, `latest` or `all`")
+            }),
+        }
+    }
 }
 
 #[derive(Debug, clap::Args)]
@@ -101,7 +141,104 @@ pub fn checkpoints(args: CheckpointsArgs) -> Result<(), Failure> {
             served,
             json,
         } => runtime.block_on(show(which, &store, job.as_deref(), served.host, json)),
+        CheckpointsCommand::Verify {
+            which,
+            store,
+            job,
+            json,
+        } => runtime.block_on(verify(which, &store, job.as_deref(), json)),
     }
+}
+
+async fn verify(
+    which: VerifyWhich,
+    store: &str,
+    job: Option<&str>,
+    json: bool,
+) -> Result<(), Failure> {
+    let target = Target::open(store)?;
+    let shown = match which {
+        VerifyWhich::One(which) => which,
+        VerifyWhich::All => Which::Latest,
+    };
+    let job = target.one_job(job, shown).await?;
+    let checkpoints = target.store_of(&job);
+    let ids = checkpoints
+        .completed()
+        .await
+        .map_err(|e| target.unreadable(e))?;
+    let chosen: Vec<CheckpointId> = match which {
+        VerifyWhich::All => ids.clone(),
+        VerifyWhich::One(Which::Latest) => ids.last().copied().into_iter().collect(),
+        VerifyWhich::One(Which::Id(id)) => ids.iter().copied().filter(|i| *i == id).collect(),
+    };
+    if chosen.is_empty() {
+        return Err(Failure::input(match which {
+            VerifyWhich::One(Which::Id(id)) => anyhow!(
+                "checkpoint {id} of job `{job}` does not exist (or is no longer retained) in {}",
+                target.url
+            ),
+            _ => anyhow!("job `{job}` has no checkpoints in {}", target.url),
+        }));
+    }
+    let mut reports = Vec::new();
+    for id in chosen {
+        reports.push(
+            crate::checkpoint::verify::verify(&checkpoints, &job, id)
+                .await
+                .map_err(|e| target.unreadable(e))?,
+        );
+    }
+    if json {
+        println!("{}", to_json(&reports)?);
+    } else {
+        for report in &reports {
+            print!("{}", verify_text(report));
+        }
+    }
+    let damaged: Vec<String> = reports
+        .iter()
+        .filter(|r| !r.is_whole())
+        .map(|r| r.checkpoint.to_string())
+        .collect();
+    match damaged.as_slice() {
+        [] => Ok(()),
+        [one] => Err(Failure::failed(anyhow!("checkpoint {one} is damaged"))),
+        many => Err(Failure::failed(anyhow!(
+            "checkpoints {} are damaged",
+            many.join(", ")
+        ))),
+    }
+}
+
+/// A checkpoint's report: one line per artifact, then what is damaged.
+fn verify_text(report: &VerifyReport) -> String {
+    let mut text = format!(
+        "checkpoint {} of job `{}`: {}\n",
+        report.checkpoint,
+        report.job,
+        if report.is_whole() {
+            "whole"
+        } else {
+            "DAMAGED"
+        }
+    );
+    let mut rows = vec![cells(&["ARTIFACT", "BYTES", "SECTIONS", "STATUS"])];
+    for a in &report.artifacts {
+        rows.push(vec![
+            a.path.clone(),
+            a.bytes.to_string(),
+            a.sections.to_string(),
+            if a.damage.is_some() { "DAMAGED" } else { "ok" }.to_owned(),
+        ]);
+    }
+    if !report.artifacts.is_empty() {
+        text.push_str(&render(&rows, &[false, true, true, false]));
+    }
+    for damage in report.damage() {
+        text.push_str(&format!("  damaged: {damage}\n"));
+    }
+    text
 }
 
 async fn list(store: &str, host: Option<String>, json: bool) -> Result<(), Failure> {
@@ -224,6 +361,11 @@ impl Target {
 
     /// The checkpoints of `job`, or of a Kafka job's partition named `job/partitions/p`.
     fn checkpoints(&self, job: &str) -> JobCheckpoints {
+        JobCheckpoints::new(job, self.store_of(job))
+    }
+
+    /// The store of `job`'s checkpoints, or of a Kafka job's partition's.
+    fn store_of(&self, job: &str) -> CheckpointStore {
         let store = match job
             .split_once(PARTITIONS)
             .and_then(|(name, p)| Some((name, p.parse().ok()?)))
@@ -233,7 +375,7 @@ impl Target {
             }
             None => CheckpointStore::new(self.store.clone(), &self.prefix, job),
         };
-        JobCheckpoints::new(job, store)
+        store.named_by(&self.url)
     }
 
     fn unreadable(&self, e: impl Into<anyhow::Error>) -> Failure {

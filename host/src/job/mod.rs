@@ -13,6 +13,7 @@
 //!   queued in front of it by its pace (buffer debloating).
 //! - [`watermarks`]: event time between tasks: the source's watermarks from the timestamps it
 //!   reads, and each consumer's watermark over its inputs.
+//! - [`restore_latch`]: the sink rolls its output back only once every subtask has restored.
 //! - [`supervisor`]: [`run_job`], a job from its spec, restarted from its latest checkpoint
 //!   when it fails.
 //! - [`metrics`]: counters per operator and subtask, and the end-of-run [`RunSummary`];
@@ -27,6 +28,7 @@ pub mod latency_histogram;
 pub mod metrics;
 pub mod pipeline;
 pub mod progress;
+mod restore_latch;
 pub mod router;
 pub mod runtime;
 pub mod spec;

@@ -34,6 +34,7 @@ use super::input_gate::{Closed, Event, InputGate};
 use super::metrics::{JobMetrics, SubtaskMetrics};
 use super::pipeline::{DeadLetterOutput, Pipeline, Stage};
 use super::progress::Progress;
+use super::restore_latch::{RestoreLatch, Restoring};
 use super::router::{RouteError, Router};
 use super::spec::RecordPolicy;
 use super::watermarks::{END_OF_TIME, WatermarkChange, WatermarkGenerator, WatermarkMessage};
@@ -44,7 +45,9 @@ use crate::checkpoint::protocol::{Ack, Barrier, BarrierReport, Notification, Sta
 use crate::checkpoint::subtask_checkpoints::{
     RestoreAssignment, SubtaskCheckpoints, SubtaskIdentity,
 };
-use crate::checkpoint::{ChainPolicy, CheckpointMetadata, CheckpointStore, JobStart};
+use crate::checkpoint::{
+    ChainPolicy, CheckpointError, CheckpointMetadata, CheckpointStore, JobStart,
+};
 use crate::connectors::{ConnectorError, Rejected, Sink, SinkRestore, Source, SourceOrigin};
 use crate::guest::GuestLogFile;
 use crate::guest::state_host::processing_time_now;
@@ -170,8 +173,8 @@ pub enum JobError {
     DeadLetters(String),
     #[error(transparent)]
     Route(#[from] RouteError),
-    #[error("checkpoints: {0}")]
-    Checkpoint(String),
+    #[error(transparent)]
+    Checkpoint(#[from] CheckpointError),
     #[error("the job was stopped")]
     Stopped,
     #[error("a task of the job panicked: {0}")]
@@ -273,6 +276,7 @@ pub async fn run(
     let runtime = Handle::current();
     let run_id: Arc<str> = run_id().into();
     let assignment = start.assignment();
+    let latch = RestoreLatch::new(stages.iter().map(|s| s.parallelism as usize).sum());
 
     // Edges: `edges[s]` connects the producers of stage `s` (the source for 0) to its
     // subtasks; the last entry connects the last stage to the sink.
@@ -427,6 +431,7 @@ pub async fn run(
                 origin: origin.clone(),
                 checkpoints,
                 assignment: assignment.clone(),
+                restoring: latch.part(),
                 acks: ack_tx.clone(),
                 metrics: metrics.clone(),
             };
@@ -441,6 +446,7 @@ pub async fn run(
         gate: InputGate::new(sink_inputs, notify_rx, target, batch_size)
             .with_dead_letters(letter_inputs),
         restored,
+        latch,
         acks: ack_tx.clone(),
         metrics: metrics.clone(),
     };
@@ -491,7 +497,7 @@ pub async fn run(
         note(result, &mut failure);
     }
     let coordinated = match coordinator.await {
-        Ok(result) => result.map_err(JobError::Checkpoint),
+        Ok(result) => result.map_err(|e| JobError::Checkpoint(CheckpointError::Other(e))),
         Err(e) if e.is_cancelled() => Err(JobError::Aborted),
         Err(e) => Err(JobError::Panicked(e.to_string())),
     };
@@ -567,7 +573,7 @@ struct Sweep {
 }
 
 impl Sweep {
-    fn run(self) -> Result<(), String> {
+    fn run(self) -> Result<(), CheckpointError> {
         let (acks, _ignored) = mpsc::unbounded_channel();
         for (index, (operator, parallelism)) in self.stages.iter().enumerate() {
             for i in 0..*parallelism {
@@ -802,6 +808,8 @@ struct SubtaskTask {
     /// `None` when the job does not checkpoint.
     checkpoints: Option<SubtaskCheckpoints>,
     assignment: RestoreAssignment,
+    /// Given back once the state is restored, which lets the sink roll back its output.
+    restoring: Restoring,
     acks: UnboundedSender<Ack>,
     metrics: Arc<JobMetrics>,
 }
@@ -815,8 +823,9 @@ impl SubtaskTask {
         if let Some(checkpoints) = &mut self.checkpoints {
             checkpoints
                 .start(operator.state_mut(), &self.assignment)
-                .map_err(|e| self.ctx.error(FailureKind::Restore, e))?;
+                .map_err(JobError::Checkpoint)?;
         }
+        self.restoring.restored();
         let counters =
             self.metrics.operators[self.stage_index].subtasks[self.ctx.subtask.0 as usize].clone();
         operator.set_watermark(self.gate.watermark());
@@ -1063,12 +1072,17 @@ struct SinkTask {
     outputs: Outputs,
     gate: InputGate,
     restored: Option<Arc<CheckpointMetadata>>,
+    /// Opens once every subtask has restored its state: only then does the output roll back.
+    latch: RestoreLatch,
     acks: UnboundedSender<Ack>,
     metrics: Arc<JobMetrics>,
 }
 
 impl SinkTask {
     fn run(mut self) -> Result<(), JobError> {
+        if self.restored.is_some() && !self.latch.wait() {
+            return Err(JobError::Aborted);
+        }
         self.outputs.recover(self.restored.as_deref())?;
         let mut last: Option<CheckpointId> = None;
         loop {

@@ -12,7 +12,7 @@ use super::runtime::{JobError, RunOptions, run};
 use super::spec::OnLimit;
 use super::{JobSpec, RunSummary};
 use crate::checkpoint::start::StartError;
-use crate::checkpoint::{CheckpointStore, JobStart, StartFrom};
+use crate::checkpoint::{CheckpointError, CheckpointStore, JobStart, StartFrom};
 use crate::connectors::ConnectorError;
 use crate::engine::Engine;
 
@@ -83,6 +83,9 @@ pub async fn run_job_in(
         .map_or_else(OnLimit::default, |c| c.on_limit);
     let restartable = |error: &JobError| match error {
         JobError::Stopped => false,
+        // It would fail the same way again.
+        JobError::Checkpoint(e) if e.is_deterministic() => false,
+        JobError::Invalid(_) => false,
         // The output lost what the checkpoint covers: every restore would find the same.
         JobError::Sink(ConnectorError::OutputLost { .. }) => false,
         // Another process owns the output now: restarting would take it back.
@@ -91,26 +94,48 @@ pub async fn run_job_in(
         _ => true,
     };
     let mut restarts = 0;
+    // Checkpoints a restore found damaged: the next attempt falls back past them.
+    let mut damaged: Vec<CheckpointError> = Vec::new();
+    let mut warned = std::collections::HashSet::new();
     loop {
         let mut pipeline = Pipeline::from_spec(spec, engine)?;
         if let (Some(checkpointing), Some(store)) = (&mut pipeline.checkpointing, &store) {
             checkpointing.store = store.clone();
         }
         let start = match &pipeline.checkpointing {
-            Some(c) => JobStart::plan(&c.store, &spec.name, &from).await?,
+            Some(c) => JobStart::plan(&c.store, &spec.name, &from, &damaged).await?,
             None if matches!(from, StartFrom::Restore(_)) => {
                 return Err(SupervisorError::NotCheckpointed(spec.name.clone()));
             }
             None => JobStart::fresh(),
         };
+        if let Some(restored) = &start.restored {
+            for damage in &start.passed_over {
+                if warned.insert(damage.checkpoint()) {
+                    tracing::warn!(
+                        job = %spec.name,
+                        "{damage}; restoring checkpoint {} instead",
+                        restored.id
+                    );
+                }
+            }
+        }
         if matches!(from, StartFrom::Restore(_)) && start.restored.is_none() {
             tracing::info!(job = %spec.name, "no completed checkpoint yet: starting from the beginning");
         }
         let lineage = start.lineage(&from);
+        let restored = start.restored.as_ref().map(|m| m.id);
         match run(pipeline, start, options.clone()).await {
             Ok(mut summary) => {
                 summary.restarts = restarts;
                 return Ok(summary);
+            }
+            // The checkpoint restored is damaged: plan again without it, which falls back
+            // to an older one or fails, and costs no restart.
+            Err(JobError::Checkpoint(e @ CheckpointError::Damaged { .. }))
+                if e.checkpoint() == restored =>
+            {
+                damaged.push(e);
             }
             Err(error) if restarts < attempts && restartable(&error) => {
                 restarts += 1;

@@ -23,8 +23,6 @@ pub enum FailureKind {
     /// The guest returned a malformed batch: a fault of the operator (or of the SDK or
     /// bindings it was built with), never of the host.
     BadOutput,
-    /// Its state could not be restored from a checkpoint.
-    Restore,
     /// Its keyed state grew past the limit.
     StateLimit,
     /// Its timers could not be read from its state.
@@ -60,7 +58,6 @@ impl fmt::Display for FailureKind {
             FailureKind::CpuLimit => "exceeded its CPU time limit",
             FailureKind::MemoryLimit => "exceeded its memory limit",
             FailureKind::BadOutput => "returned a malformed batch",
-            FailureKind::Restore => "could not restore its state",
             FailureKind::StateLimit => "exceeded its state limit",
             FailureKind::Timers => "could not read its timers",
         })
@@ -164,10 +161,6 @@ mod tests {
         assert_eq!(
             on_record.to_string(),
             "boom\nin operator `count` subtask 1, which returned an error on the record with key \"k\""
-        );
-        assert_eq!(
-            error(FailureKind::Restore, "checkpoint 3 is gone").to_string(),
-            "operator `count` subtask 1 could not restore its state: checkpoint 3 is gone"
         );
     }
 }

@@ -299,9 +299,14 @@ impl Registry {
             // Checked here so that a wrong id is a bad request, not a failed job.
             let store = CheckpointStore::open(&checkpoints.store, &spec.name)
                 .map_err(|e| unusable(e.to_string()))?;
-            JobStart::plan(&store, &spec.name, &StartFrom::Restore(restore.clone()))
-                .await
-                .map_err(|e| unusable(format!("cannot restore: {e}")))?;
+            JobStart::plan(
+                &store,
+                &spec.name,
+                &StartFrom::Restore(restore.clone()),
+                &[],
+            )
+            .await
+            .map_err(|e| unusable(format!("cannot restore: {e}")))?;
         }
         // Two restarts at once would run the job twice.
         let mut jobs = self.jobs();

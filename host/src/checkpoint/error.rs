@@ -1,0 +1,124 @@
+//! [`CheckpointError`]: what failed on the checkpoint path, with the checkpoint, the object
+//! and why, so that callers decide by kind and not by reading messages.
+//!
+//! The kind that matters most is [`CheckpointError::Damaged`]: a checkpoint whose metadata,
+//! artifacts or chains cannot be read as written. Damage is deterministic (every restore of
+//! that checkpoint fails the same way), so a restore falls back past it to an older retained
+//! checkpoint and the restart policy never retries it (DESIGN.md §8). A store that fails to
+//! answer is [`CheckpointError::Store`]: perhaps transient, retried.
+
+use std::sync::Arc;
+
+use object_store::path::Path;
+
+use super::format::FormatError;
+use super::storage::StorageError;
+use crate::ids::CheckpointId;
+
+/// A failure on the checkpoint path.
+#[derive(Clone, Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum CheckpointError {
+    /// The checkpoint cannot be restored, now or ever: its metadata does not parse, an
+    /// artifact it references is missing, a checksum does not match, or a chain does not
+    /// decode.
+    #[error("checkpoint {checkpoint} is damaged: {object}: {reason}")]
+    Damaged {
+        checkpoint: CheckpointId,
+        /// The damaged object, as the store names it (`/dir/job/...`, `s3://bucket/...`).
+        object: String,
+        reason: String,
+    },
+    /// The store did not do what was asked (unreachable, refused, timed out).
+    #[error("checkpoint {checkpoint}: {object}: {source}")]
+    Store {
+        checkpoint: CheckpointId,
+        object: String,
+        source: Arc<object_store::Error>,
+    },
+    /// The checkpoint is whole but does not fit the job: another job's, or another number
+    /// of key groups.
+    #[error("checkpoint {checkpoint} {reason}")]
+    Incompatible {
+        checkpoint: CheckpointId,
+        reason: String,
+    },
+    /// A checkpoint did not complete: a task failed to snapshot or upload, or the
+    /// coordinator gave up waiting.
+    #[error("checkpoint {checkpoint} failed: {reason}")]
+    Failed {
+        checkpoint: CheckpointId,
+        reason: String,
+    },
+    /// Work on the checkpoint path outside any one checkpoint (an orphan sweep, a task that
+    /// panicked).
+    #[error("{0}")]
+    Other(String),
+}
+
+impl CheckpointError {
+    /// Sorts a storage failure on `checkpoint` into damage or a store failure; `locate`
+    /// names the object as the user knows it.
+    pub fn from_storage(
+        checkpoint: CheckpointId,
+        error: StorageError,
+        locate: impl Fn(&Path) -> String,
+    ) -> Self {
+        match error {
+            StorageError::Store {
+                path,
+                source: object_store::Error::NotFound { .. },
+            } => Self::Damaged {
+                checkpoint,
+                object: locate(&path),
+                reason: "the object is missing".into(),
+            },
+            StorageError::Store { path, source } => Self::Store {
+                checkpoint,
+                object: locate(&path),
+                source: Arc::new(source),
+            },
+            StorageError::Format {
+                path,
+                source: source @ FormatError::Encode(_),
+            } => Self::Other(format!("{path}: {source}")),
+            StorageError::Format { path, source } => Self::Damaged {
+                checkpoint,
+                object: locate(&path),
+                reason: source.to_string(),
+            },
+            StorageError::Metadata { path, message } => Self::Damaged {
+                checkpoint,
+                object: locate(&path),
+                reason: message,
+            },
+            StorageError::Url { .. } => Self::Other(error.to_string()),
+        }
+    }
+
+    /// A chain that read whole but does not apply to the state (a decode error of the
+    /// backend): damage of the artifact at `object`.
+    pub fn undecodable(checkpoint: CheckpointId, object: String, reason: impl ToString) -> Self {
+        Self::Damaged {
+            checkpoint,
+            object,
+            reason: reason.to_string(),
+        }
+    }
+
+    /// The checkpoint this error is about, if it is about one.
+    pub fn checkpoint(&self) -> Option<CheckpointId> {
+        match self {
+            Self::Damaged { checkpoint, .. }
+            | Self::Store { checkpoint, .. }
+            | Self::Incompatible { checkpoint, .. }
+            | Self::Failed { checkpoint, .. } => Some(*checkpoint),
+            Self::Other(_) => None,
+        }
+    }
+
+    /// The same failure will happen again: retrying cannot help.
+    pub fn is_deterministic(&self) -> bool {
+        matches!(self, Self::Damaged { .. } | Self::Incompatible { .. })
+    }
+}
