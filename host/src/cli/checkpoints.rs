@@ -20,21 +20,15 @@
 //! Everything here reads; nothing writes or deletes, so it is safe to point at the store of a
 //! running job.
 
-use std::sync::Arc;
-
 use anyhow::anyhow;
-use object_store::ObjectStore;
-use object_store::path::Path;
 
 use super::Failure;
 use super::client::{HostArgs, call};
+use super::store_arg::{PARTITIONS, StoreArg};
 use crate::checkpoint::CheckpointMetadata;
-use crate::checkpoint::CheckpointStore;
 use crate::checkpoint::metadata::BarrierTiming;
-use crate::checkpoint::storage::open_store;
 use crate::checkpoint::verify::CheckpointReport as VerifyReport;
 use crate::ids::CheckpointId;
-use crate::job::JobSpec;
 use crate::serve::job_checkpoints::{InspectError, JobCheckpoints, Which, distinct_artifacts, utc};
 use crate::serve::protocol::{CheckpointDetail, CheckpointSummary};
 
@@ -156,12 +150,12 @@ async fn verify(
     job: Option<&str>,
     json: bool,
 ) -> Result<(), Failure> {
-    let target = Target::open(store)?;
+    let target = StoreArg::open(store, SERVED_HINT)?;
     let shown = match which {
         VerifyWhich::One(which) => which,
         VerifyWhich::All => Which::Latest,
     };
-    let job = target.one_job(job, shown).await?;
+    let job = target.one_job(job, &format!("checkpoint {shown}")).await?;
     let checkpoints = target.store_of(&job);
     let ids = checkpoints
         .completed()
@@ -245,11 +239,10 @@ async fn list(store: &str, host: Option<String>, json: bool) -> Result<(), Failu
     let rows: Vec<CheckpointSummary> = match host {
         Some(host) => served(host, &format!("/v1/jobs/{store}/checkpoints")).await?,
         None => {
-            let target = Target::open(store)?;
+            let target = StoreArg::open(store, SERVED_HINT)?;
             let mut rows = Vec::new();
             for job in target.jobs().await? {
-                let summaries = target
-                    .checkpoints(&job)
+                let summaries = JobCheckpoints::new(&job, target.store_of(&job))
                     .summaries()
                     .await
                     .map_err(|e| target.unreadable(e))?;
@@ -268,6 +261,9 @@ async fn list(store: &str, host: Option<String>, json: bool) -> Result<(), Failu
 }
 
 /// What the host at `host` answers to a GET of `path`.
+/// The end of the message for a STORE that is none of a job file, a folder or a URL.
+const SERVED_HINT: &str = " (for a job that `weir serve` runs, give its id with --host URL)";
+
 async fn served<T: serde::de::DeserializeOwned>(host: String, path: &str) -> Result<T, Failure> {
     call(&HostArgs::at(host), reqwest::Method::GET, path, None::<&()>).await
 }
@@ -282,10 +278,9 @@ async fn show(
     let detail: CheckpointDetail = match host {
         Some(host) => served(host, &format!("/v1/jobs/{store}/checkpoints/{which}")).await?,
         None => {
-            let target = Target::open(store)?;
-            let job = target.one_job(job, which).await?;
-            target
-                .checkpoints(&job)
+            let target = StoreArg::open(store, SERVED_HINT)?;
+            let job = target.one_job(job, &format!("checkpoint {which}")).await?;
+            JobCheckpoints::new(&job, target.store_of(&job))
                 .detail(which)
                 .await
                 .map_err(|e| match e {
@@ -300,208 +295,6 @@ async fn show(
         print!("{}", describe(&detail));
     }
     Ok(())
-}
-
-/// The store to read and, when STORE was a job file or one job's folder, the one job to
-/// read in it.
-struct Target {
-    url: String,
-    store: Arc<dyn ObjectStore>,
-    prefix: Path,
-    job: Option<String>,
-}
-
-impl Target {
-    /// Reads STORE: a job file if it is a file or looks like one, a folder, else a URL.
-    fn open(arg: &str) -> Result<Self, Failure> {
-        let as_path = std::path::Path::new(arg);
-        let (url, job) = if as_path.is_file() || arg.ends_with(".toml") {
-            let spec = JobSpec::load(as_path).map_err(Failure::input)?;
-            let checkpoints = spec.checkpoints.ok_or_else(|| {
-                Failure::input(anyhow!(
-                    "job `{}` ({arg}) keeps no checkpoints: it has no [checkpoints] section",
-                    spec.name
-                ))
-            })?;
-            (checkpoints.store, Some(spec.name))
-        } else if as_path.is_dir() {
-            folder(as_path).map_err(Failure::input)?
-        } else if url::Url::parse(arg).is_ok() {
-            (arg.to_owned(), None)
-        } else {
-            return Err(Failure::input(anyhow!(
-                "{arg} is neither a job file, a folder nor a store URL (for a job that \
-                 `weir serve` runs, give its id with --host URL)"
-            )));
-        };
-        // `open_store` creates a missing local folder (a job needs it); an inspection must
-        // not, and a mistyped path should say so rather than list nothing.
-        if let Ok(parsed) = url::Url::parse(&url)
-            && parsed.scheme() == "file"
-            && let Ok(dir) = parsed.to_file_path()
-            && !dir.is_dir()
-        {
-            return Err(Failure::input(anyhow!(
-                "cannot read the store {url}: the folder {} does not exist",
-                dir.display()
-            )));
-        }
-        let (store, prefix) = open_store(&url).map_err(|e| {
-            Failure::input(
-                anyhow!(e).context(format!("{arg} is neither a store URL nor a job file")),
-            )
-        })?;
-        Ok(Self {
-            url,
-            store,
-            prefix,
-            job,
-        })
-    }
-
-    /// The checkpoints of `job`, or of a Kafka job's partition named `job/partitions/p`.
-    fn checkpoints(&self, job: &str) -> JobCheckpoints {
-        JobCheckpoints::new(job, self.store_of(job))
-    }
-
-    /// The store of `job`'s checkpoints, or of a Kafka job's partition's.
-    fn store_of(&self, job: &str) -> CheckpointStore {
-        let store = match job
-            .split_once(PARTITIONS)
-            .and_then(|(name, p)| Some((name, p.parse().ok()?)))
-        {
-            Some((name, partition)) => {
-                CheckpointStore::new(self.store.clone(), &self.prefix, name).partition(partition)
-            }
-            None => CheckpointStore::new(self.store.clone(), &self.prefix, job),
-        };
-        store.named_by(&self.url)
-    }
-
-    fn unreadable(&self, e: impl Into<anyhow::Error>) -> Failure {
-        Failure::input(
-            e.into()
-                .context(format!("cannot read the store {}", self.url)),
-        )
-    }
-
-    /// The jobs to look at: the one named, or every folder under the prefix that has a
-    /// `checkpoints/` folder (the layout [`CheckpointStore`] writes), and every partition of
-    /// a Kafka job (`job/partitions/p/checkpoints/`, named `job/partitions/p`), sorted by
-    /// name.
-    async fn jobs(&self) -> Result<Vec<String>, Failure> {
-        if let Some(job) = &self.job {
-            return Ok(vec![job.clone()]);
-        }
-        let top = self
-            .store
-            .list_with_delimiter(Some(&self.prefix))
-            .await
-            .map_err(|e| self.unreadable(e))?;
-        let mut jobs = Vec::new();
-        for folder in top.common_prefixes {
-            let Some(name) = folder.filename().map(str::to_owned) else {
-                continue;
-            };
-            let inside = self
-                .store
-                .list_with_delimiter(Some(&folder))
-                .await
-                .map_err(|e| self.unreadable(e))?;
-            let has = |folder: &str| {
-                inside
-                    .common_prefixes
-                    .iter()
-                    .any(|p| p.filename() == Some(folder))
-            };
-            if has("checkpoints") {
-                jobs.push(name.clone());
-            }
-            if has("partitions") {
-                let partitions = self
-                    .store
-                    .list_with_delimiter(Some(&folder.clone().join("partitions")))
-                    .await
-                    .map_err(|e| self.unreadable(e))?;
-                let mut numbers: Vec<i32> = partitions
-                    .common_prefixes
-                    .iter()
-                    .filter_map(|p| p.filename()?.parse().ok())
-                    .collect();
-                numbers.sort_unstable();
-                jobs.extend(numbers.iter().map(|p| format!("{name}{PARTITIONS}{p}")));
-            }
-        }
-        jobs.sort_by(|a, b| {
-            // Partitions in number order after their job.
-            let key = |j: &str| match j.split_once(PARTITIONS) {
-                Some((name, p)) => (name.to_owned(), p.parse::<i64>().unwrap_or(-1)),
-                None => (j.to_owned(), -1),
-            };
-            key(a).cmp(&key(b))
-        });
-        Ok(jobs)
-    }
-
-    /// The job whose checkpoint `which` to show: `--job`, the target's, or the store's only
-    /// one.
-    async fn one_job(&self, job: Option<&str>, which: Which) -> Result<String, Failure> {
-        if let Some(job) = job {
-            return Ok(job.to_owned());
-        }
-        let jobs = self.jobs().await?;
-        match jobs.as_slice() {
-            [only] => Ok(only.clone()),
-            [] => Err(Failure::input(anyhow!(
-                "checkpoint {which} does not exist: {} holds no checkpoints",
-                self.url
-            ))),
-            _ => Err(Failure::input(anyhow!(
-                "{} holds the checkpoints of several jobs ({}); choose one with --job",
-                self.url,
-                jobs.join(", ")
-            ))),
-        }
-    }
-}
-
-/// What joins a Kafka job's name and a partition's number in the name of the partition's
-/// checkpoints: their folder.
-const PARTITIONS: &str = "/partitions/";
-
-/// The store URL and job a folder names (see the module's documentation).
-fn folder(path: &std::path::Path) -> anyhow::Result<(String, Option<String>)> {
-    let dir = std::path::absolute(path)?;
-    let job_folder = if holds_metadata(&dir.join("checkpoints")) {
-        Some(dir.as_path())
-    } else if dir.file_name().is_some_and(|n| n == "checkpoints") && holds_metadata(&dir) {
-        dir.parent()
-    } else {
-        None
-    };
-    let (store, job) = match job_folder.and_then(|j| Some((j.parent()?, j.file_name()?))) {
-        Some((store, job)) => (store, Some(job.to_string_lossy().into_owned())),
-        None => (dir.as_path(), None),
-    };
-    let url = url::Url::from_directory_path(store)
-        .map_err(|()| anyhow!("cannot name {} as a URL", store.display()))?;
-    Ok((url.to_string(), job))
-}
-
-/// Whether `dir` directly holds checkpoint metadata, `chk-<id>.json` (the layout of
-/// `host/src/checkpoint/checkpoint_store.rs`). Directly: a store folder holds it only
-/// further down, under each job's folder.
-fn holds_metadata(dir: &std::path::Path) -> bool {
-    let Ok(entries) = std::fs::read_dir(dir) else {
-        return false;
-    };
-    entries.flatten().any(|e| {
-        let name = e.file_name();
-        let name = name.to_string_lossy();
-        name.starts_with("chk-")
-            && name.ends_with(".json")
-            && e.file_type().is_ok_and(|t| t.is_file())
-    })
 }
 
 fn print_list(rows: &[CheckpointSummary], json: bool) -> Result<(), Failure> {
@@ -556,7 +349,7 @@ fn print_list(rows: &[CheckpointSummary], json: bool) -> Result<(), Failure> {
 }
 
 /// The human-readable form of `show`.
-fn describe(detail: &CheckpointDetail) -> String {
+pub fn describe(detail: &CheckpointDetail) -> String {
     use std::fmt::Write;
 
     let (m, stored) = (&detail.metadata, &detail.stored);
@@ -643,14 +436,18 @@ fn watermark_text(w: i64) -> String {
     if w == crate::job::watermarks::END_OF_TIME {
         return "end of input".to_owned();
     }
-    match u64::try_from(w) {
-        Ok(ms) => format!(
+    // RFC 3339 has four-digit years: humantime fails to format a later time (and `format!`
+    // panics on a failing `Display`), so such a watermark, read from the metadata, is shown
+    // in milliseconds only.
+    const YEAR_10000_MS: u64 = 253_402_300_800_000;
+    match u64::try_from(w).ok().filter(|&ms| ms < YEAR_10000_MS) {
+        Some(ms) => format!(
             "{} ({w} ms)",
             humantime::format_rfc3339_millis(
                 std::time::UNIX_EPOCH + std::time::Duration::from_millis(ms)
             )
         ),
-        Err(_) => format!("{w} ms"),
+        None => format!("{w} ms"),
     }
 }
 
@@ -749,4 +546,20 @@ fn render(rows: &[Vec<String>], right: &[bool]) -> String {
         out.push('\n');
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn watermarks_past_year_9999_are_shown_in_milliseconds() {
+        assert_eq!(
+            watermark_text(1_700_000_000_000),
+            "2023-11-14T22:13:20.000Z (1700000000000 ms)"
+        );
+        assert_eq!(watermark_text(253_402_300_800_000), "253402300800000 ms");
+        assert_eq!(watermark_text(i64::MAX - 1), format!("{} ms", i64::MAX - 1));
+        assert_eq!(watermark_text(-5), "-5 ms");
+    }
 }

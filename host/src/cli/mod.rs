@@ -6,11 +6,13 @@
 //! unusable or a build tool is missing.
 
 mod build;
-mod checkpoints;
+pub mod checkpoints;
 mod client;
 mod new;
 mod run;
 mod serve;
+mod state;
+mod store_arg;
 mod toolchain;
 mod validate;
 
@@ -45,6 +47,8 @@ enum Command {
     Toolchain(toolchain::ToolchainArgs),
     /// Inspect the completed checkpoints in an object store.
     Checkpoints(checkpoints::CheckpointsArgs),
+    /// Print the keyed state of an operator at a completed checkpoint, without running the job.
+    State(state::StateArgs),
     /// Run a host that runs jobs submitted over HTTP.
     Serve(serve::ServeArgs),
     #[command(flatten)]
@@ -94,6 +98,7 @@ pub fn main() -> ExitCode {
         Command::New(args) => new::new(args),
         Command::Toolchain(args) => toolchain::toolchain(args),
         Command::Checkpoints(args) => checkpoints::checkpoints(args),
+        Command::State(args) => state::state(args),
         Command::Serve(args) => serve::serve(args),
         Command::Client(command) => client::client(command),
     };

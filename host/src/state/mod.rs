@@ -26,10 +26,13 @@
 //! - [`undo`]: [`undo::UndoLog`], the changes of one call, to take them back.
 //! - [`snapshot`]: [`Increment`], what a snapshot pins, and [`KeyedStateBackend::snapshot`] /
 //!   [`KeyedStateBackend::restore`] in the backend.
+//! - [`inspect`]: [`KeyedStateBackend::entries`], every live entry read back out, for
+//!   `weir state get|scan`.
 
 mod aging;
 pub mod backend;
 pub mod bytes;
+pub mod inspect;
 pub mod list;
 pub mod map;
 mod restore;
