@@ -275,6 +275,7 @@ fn in_front_of_a_slow_operator_the_barrier_waits_behind_a_fraction_of_the_interv
             store: store.clone(),
             interval,
             timeout: Duration::from_secs(60),
+            tolerable_failures: 0,
             retain: 1000,
             chains: ChainPolicy::default(),
         }),

@@ -172,6 +172,30 @@ impl StoreServer {
         server
     }
 
+    /// Stops the server (SIGSTOP): connections are still accepted, by the kernel, but nothing
+    /// answers, as when a store is unreachable; [`StoreServer::resume`] starts it again with
+    /// its objects intact (moto keeps them in memory).
+    pub fn pause(&self) {
+        self.signal("-STOP");
+    }
+
+    /// Starts a paused server again (SIGCONT).
+    pub fn resume(&self) {
+        self.signal("-CONT");
+    }
+
+    fn signal(&self, signal: &str) {
+        let status = Command::new("kill")
+            .args([signal, &self.child.id().to_string()])
+            .status()
+            .expect("run kill");
+        assert!(
+            status.success(),
+            "kill {signal} {}: {status}",
+            self.child.id()
+        );
+    }
+
     pub fn cloud(&self) -> Cloud {
         self.cloud
     }

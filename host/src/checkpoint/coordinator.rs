@@ -3,11 +3,15 @@
 //!
 //! One checkpoint is in flight at a time. A checkpoint fails (is aborted) when a task reports
 //! a failure, when its acknowledgements do not all arrive within the timeout (a hung upload,
-//! a stuck task), or when its metadata cannot be written; the next one is triggered at the
-//! next tick, and builds on the artifacts the aborted one left, which is why an abort deletes
-//! nothing. Late acknowledgements of an aborted checkpoint are ignored. A metadata write that
-//! outlives the timeout fails the job instead: the write may still land, so the checkpoint can
-//! be neither completed nor aborted.
+//! a stuck task), or when its metadata is known not to be written. The next one builds on the
+//! artifacts the aborted one left, which is why an abort deletes nothing. Late
+//! acknowledgements of an aborted checkpoint are ignored.
+//!
+//! A store that is down fails checkpoint after checkpoint while the tasks go on processing:
+//! after each failure the next checkpoint waits twice as long ([`Coordinator::backoff`]), and
+//! the job fails only when more than `tolerable_failures` fail in a row. A metadata write
+//! whose outcome is unknown (it failed or timed out, and may still land) is neither completed
+//! nor aborted until the store says whether the object is there.
 //!
 //! When the source ends, the coordinator takes a last checkpoint whose barrier also ends the
 //! stream. The job is over when that checkpoint completes: sinks commit the final output only
@@ -27,11 +31,15 @@
 use std::collections::VecDeque;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, SystemTime};
+
+// Tokio's clock, so that tests can pause it.
+use tokio::time::Instant;
 
 use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender};
 
 use super::checkpoint_store::CheckpointStore;
+use super::error::CheckpointError;
 use super::metadata::{
     CheckpointMetadata, CheckpointTiming, METADATA_VERSION, OperatorHandles, RecordCounts,
     SubtaskHandle,
@@ -40,16 +48,17 @@ use super::protocol::{Ack, Barrier, BarrierReport, Notification, StagedOutput};
 use crate::connectors::SourcePosition;
 use crate::ids::CheckpointId;
 
-/// Why a checkpoint's metadata is not known to be stored.
-enum MetadataFailure {
-    /// The write failed and the object is not there: the checkpoint can be aborted.
-    Absent(String),
-    /// The write failed and the store cannot say whether the object is there.
-    Unknown(String),
-}
+/// How long the coordinator keeps asking whether metadata whose write failed exists, while the
+/// store does not answer; then the job fails. Each question may take
+/// [`METADATA_CHECK_TIMEOUT`]; the pause between them doubles from [`METADATA_CHECK_PAUSE`]
+/// to [`METADATA_CHECK_MAX_PAUSE`].
+const METADATA_DOUBT: Duration = Duration::from_secs(600);
+const METADATA_CHECK_TIMEOUT: Duration = Duration::from_secs(10);
+const METADATA_CHECK_PAUSE: Duration = Duration::from_millis(50);
+const METADATA_CHECK_MAX_PAUSE: Duration = Duration::from_secs(5);
 
-/// How often the coordinator asks whether metadata whose write failed exists.
-const METADATA_CHECKS: u32 = 3;
+/// The longest pause between checkpoints after failures ([`Coordinator::backoff`]).
+const MAX_BACKOFF: Duration = Duration::from_secs(60);
 
 /// How often the last checkpoint may fail before the job fails.
 const LAST_CHECKPOINT_ATTEMPTS: u32 = 10;
@@ -84,6 +93,8 @@ pub struct CoordinatorSetup {
     /// How long a checkpoint may take, trigger to metadata written; `None` for no limit.
     pub timeout: Option<Duration>,
     pub retain: usize,
+    /// How many checkpoints in a row may fail before the job does.
+    pub tolerable_failures: u32,
     /// The first id to use.
     pub next: CheckpointId,
     /// Completed checkpoints found in the store, oldest first.
@@ -107,7 +118,8 @@ struct InFlight {
     output: StagedOutput,
     sink_report: BarrierReport,
     outstanding: usize,
-    failure: Option<String>,
+    /// The first failure reported.
+    failure: Option<CheckpointError>,
 }
 
 impl InFlight {
@@ -138,6 +150,18 @@ impl InFlight {
         }
     }
 
+    /// The artifacts this checkpoint wrote (not those its chains took over from earlier
+    /// ones), and their bytes.
+    fn written(&self) -> (usize, u64) {
+        self.handles
+            .iter()
+            .flatten()
+            .flatten()
+            .flat_map(|h| &h.chain)
+            .filter(|a| a.checkpoint == self.id)
+            .fold((0, 0), |(n, bytes), a| (n + 1, bytes + a.bytes))
+    }
+
     /// Who has not acknowledged yet, for the message of a timed-out checkpoint.
     fn waiting_for(&self, operators: &[(String, u32)]) -> String {
         let mut waiting: Vec<String> = Vec::new();
@@ -164,6 +188,15 @@ impl InFlight {
     }
 }
 
+/// Retention: of the completed checkpoints `retained` (oldest first, the newest last), the
+/// newest `retain` stay; returns them and those that leave, oldest first. The newest always
+/// stays, whatever `retain` says.
+pub fn retention(retained: &[CheckpointId], retain: usize) -> (&[CheckpointId], &[CheckpointId]) {
+    let keep = retain.max(1).min(retained.len());
+    let (leave, stay) = retained.split_at(retained.len() - keep);
+    (stay, leave)
+}
+
 enum Outcome {
     Completed {
         last: bool,
@@ -171,7 +204,7 @@ enum Outcome {
     Aborted,
     /// The last checkpoint failed: wait for this retake instead.
     Retake(Box<InFlight>),
-    Failed(String),
+    Failed(CheckpointError),
 }
 
 pub struct Coordinator {
@@ -187,6 +220,10 @@ pub struct Coordinator {
     source_max_timestamp: Option<i64>,
     source_ended: bool,
     last_attempts: u32,
+    /// Checkpoints failed since the last one completed.
+    failures_in_a_row: u32,
+    /// After a failure, no checkpoint is triggered by the interval before this.
+    not_before: Option<Instant>,
     /// Requests for a checkpoint now, besides the interval's.
     requests: Arc<tokio::sync::Notify>,
 }
@@ -212,14 +249,16 @@ impl Coordinator {
             source_max_timestamp: None,
             source_ended: false,
             last_attempts: 0,
+            failures_in_a_row: 0,
+            not_before: None,
             requests,
         }
     }
 
     /// Runs until the last checkpoint completes; an error fails the job.
-    pub async fn run(mut self) -> Result<(), String> {
+    pub async fn run(mut self) -> Result<(), CheckpointError> {
         let mut ticker = self.setup.interval.map(|period| {
-            let mut t = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
+            let mut t = tokio::time::interval_at(Instant::now() + period, period);
             t.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             t
         });
@@ -228,7 +267,7 @@ impl Coordinator {
             let deadline = self.deadline(in_flight.as_ref());
             let timed_out = async move {
                 match deadline {
-                    Some(at) => tokio::time::sleep_until(at.into()).await,
+                    Some(at) => tokio::time::sleep_until(at).await,
                     None => std::future::pending().await,
                 }
             };
@@ -243,7 +282,9 @@ impl Coordinator {
             let idle = in_flight.is_none() && !self.source_ended;
             tokio::select! {
                 () = tick, if idle => {
-                    in_flight = Some(self.trigger(false)?);
+                    if self.not_before.is_none_or(|at| Instant::now() >= at) {
+                        in_flight = Some(self.trigger(false)?);
+                    }
                 }
                 // A request stays pending while a checkpoint is in flight.
                 () = self.requests.notified(), if idle => {
@@ -252,16 +293,18 @@ impl Coordinator {
                 () = timed_out => {
                     if let Some(pending) = in_flight.as_mut() {
                         let waiting = pending.waiting_for(&self.setup.operators);
-                        let after = self.setup.timeout.unwrap_or_default().as_millis();
-                        pending.failure.get_or_insert_with(|| {
-                            format!("timed out after {after} ms waiting for {waiting}")
+                        let after_ms = self.setup.timeout.unwrap_or_default().as_millis() as u64;
+                        pending.failure.get_or_insert(CheckpointError::Timeout {
+                            checkpoint: pending.id,
+                            after_ms,
+                            waiting,
                         });
                         pending.outstanding = 0;
                     }
                 }
                 ack = self.acks.recv() => {
                     let Some(ack) = ack else {
-                        return Err("every task of the job stopped".into());
+                        return Err(CheckpointError::Other("every task of the job stopped".into()));
                     };
                     if let Ack::SourceEnded = ack {
                         self.source_ended = true;
@@ -328,13 +371,23 @@ impl Coordinator {
     }
 
     /// Asks the source for a checkpoint.
-    fn trigger(&mut self, last: bool) -> Result<InFlight, String> {
+    fn trigger(&mut self, last: bool) -> Result<InFlight, CheckpointError> {
         let pending = self.new_checkpoint(last, true);
-        tracing::debug!(checkpoint = pending.id.0, last, "triggering checkpoint");
+        tracing::info!(job = %self.setup.job, checkpoint = pending.id.0, last, "checkpoint triggered");
         self.triggers
             .send(Barrier::new(pending.id, last))
-            .map_err(|_| "the source stopped".to_owned())?;
+            .map_err(|_| CheckpointError::Other("the source stopped".to_owned()))?;
         Ok(pending)
+    }
+
+    /// How long to wait after `failures` checkpoints failed in a row before the interval may
+    /// trigger another: the interval, doubled for each failure after the first, at most
+    /// [`MAX_BACKOFF`]; so a store that is down is not asked again and again.
+    pub fn backoff(interval: Duration, failures: u32) -> Duration {
+        let doublings = failures.saturating_sub(1).min(16);
+        interval
+            .saturating_mul(1 << doublings)
+            .min(MAX_BACKOFF.max(interval))
     }
 
     fn record(&mut self, pending: &mut InFlight, ack: Ack) {
@@ -375,7 +428,11 @@ impl Coordinator {
                     Ok(handle) => pending.handles[operator][subtask as usize] = Some(handle),
                     Err(e) => {
                         let name = &self.setup.operators[operator].0;
-                        pending.failure = Some(format!("operator `{name}` subtask {subtask}: {e}"));
+                        pending.failure.get_or_insert(CheckpointError::Task {
+                            checkpoint,
+                            task: format!("operator `{name}` subtask {subtask}"),
+                            source: Box::new(e),
+                        });
                     }
                 }
             }
@@ -384,7 +441,13 @@ impl Coordinator {
                 pending.sink_report = report;
                 match result {
                     Ok(output) => pending.output = output,
-                    Err(e) => pending.failure = Some(format!("sink: {e}")),
+                    Err(e) => {
+                        pending.failure.get_or_insert(CheckpointError::Task {
+                            checkpoint,
+                            task: "the sink".into(),
+                            source: Box::new(CheckpointError::Other(e)),
+                        });
+                    }
                 }
             }
             Ack::SourceEnded => {}
@@ -398,33 +461,60 @@ impl Coordinator {
             Some(f) => Some(f),
             None => match self.store_metadata(&done).await {
                 Ok(()) => None,
-                Err(MetadataFailure::Absent(f)) => Some(f),
+                Err(f @ CheckpointError::Metadata { known: true, .. }) => Some(f),
                 // Neither completing nor aborting is safe: the job stops and restarts from
                 // what the store holds.
-                Err(MetadataFailure::Unknown(f)) => return Outcome::Failed(f),
+                Err(f) => return Outcome::Failed(f),
             },
         };
         if let Some(failure) = failure {
-            tracing::warn!(checkpoint = id.0, %failure, "checkpoint failed");
             self.counters.aborted.fetch_add(1, Ordering::Relaxed);
             self.broadcast(Notification::Abort(id));
+            self.failures_in_a_row += 1;
             if !done.last {
+                if self.failures_in_a_row > self.setup.tolerable_failures {
+                    return Outcome::Failed(CheckpointError::TooManyFailures {
+                        failures: self.failures_in_a_row,
+                        tolerable: self.setup.tolerable_failures,
+                        last: Box::new(failure),
+                    });
+                }
+                let pause = self
+                    .setup
+                    .interval
+                    .map(|interval| Self::backoff(interval, self.failures_in_a_row));
+                self.not_before = pause.map(|p| Instant::now() + p);
+                tracing::warn!(
+                    job = %self.setup.job,
+                    checkpoint = id.0,
+                    failures_in_a_row = self.failures_in_a_row,
+                    tolerable = self.setup.tolerable_failures,
+                    next_in_ms = pause.map(|p| p.as_millis() as u64),
+                    "{failure}"
+                );
                 return Outcome::Aborted;
             }
+            tracing::warn!(job = %self.setup.job, checkpoint = id.0, "{failure}");
             self.last_attempts += 1;
             if self.last_attempts >= LAST_CHECKPOINT_ATTEMPTS {
                 // The job fails; a restart replays from the latest checkpoint.
-                return Outcome::Failed(format!(
-                    "the last checkpoint failed {LAST_CHECKPOINT_ATTEMPTS} times, last: {failure}"
-                ));
+                return Outcome::Failed(CheckpointError::TooManyFailures {
+                    failures: self.last_attempts,
+                    tolerable: LAST_CHECKPOINT_ATTEMPTS - 1,
+                    last: Box::new(failure),
+                });
             }
             let retake = self.new_checkpoint(true, false);
             self.broadcast(Notification::Retake(retake.id));
             return Outcome::Retake(Box::new(retake));
         }
+        self.failures_in_a_row = 0;
+        self.not_before = None;
         self.retained.push_back(id);
-        while self.retained.len() > self.setup.retain {
-            let oldest = self.retained[0];
+        let dropped = retention(self.retained.make_contiguous(), self.setup.retain)
+            .1
+            .to_vec();
+        for oldest in dropped {
             if let Some(store) = &self.setup.store
                 && let Err(e) = store.delete_metadata(oldest).await
             {
@@ -451,11 +541,17 @@ impl Coordinator {
         counters
             .last_sync_pause_us
             .store(timing.sync_pause_us, Ordering::Relaxed);
-        tracing::debug!(
+        let (artifacts, bytes) = done.written();
+        tracing::info!(
+            job = %self.setup.job,
             checkpoint = id.0,
+            duration_ms = timing.duration_us / 1000,
+            sync_pause_us = timing.sync_pause_us,
             start_delay_us = timing.start_delay_us,
             alignment_us = timing.alignment_us,
-            sync_pause_us = timing.sync_pause_us,
+            artifacts_written = artifacts,
+            bytes_written = bytes,
+            earliest_retained = earliest_retained.0,
             "checkpoint complete"
         );
         self.broadcast(Notification::Complete {
@@ -465,25 +561,71 @@ impl Coordinator {
         Outcome::Completed { last: done.last }
     }
 
-    /// Writes `done`'s metadata, within what is left of its time.
-    async fn store_metadata(&self, done: &InFlight) -> Result<(), MetadataFailure> {
-        let Some(deadline) = self.deadline(Some(done)) else {
-            return self.write_metadata(done).await;
-        };
-        tokio::time::timeout_at(deadline.into(), self.write_metadata(done))
-            .await
-            .unwrap_or_else(|_| {
-                Err(MetadataFailure::Unknown(format!(
-                    "writing the metadata timed out (the checkpoint timeout is {} ms); the write may still land",
-                    self.setup.timeout.unwrap_or_default().as_millis()
-                )))
-            })
-    }
-
-    async fn write_metadata(&self, done: &InFlight) -> Result<(), MetadataFailure> {
+    /// Writes `done`'s metadata, within what is left of its time. When the write fails or
+    /// times out, the object may still have been written (a reply lost, a request the store
+    /// takes up later): the store is asked whether it is there, again and again while it
+    /// does not answer, for up to [`METADATA_DOUBT`]. Completing a checkpoint whose metadata
+    /// is absent, or aborting one whose metadata is there (its artifacts would be deleted),
+    /// would both be wrong; meanwhile the tasks go on processing.
+    async fn store_metadata(&self, done: &InFlight) -> Result<(), CheckpointError> {
         let Some(store) = &self.setup.store else {
             return Ok(());
         };
+        let metadata = self.metadata(done);
+        let write = store.write_metadata(&metadata);
+        let written = match self.deadline(Some(done)) {
+            Some(deadline) => tokio::time::timeout_at(deadline, write).await,
+            None => Ok(write.await),
+        };
+        let reason = match written {
+            Ok(Ok(())) => return Ok(()),
+            Ok(Err(e)) => e.to_string(),
+            Err(_) => format!(
+                "the write did not finish within the checkpoint's timeout ({} ms)",
+                self.setup.timeout.unwrap_or_default().as_millis()
+            ),
+        };
+        let give_up = Instant::now() + METADATA_DOUBT;
+        let mut pause = METADATA_CHECK_PAUSE;
+        let mut warned = false;
+        loop {
+            let asked =
+                tokio::time::timeout(METADATA_CHECK_TIMEOUT, store.metadata_exists(done.id));
+            match asked.await {
+                Ok(Ok(true)) => return Ok(()),
+                Ok(Ok(false)) => {
+                    return Err(CheckpointError::Metadata {
+                        checkpoint: done.id,
+                        known: true,
+                        reason,
+                    });
+                }
+                Ok(Err(_)) | Err(_) if Instant::now() >= give_up => {
+                    return Err(CheckpointError::Metadata {
+                        checkpoint: done.id,
+                        known: false,
+                        reason,
+                    });
+                }
+                Ok(Err(_)) | Err(_) => {
+                    if !warned {
+                        warned = true;
+                        tracing::warn!(
+                            job = %self.setup.job,
+                            checkpoint = done.id.0,
+                            %reason,
+                            "cannot tell whether the checkpoint's metadata was written: asking the store until it answers"
+                        );
+                    }
+                    tokio::time::sleep(pause).await;
+                    pause = (pause * 2).min(METADATA_CHECK_MAX_PAUSE);
+                }
+            }
+        }
+    }
+
+    /// The metadata that completes `done`.
+    fn metadata(&self, done: &InFlight) -> CheckpointMetadata {
         let operators = self
             .setup
             .operators
@@ -495,7 +637,7 @@ impl Coordinator {
                 subtasks: handles.iter().flatten().cloned().collect(),
             })
             .collect();
-        let metadata = CheckpointMetadata {
+        CheckpointMetadata {
             version: METADATA_VERSION,
             job: self.setup.job.clone(),
             id: done.id,
@@ -511,26 +653,7 @@ impl Coordinator {
             source_max_timestamp: done.source_max_timestamp,
             timing: Some(done.timing()),
             counts: Some(done.counts()),
-        };
-        let Err(e) = store.write_metadata(&metadata).await else {
-            return Ok(());
-        };
-        // The write may have succeeded with its reply lost: then the checkpoint is complete,
-        // and aborting it would let cleanup free artifacts its metadata references.
-        for _ in 0..METADATA_CHECKS {
-            match store.metadata_exists(done.id).await {
-                Ok(true) => return Ok(()),
-                Ok(false) => {
-                    return Err(MetadataFailure::Absent(format!(
-                        "cannot write the metadata: {e}"
-                    )));
-                }
-                Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
-            }
         }
-        Err(MetadataFailure::Unknown(format!(
-            "cannot write the metadata, nor tell whether it was written: {e}"
-        )))
     }
 
     fn broadcast(&self, notification: Notification) {
@@ -538,5 +661,139 @@ impl Coordinator {
             // A task that already finished needs no more news.
             let _ = task.send(notification);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ids(ids: &[u64]) -> Vec<CheckpointId> {
+        ids.iter().copied().map(CheckpointId).collect()
+    }
+
+    #[test]
+    fn retention_keeps_the_newest_and_lets_the_oldest_go() {
+        let retained = ids(&[3, 4, 5, 6]);
+        assert_eq!(
+            retention(&retained, 2),
+            (&ids(&[5, 6])[..], &ids(&[3, 4])[..])
+        );
+        assert_eq!(retention(&retained, 9), (&retained[..], &[][..]));
+        // The newest always stays.
+        assert_eq!(
+            retention(&retained, 0),
+            (&ids(&[6])[..], &ids(&[3, 4, 5])[..])
+        );
+        assert_eq!(retention(&[], 2), (&[][..], &[][..]));
+    }
+
+    #[test]
+    fn the_pause_after_failures_doubles_up_to_a_minute() {
+        let second = Duration::from_secs(1);
+        let pauses: Vec<u64> = (1..=9)
+            .map(|f| Coordinator::backoff(second, f).as_secs())
+            .collect();
+        assert_eq!(pauses, [1, 2, 4, 8, 16, 32, 60, 60, 60]);
+        assert_eq!(Coordinator::backoff(second, u32::MAX), MAX_BACKOFF);
+        // An interval longer than the cap is never shortened.
+        let hour = Duration::from_secs(3600);
+        assert_eq!(Coordinator::backoff(hour, 3), hour);
+    }
+
+    /// A job of one operator whose subtask never acknowledges: every checkpoint times out.
+    /// With paused time, the test runs in no time and sees exactly when each was triggered.
+    #[tokio::test(start_paused = true)]
+    async fn checkpoints_that_time_out_back_off_and_fail_the_job_past_the_tolerable_count() {
+        let (triggers, barriers) = std::sync::mpsc::channel();
+        let (ack_tx, acks) = tokio::sync::mpsc::unbounded_channel();
+        let (notify_tx, mut notified) = tokio::sync::mpsc::unbounded_channel();
+        let setup = CoordinatorSetup {
+            job: "job".into(),
+            key_groups: 8,
+            operators: vec![("count".into(), 1)],
+            store: None,
+            interval: Some(Duration::from_millis(100)),
+            timeout: Some(Duration::from_secs(1)),
+            tolerable_failures: 2,
+            retain: 1,
+            next: CheckpointId(1),
+            retained: Vec::new(),
+        };
+        let counters = Arc::new(CheckpointCounters::default());
+        let coordinator = Coordinator::new(
+            setup,
+            triggers,
+            acks,
+            vec![notify_tx],
+            counters.clone(),
+            Arc::default(),
+        );
+        let start = Instant::now();
+        let run = tokio::spawn(coordinator.run());
+        // The source answers every barrier at once; the subtask and the sink never do.
+        let mut triggered = Vec::new();
+        while !run.is_finished() {
+            while let Ok(barrier) = barriers.try_recv() {
+                triggered.push((barrier.checkpoint.0, start.elapsed().as_millis()));
+                ack_tx
+                    .send(Ack::Source {
+                        checkpoint: barrier.checkpoint,
+                        position: SourcePosition::Null,
+                        records: 0,
+                        max_timestamp: None,
+                    })
+                    .expect("coordinator listens");
+            }
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        let error = run.await.expect("join").expect_err("the job fails");
+        let CheckpointError::TooManyFailures {
+            failures: 3,
+            tolerable: 2,
+            last,
+        } = &error
+        else {
+            panic!("{error}");
+        };
+        assert!(
+            matches!(
+                **last,
+                CheckpointError::Timeout {
+                    checkpoint: CheckpointId(3),
+                    after_ms: 1000,
+                    ..
+                }
+            ),
+            "{last}"
+        );
+        assert!(
+            error
+                .to_string()
+                .contains("waiting for operator `count` subtask 0, the sink"),
+            "{error}"
+        );
+        // Triggered at the first tick; then, after each failure, once the pause is over: the
+        // interval after the first, twice that after the second.
+        let times = triggered;
+        assert_eq!(times.len(), 3, "{times:?}");
+        // (Seen within a millisecond: the loop above polls every millisecond.)
+        assert_eq!(times[0].0, 1);
+        assert!((100..=101).contains(&times[0].1), "{times:?}");
+        let after_first = times[1].1 - (times[0].1 + 1000);
+        let after_second = times[2].1 - (times[1].1 + 1000);
+        assert!((100..200).contains(&after_first), "{times:?}");
+        assert!((200..300).contains(&after_second), "{times:?}");
+        assert_eq!(counters.aborted.load(Ordering::Relaxed), 3);
+        let mut aborts = Vec::new();
+        while let Ok(n) = notified.try_recv() {
+            aborts.push(n);
+        }
+        assert_eq!(
+            aborts,
+            (1..=3)
+                .map(|i| Notification::Abort(CheckpointId(i)))
+                .collect::<Vec<_>>()
+        );
     }
 }

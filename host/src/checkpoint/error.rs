@@ -43,12 +43,39 @@ pub enum CheckpointError {
         checkpoint: CheckpointId,
         reason: String,
     },
-    /// A checkpoint did not complete: a task failed to snapshot or upload, or the
-    /// coordinator gave up waiting.
-    #[error("checkpoint {checkpoint} failed: {reason}")]
-    Failed {
+    /// A task could not take its part of a checkpoint: a subtask its snapshot or upload, the
+    /// sink its staging.
+    #[error("checkpoint {checkpoint} failed in {task}: {source}")]
+    Task {
         checkpoint: CheckpointId,
+        /// `operator `count` subtask 1`, `the sink`.
+        task: String,
+        source: Box<CheckpointError>,
+    },
+    /// Not every task acknowledged within `[checkpoints] timeout_ms`.
+    #[error("checkpoint {checkpoint} timed out after {after_ms} ms waiting for {waiting}")]
+    Timeout {
+        checkpoint: CheckpointId,
+        after_ms: u64,
+        waiting: String,
+    },
+    /// The metadata that completes the checkpoint could not be written. `known`: the store
+    /// said the object is absent, so the checkpoint is merely aborted; otherwise the write may
+    /// still land, and the job fails rather than guess.
+    #[error("checkpoint {checkpoint}: cannot write its metadata{}: {reason}", if *known { "" } else { ", nor tell whether it was written" })]
+    Metadata {
+        checkpoint: CheckpointId,
+        known: bool,
         reason: String,
+    },
+    /// More checkpoints failed in a row than `[checkpoints] tolerable_failures` allows.
+    #[error(
+        "{failures} checkpoints failed in a row (tolerable_failures = {tolerable}); the last: {last}"
+    )]
+    TooManyFailures {
+        failures: u32,
+        tolerable: u32,
+        last: Box<CheckpointError>,
     },
     /// Work on the checkpoint path outside any one checkpoint (an orphan sweep, a task that
     /// panicked).
@@ -112,7 +139,10 @@ impl CheckpointError {
             Self::Damaged { checkpoint, .. }
             | Self::Store { checkpoint, .. }
             | Self::Incompatible { checkpoint, .. }
-            | Self::Failed { checkpoint, .. } => Some(*checkpoint),
+            | Self::Task { checkpoint, .. }
+            | Self::Timeout { checkpoint, .. }
+            | Self::Metadata { checkpoint, .. } => Some(*checkpoint),
+            Self::TooManyFailures { last, .. } => last.checkpoint(),
             Self::Other(_) => None,
         }
     }

@@ -19,6 +19,7 @@ use std::time::{Duration, SystemTime};
 use crate::connectors::{SinkPosition, SourcePosition};
 use crate::ids::CheckpointId;
 
+use super::error::CheckpointError;
 use super::metadata::{BarrierTiming, SubtaskHandle, TaskCounts};
 
 /// A checkpoint's barrier. Every record before it on a channel belongs to the checkpoint.
@@ -77,7 +78,7 @@ pub enum Ack {
         checkpoint: CheckpointId,
         operator: usize,
         subtask: u32,
-        result: Result<SubtaskHandle, String>,
+        result: Result<SubtaskHandle, CheckpointError>,
         report: BarrierReport,
     },
     /// The sink staged its output (and says what the checkpoint records of it), or could not.

@@ -47,15 +47,23 @@ const CLEANUP_CONCURRENCY: usize = 4;
 const DELETE_ATTEMPTS: u32 = 5;
 
 /// An upload's outcome: the artifact's size, or why it failed.
-type Upload = Shared<BoxFuture<'static, Result<u64, String>>>;
+type Upload = Shared<BoxFuture<'static, Result<u64, CheckpointError>>>;
 
 /// One artifact of the subtask's current chain.
 struct Link {
     /// Its reference; `bytes` is filled in when the upload completes.
     artifact: ArtifactRef,
     upload: Upload,
-    /// Kept until the upload is known to have succeeded, to upload it again otherwise.
+    /// Kept until a completed checkpoint references the artifact: until then the upload may
+    /// fail (or its checkpoint be aborted), and the increment is merged into the next one.
     increment: Option<Arc<Increment>>,
+}
+
+impl Link {
+    /// The artifact is stored.
+    fn stored(&self) -> bool {
+        matches!(self.upload.peek(), Some(Ok(_)))
+    }
 }
 
 /// Where a subtask is and what it needs to talk to the store and the coordinator.
@@ -87,6 +95,12 @@ pub struct SubtaskCheckpoints {
     /// or later checkpoint still references them.
     aborted: Vec<String>,
     cleanups: Vec<JoinHandle<()>>,
+    /// Artifacts whose deletion failed (the store was down): tried again at the next
+    /// completion.
+    undeleted: Arc<std::sync::Mutex<Vec<String>>>,
+    /// How long an upload may take before it counts as failed: a store that does not answer
+    /// must not hold increments in memory past their checkpoint.
+    upload_timeout: Option<std::time::Duration>,
     counters: Arc<SnapshotCounters>,
 }
 
@@ -187,8 +201,16 @@ impl SubtaskCheckpoints {
             referenced: BTreeMap::new(),
             aborted: Vec::new(),
             cleanups: Vec::new(),
+            undeleted: Arc::default(),
+            upload_timeout: None,
             counters: Arc::default(),
         }
+    }
+
+    /// Uploads that take longer than `timeout` fail (the checkpoint's timeout: by then the
+    /// checkpoint has failed anyway).
+    pub fn upload_within(&mut self, timeout: std::time::Duration) {
+        self.upload_timeout = Some(timeout);
     }
 
     /// Counts into `counters` from now on (the job's metrics).
@@ -370,13 +392,20 @@ impl SubtaskCheckpoints {
         mut report: BarrierReport,
     ) {
         let paused = std::time::Instant::now();
-        self.retry_failed_uploads();
-        let full = self.full_next
+        // Increments not stored, or whose checkpoint did not complete, ride in this one; one
+        // that is no longer at hand cannot, and a full snapshot stands in for it.
+        let unmergeable = self
+            .chain
+            .iter()
+            .skip_while(|l| l.stored())
+            .any(|l| l.increment.is_none());
+        let full = unmergeable
+            || self.full_next
             || self
                 .policy
                 .full_snapshot_every
                 .is_some_and(|every| self.since_full + 1 >= every);
-        let increment = if full {
+        let mut increment = if full {
             self.leave_chain(|_| true);
             self.full_next = false;
             self.since_full = 0;
@@ -393,6 +422,17 @@ impl SubtaskCheckpoints {
             self.leave_chain(|c| released.contains(&c));
             backend.snapshot_for(checkpoint)
         };
+        let (carried, carried_full) = self.take_unstored();
+        if let Some(older) = carried {
+            tracing::info!(
+                operator = %self.operator,
+                subtask = self.subtask.0,
+                checkpoint = checkpoint.0,
+                "carrying increments that were not stored into this checkpoint's"
+            );
+            increment = Increment::merge(older, increment);
+        }
+        let full = full || carried_full;
         let entries = increment.changes() as u64;
         self.counters.last_entries.store(entries, Ordering::Relaxed);
         self.counters
@@ -414,7 +454,7 @@ impl SubtaskCheckpoints {
                     full,
                     owner: self.subtask.0,
                 },
-                upload: self.upload(&path, increment.clone()),
+                upload: self.upload(&path, checkpoint, increment.clone()),
                 increment: Some(increment),
             });
         }
@@ -428,6 +468,35 @@ impl SubtaskCheckpoints {
             .timers_pending()
             .map_or(0, |(event, processing)| (event + processing) as u64);
         self.acknowledge(checkpoint, backend.live_bytes() as u64, timers, report);
+    }
+
+    /// Takes out of the chain the links from the first one not stored on: their
+    /// checkpoints did not complete (each acknowledgement waits for the whole chain), so no
+    /// completed checkpoint references them. Returns their increments merged, oldest first,
+    /// and whether one was full. Uploads still running go on, and their artifacts are
+    /// deleted once they end (they were referenced by aborted checkpoints only).
+    fn take_unstored(&mut self) -> (Option<Increment>, bool) {
+        let Some(first) = self.chain.iter().position(|l| !l.stored()) else {
+            return (None, false);
+        };
+        let mut merged: Option<Increment> = None;
+        let mut full = false;
+        for link in self.chain.split_off(first) {
+            full |= link.artifact.full;
+            if link.upload.peek().is_none() {
+                self.superseded.insert(link.artifact.path, link.upload);
+            }
+            // `snapshot` took a full one instead when an increment was gone.
+            let Some(increment) = link.increment else {
+                continue;
+            };
+            let increment = Arc::unwrap_or_clone(increment);
+            merged = Some(match merged {
+                Some(older) => Increment::merge(older, increment),
+                None => increment,
+            });
+        }
+        (merged, full)
     }
 
     /// Takes the links of the checkpoints `leaves` names out of the chain; uploads still
@@ -495,21 +564,40 @@ impl SubtaskCheckpoints {
     }
 
     /// Starts encoding and writing an increment; the upload runs whether or not anyone
-    /// waits for it.
-    fn upload(&self, path: &object_store::path::Path, increment: Arc<Increment>) -> Upload {
+    /// waits for it, for at most the upload timeout.
+    fn upload(
+        &self,
+        path: &object_store::path::Path,
+        checkpoint: CheckpointId,
+        increment: Arc<Increment>,
+    ) -> Upload {
         let store = self.store.object_store().clone();
         let path = path.clone();
+        let object = self.store.locate(&path);
         let counters = self.counters.clone();
+        let timeout = self.upload_timeout;
         let upload = async move {
+            let failed = |reason: String| CheckpointError::Other(format!("{object}: {reason}"));
             let bytes = tokio::task::spawn_blocking(move || format::encode(&increment))
                 .await
-                .map_err(|e| format!("encoding {path} panicked: {e}"))?
-                .map_err(|e| format!("cannot encode {path}: {e}"))?;
+                .map_err(|e| failed(format!("encoding panicked: {e}")))?
+                .map_err(|e| failed(format!("cannot encode: {e}")))?;
             let size = bytes.len() as u64;
-            store
-                .put(&path, PutPayload::from(bytes))
-                .await
-                .map_err(|e| format!("cannot write {path}: {e}"))?;
+            let put = store.put(&path, PutPayload::from(bytes));
+            let put = match timeout {
+                Some(limit) => tokio::time::timeout(limit, put).await.map_err(|_| {
+                    failed(format!(
+                        "the store did not take the upload within {} ms",
+                        limit.as_millis()
+                    ))
+                })?,
+                None => put.await,
+            };
+            put.map_err(|source| CheckpointError::Store {
+                checkpoint,
+                object: object.clone(),
+                source: Arc::new(source),
+            })?;
             counters.uploaded_bytes.fetch_add(size, Ordering::Relaxed);
             Ok(size)
         }
@@ -517,23 +605,6 @@ impl SubtaskCheckpoints {
         .shared();
         self.runtime.spawn(upload.clone());
         upload
-    }
-
-    /// Uploads again every increment of the chain whose upload failed, and lets go of those
-    /// that are stored.
-    fn retry_failed_uploads(&mut self) {
-        for i in 0..self.chain.len() {
-            match self.chain[i].upload.peek() {
-                Some(Ok(_)) => self.chain[i].increment = None,
-                Some(Err(_)) => {
-                    if let Some(increment) = self.chain[i].increment.clone() {
-                        let path = self.store.resolve(&self.chain[i].artifact.path);
-                        self.chain[i].upload = self.upload(&path, increment);
-                    }
-                }
-                None => {}
-            }
-        }
     }
 
     /// `abort(checkpoint)`: the checkpoint will never be retained. Its artifacts are not
@@ -549,6 +620,12 @@ impl SubtaskCheckpoints {
     /// `complete(completed, earliest_retained)`: deletes the artifacts this subtask owns that
     /// only checkpoints before `earliest_retained` (or aborted ones) referenced.
     pub fn complete(&mut self, completed: CheckpointId, earliest_retained: CheckpointId) {
+        // What the completed checkpoint references is stored for good.
+        for link in &mut self.chain {
+            if link.artifact.checkpoint <= completed && link.stored() {
+                link.increment = None;
+            }
+        }
         let keep_from = earliest_retained.min(completed);
         let retained = self.referenced.split_off(&keep_from);
         let released = std::mem::replace(&mut self.referenced, retained);
@@ -562,10 +639,13 @@ impl SubtaskCheckpoints {
         let (still_needed, aborted): (Vec<String>, Vec<String>) = std::mem::take(&mut self.aborted)
             .into_iter()
             .partition(|p| keep.contains(p.as_str()));
+        let undeleted =
+            std::mem::take(&mut *self.undeleted.lock().unwrap_or_else(|e| e.into_inner()));
         let doomed: BTreeSet<String> = released
             .into_values()
             .flatten()
             .chain(aborted)
+            .chain(undeleted)
             .filter(|p| !keep.contains(p.as_str()))
             .collect();
         self.aborted = still_needed;
@@ -586,6 +666,7 @@ impl SubtaskCheckpoints {
         let store = self.store.clone();
         let (operator, subtask) = (self.operator.clone(), self.subtask.0);
         let counters = self.counters.clone();
+        let undeleted = self.undeleted.clone();
         let actor = Actor::Subtask {
             operator: operator.clone(),
             subtask,
@@ -597,6 +678,7 @@ impl SubtaskCheckpoints {
                     let store = store.clone();
                     let operator = operator.clone();
                     let counters = counters.clone();
+                    let undeleted = undeleted.clone();
                     async move {
                         let path = store.resolve(&relative);
                         let mut attempt = 0;
@@ -608,7 +690,11 @@ impl SubtaskCheckpoints {
                                     break;
                                 }
                                 Err(e) if attempt >= DELETE_ATTEMPTS => {
-                                    tracing::warn!(%operator, subtask, error = %e, "artifact left for a later sweep");
+                                    tracing::warn!(%operator, subtask, error = %e, "cannot delete an artifact; trying again at the next completion");
+                                    undeleted
+                                        .lock()
+                                        .unwrap_or_else(|e| e.into_inner())
+                                        .push(relative);
                                     break;
                                 }
                                 Err(_) => {

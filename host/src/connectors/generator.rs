@@ -1,4 +1,6 @@
-//! A synthetic source for benchmarks: `records` keyed records over `keys` distinct keys.
+//! A synthetic source for benchmarks: `records` keyed records over `keys` distinct keys, as
+//! fast as it can or paced (`records_per_second`, for demos and tests that need a job to run
+//! for a while).
 
 use std::io::Write;
 use std::sync::Arc;
@@ -49,6 +51,14 @@ pub struct GeneratorSource {
     key: Vec<u8>,
     progress: Arc<SourceProgress>,
     clock: GeneratorClock,
+    pace: Option<Pace>,
+}
+
+/// A paced generator's schedule: record `first + n` is due `n / per_second` after `since`.
+struct Pace {
+    per_second: u64,
+    since: std::time::Instant,
+    first: u64,
 }
 
 impl GeneratorSource {
@@ -62,6 +72,42 @@ impl GeneratorSource {
             key: Vec::with_capacity(24),
             progress,
             clock: GeneratorClock::default(),
+            pace: None,
+        }
+    }
+
+    /// The generator producing at most `per_second` records per second (`None`: no limit),
+    /// from now or from where it is sought to.
+    pub fn paced(mut self, per_second: Option<u64>) -> Self {
+        self.pace = per_second.map(|per_second| Pace {
+            per_second: per_second.max(1),
+            since: std::time::Instant::now(),
+            first: self.next,
+        });
+        self
+    }
+
+    /// How many records may be read now, at most `max`: waits for the next one to be due.
+    fn due(&self, max: usize) -> u64 {
+        let Some(pace) = self.pace.as_ref().filter(|_| self.next < self.records) else {
+            return max as u64;
+        };
+        loop {
+            let elapsed = pace.since.elapsed();
+            let allowed = pace.first
+                + (elapsed.as_nanos() * u128::from(pace.per_second) / 1_000_000_000) as u64;
+            if allowed > self.next {
+                return (allowed - self.next).min(max as u64);
+            }
+            let next_due = std::time::Duration::from_nanos(
+                ((self.next + 1 - pace.first) as u128 * 1_000_000_000 / u128::from(pace.per_second))
+                    as u64,
+            );
+            std::thread::sleep(
+                next_due
+                    .saturating_sub(elapsed)
+                    .max(std::time::Duration::from_micros(100)),
+            );
         }
     }
 
@@ -100,7 +146,7 @@ impl GeneratorSource {
 
 impl Source for GeneratorSource {
     fn read_batch(&mut self, max: usize, out: &mut RecordBatch) -> Result<bool, ConnectorError> {
-        let end = self.records.min(self.next + max as u64);
+        let end = self.records.min(self.next + self.due(max));
         for n in self.next..end {
             self.key.clear();
             // Writing into a Vec cannot fail.
@@ -136,6 +182,10 @@ impl Source for GeneratorSource {
             )));
         }
         self.next = records;
+        if let Some(pace) = &mut self.pace {
+            pace.since = std::time::Instant::now();
+            pace.first = records;
+        }
         self.progress.done.store(records, Ordering::Relaxed);
         Ok(())
     }
@@ -171,6 +221,15 @@ mod tests {
             .iter()
             .map(|r| (r.key.unwrap_or_default().to_vec(), r.value.to_vec()))
             .collect()
+    }
+
+    #[test]
+    fn a_paced_generator_produces_no_faster_than_its_pace() {
+        let started = std::time::Instant::now();
+        let mut source = GeneratorSource::new(300, 10).paced(Some(2_000));
+        assert_eq!(read_rest(&mut source, 64).len(), 300);
+        // Record n is due n/2000 s after the start: the last at 149.5 ms.
+        assert!(started.elapsed() >= std::time::Duration::from_millis(149));
     }
 
     #[test]

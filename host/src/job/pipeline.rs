@@ -112,6 +112,7 @@ impl Pipeline {
                     },
                     interval: c.interval,
                     timeout: c.timeout,
+                    tolerable_failures: c.tolerable_failures,
                     retain: c.retain,
                     chains: c.chains,
                 })
@@ -140,9 +141,14 @@ impl Pipeline {
             SourceSpec::Generator {
                 records,
                 keys,
+                records_per_second,
                 clock,
                 ..
-            } => Box::new(GeneratorSource::new(*records, *keys).with_clock(*clock)),
+            } => Box::new(
+                GeneratorSource::new(*records, *keys)
+                    .with_clock(*clock)
+                    .paced(*records_per_second),
+            ),
             SourceSpec::Kafka(kafka) => {
                 let input = spec.input_partition.as_ref().ok_or_else(|| {
                     PrepareError::Source(ConnectorError::Kafka {

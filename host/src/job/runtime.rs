@@ -155,6 +155,8 @@ pub struct Checkpointing {
     pub interval: Duration,
     /// How long a checkpoint may take before it fails.
     pub timeout: Duration,
+    /// Checkpoints that may fail in a row before the job fails.
+    pub tolerable_failures: u32,
     pub retain: usize,
     pub chains: ChainPolicy,
 }
@@ -417,6 +419,7 @@ pub async fn run(
                         .snapshots
                         .clone(),
                 );
+                checkpoints.upload_within(c.timeout);
                 checkpoints
             });
             let restored_watermark = restored_watermark(start.restored.as_deref(), s, ctx.range);
@@ -466,6 +469,7 @@ pub async fn run(
             interval: checkpointing.as_ref().map(|c| c.interval),
             timeout: checkpointing.as_ref().map(|c| c.timeout),
             retain: checkpointing.as_ref().map_or(1, |c| c.retain),
+            tolerable_failures: checkpointing.as_ref().map_or(0, |c| c.tolerable_failures),
             next: start.next_checkpoint,
             retained: start.retained.iter().map(|m| m.id).collect(),
         },
@@ -497,7 +501,7 @@ pub async fn run(
         note(result, &mut failure);
     }
     let coordinated = match coordinator.await {
-        Ok(result) => result.map_err(|e| JobError::Checkpoint(CheckpointError::Other(e))),
+        Ok(result) => result.map_err(JobError::Checkpoint),
         Err(e) if e.is_cancelled() => Err(JobError::Aborted),
         Err(e) => Err(JobError::Panicked(e.to_string())),
     };

@@ -34,6 +34,8 @@
 //! store = "file:///var/weir"     # any object_store URL; default: a folder next to the job file
 //! interval_ms = 1000             # how often a checkpoint starts
 //! timeout_ms = 600000            # a checkpoint not complete by then fails (is aborted)
+//! tolerable_failures = 10        # checkpoints that may fail in a row (store down) before
+//!                                # the job fails; after each, the next waits twice as long
 //! retain = 2                     # completed checkpoints kept (at least 1)
 //! max_chain = 16                 # the chain length each subtask keeps under
 //! rewrite_budget = 10000         # entries re-written per checkpoint to drain old increments
@@ -82,6 +84,7 @@ pub struct CheckpointsFile {
     pub store: Option<String>,
     pub interval_ms: Option<u64>,
     pub timeout_ms: Option<u64>,
+    pub tolerable_failures: Option<u32>,
     pub retain: Option<usize>,
     pub max_chain: Option<usize>,
     pub rewrite_budget: Option<usize>,
@@ -110,6 +113,8 @@ pub struct CheckpointSpec {
     pub interval: Duration,
     /// How long a checkpoint may take, trigger to metadata written, before it fails.
     pub timeout: Duration,
+    /// Checkpoints that may fail in a row before the job fails.
+    pub tolerable_failures: u32,
     /// Completed checkpoints kept, at least 1.
     pub retain: usize,
     /// How the chains of subtasks stay bounded.
@@ -129,6 +134,9 @@ impl CheckpointSpec {
     pub const DEFAULT_MAX_CHAIN: usize = 16;
     pub const DEFAULT_REWRITE_BUDGET: usize = 10_000;
     pub const DEFAULT_RESTART_ATTEMPTS: u32 = 3;
+    /// With the default interval and the pause doubling after each failure (at most a
+    /// minute), about four minutes of a store being down.
+    pub const DEFAULT_TOLERABLE_FAILURES: u32 = 10;
     /// The folder, next to the job file, that holds checkpoints when no store is named.
     pub const DEFAULT_FOLDER: &str = ".weir-checkpoints";
 }
@@ -175,6 +183,9 @@ pub enum SourceSpec {
     Generator {
         records: u64,
         keys: u64,
+        /// At most this many records per second of wall-clock time; none: as fast as it can.
+        #[serde(default)]
+        records_per_second: Option<u64>,
         #[serde(default)]
         clock: GeneratorClock,
         #[serde(default)]
@@ -786,6 +797,9 @@ impl Checker<'_> {
             store,
             interval,
             timeout,
+            tolerable_failures: file
+                .tolerable_failures
+                .unwrap_or(CheckpointSpec::DEFAULT_TOLERABLE_FAILURES),
             retain,
             chains: ChainPolicy {
                 max_chain,
@@ -888,11 +902,15 @@ impl Checker<'_> {
             SourceSpec::Generator {
                 records,
                 keys,
+                records_per_second,
                 clock,
                 watermark,
             } => {
                 if keys == 0 {
                     return Err(self.invalid("[source] keys", "must be at least 1"));
+                }
+                if records_per_second == Some(0) {
+                    return Err(self.invalid("[source] records_per_second", "must be at least 1"));
                 }
                 if clock.events_per_second == 0 {
                     return Err(
@@ -908,6 +926,7 @@ impl Checker<'_> {
                 SourceSpec::Generator {
                     records,
                     keys,
+                    records_per_second,
                     clock,
                     watermark,
                 }
@@ -964,20 +983,24 @@ impl Checker<'_> {
             )
         })?;
         let defaults = GuestLimits::default();
+        // In bytes; a shift would wrap a number of MiB too large (2^44 MiB became 0 bytes).
+        let bytes = |field: &str, mb: usize| {
+            mb.checked_mul(1 << 20).ok_or_else(|| {
+                self.invalid(
+                    format!("{at} limits.{field}"),
+                    format!("{mb} MiB is more than can be addressed"),
+                )
+            })
+        };
+        let memory_mb = op.limits.memory_mb.map(|mb| bytes("memory_mb", mb));
+        let state_mb = op.limits.state_mb.map(|mb| bytes("state_mb", mb));
         let limits = GuestLimits {
-            memory_bytes: op
-                .limits
-                .memory_mb
-                .map_or(defaults.memory_bytes, |mb| mb << 20),
+            memory_bytes: memory_mb.transpose()?.unwrap_or(defaults.memory_bytes),
             cpu_time_per_call: op
                 .limits
                 .cpu_ms_per_call
                 .map_or(defaults.cpu_time_per_call, Duration::from_millis),
-            state_bytes: op
-                .limits
-                .state_mb
-                .map(|mb| mb << 20)
-                .or(defaults.state_bytes),
+            state_bytes: state_mb.transpose()?.or(defaults.state_bytes),
         };
         if limits.memory_bytes < 1 << 20 {
             return Err(self.invalid(format!("{at} limits.memory_mb"), "must be at least 1"));
@@ -1061,6 +1084,27 @@ mod tests {
                 path: dir.path().join("out.txt")
             }
         );
+    }
+
+    #[test]
+    fn limits_too_large_to_address_are_errors_not_wrapped() {
+        let dir = fixture();
+        let with = |limits: &str| {
+            let text = GOOD.replace("key_by = \"key\"", &format!("key_by = \"key\"\n{limits}"));
+            parse(&text, dir.path())
+        };
+        // 2^44 MiB is 2^64 bytes: shifted, it wrapped to 0 bytes (and 2^44 + 1 to one MiB).
+        for limits in [
+            "limits = { memory_mb = 17592186044416 }",
+            "limits = { memory_mb = 17592186044417 }",
+            "limits = { state_mb = 17592186044416 }",
+        ] {
+            let e = with(limits).expect_err(limits);
+            assert!(e.contains("MiB is more than can be addressed"), "{e}");
+        }
+        let spec = with("limits = { memory_mb = 64, state_mb = 2 }").expect("valid");
+        let limits = spec.operators[0].limits;
+        assert_eq!((limits.memory_bytes, limits.state_bytes), (64 << 20, Some(2 << 20)));
     }
 
     #[test]

@@ -26,6 +26,8 @@
 //! - [`undo`]: [`undo::UndoLog`], the changes of one call, to take them back.
 //! - [`snapshot`]: [`Increment`], what a snapshot pins, and [`KeyedStateBackend::snapshot`] /
 //!   [`KeyedStateBackend::restore`] in the backend.
+//! - [`merge`](mod@merge): [`Increment::merge`], two consecutive increments as one (an
+//!   increment whose upload failed rides in the next one).
 //! - [`inspect`]: [`KeyedStateBackend::entries`], every live entry read back out, for
 //!   `weir state get|scan`.
 
@@ -35,6 +37,7 @@ pub mod bytes;
 pub mod inspect;
 pub mod list;
 pub mod map;
+mod merge;
 mod restore;
 pub mod snapshot;
 pub mod table;
