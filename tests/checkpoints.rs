@@ -179,14 +179,17 @@ async fn checkpoints_waiting_on_hung_uploads_time_out_and_the_job_still_finishes
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_hung_metadata_write_fails_the_run_which_restarts_and_finishes_exactly_once() {
+async fn a_hung_metadata_write_is_made_again_until_the_store_takes_it_and_the_run_goes_on() {
     // The write may still land, so the checkpoint can be neither completed nor aborted: the
-    // run fails, and the next one restores from what the store holds.
+    // coordinator writes it again until the store takes it (500 ms on), while the job goes on;
+    // nothing fails, and that checkpoint completes.
     let summary = run_with_a_hung_store("hung-metadata", ".json").await;
-    assert!(
-        summary.restarts > 0,
-        "a metadata write past the timeout should have failed the run: {summary:?}"
+    assert_eq!(summary.restarts, 0, "{summary:?}");
+    assert_eq!(
+        summary.checkpoints_aborted, 0,
+        "a checkpoint whose metadata may land must not be aborted: {summary:?}"
     );
+    assert!(summary.checkpoints_completed >= 2, "{summary:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

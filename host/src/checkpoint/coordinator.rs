@@ -3,15 +3,15 @@
 //!
 //! One checkpoint is in flight at a time. A checkpoint fails (is aborted) when a task reports
 //! a failure, when its acknowledgements do not all arrive within the timeout (a hung upload,
-//! a stuck task), or when its metadata is known not to be written. The next one builds on the
+//! a stuck task). The next one builds on the
 //! artifacts the aborted one left, which is why an abort deletes nothing. Late
 //! acknowledgements of an aborted checkpoint are ignored.
 //!
 //! A store that is down fails checkpoint after checkpoint while the tasks go on processing:
 //! after each failure the next checkpoint waits twice as long ([`Coordinator::backoff`]), and
 //! the job fails only when more than `tolerable_failures` fail in a row. A metadata write
-//! whose outcome is unknown (it failed or timed out, and may still land) is neither completed
-//! nor aborted until the store says whether the object is there.
+//! that failed or timed out may still land, so it is made again until the store takes it:
+//! the checkpoint is neither completed nor aborted until then.
 //!
 //! When the source ends, the coordinator takes a last checkpoint whose barrier also ends the
 //! stream. The job is over when that checkpoint completes: sinks commit the final output only
@@ -37,6 +37,7 @@ use std::time::{Duration, SystemTime};
 use tokio::time::Instant;
 
 use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender};
+use tracing::Instrument;
 
 use super::checkpoint_store::CheckpointStore;
 use super::error::CheckpointError;
@@ -48,14 +49,14 @@ use super::protocol::{Ack, Barrier, BarrierReport, Notification, StagedOutput};
 use crate::connectors::SourcePosition;
 use crate::ids::CheckpointId;
 
-/// How long the coordinator keeps asking whether metadata whose write failed exists, while the
-/// store does not answer; then the job fails. Each question may take
-/// [`METADATA_CHECK_TIMEOUT`]; the pause between them doubles from [`METADATA_CHECK_PAUSE`]
-/// to [`METADATA_CHECK_MAX_PAUSE`].
+/// How long the coordinator keeps writing metadata whose write failed, while the store does
+/// not take it; then the job fails. Each attempt after the first may take
+/// [`METADATA_ATTEMPT_TIMEOUT`]; the pause between them doubles from [`METADATA_RETRY_PAUSE`]
+/// to [`METADATA_RETRY_MAX_PAUSE`].
 const METADATA_DOUBT: Duration = Duration::from_secs(600);
-const METADATA_CHECK_TIMEOUT: Duration = Duration::from_secs(10);
-const METADATA_CHECK_PAUSE: Duration = Duration::from_millis(50);
-const METADATA_CHECK_MAX_PAUSE: Duration = Duration::from_secs(5);
+const METADATA_ATTEMPT_TIMEOUT: Duration = Duration::from_secs(10);
+const METADATA_RETRY_PAUSE: Duration = Duration::from_millis(50);
+const METADATA_RETRY_MAX_PAUSE: Duration = Duration::from_secs(5);
 
 /// The longest pause between checkpoints after failures ([`Coordinator::backoff`]).
 const MAX_BACKOFF: Duration = Duration::from_secs(60);
@@ -456,12 +457,16 @@ impl Coordinator {
 
     /// Completes or aborts a fully acknowledged checkpoint.
     async fn finish(&mut self, done: InFlight) -> Outcome {
+        let span = tracing::info_span!("complete", job = %self.setup.job, checkpoint = done.id.0);
+        self.finish_in(done).instrument(span).await
+    }
+
+    async fn finish_in(&mut self, done: InFlight) -> Outcome {
         let id = done.id;
         let failure = match done.failure.clone() {
             Some(f) => Some(f),
             None => match self.store_metadata(&done).await {
                 Ok(()) => None,
-                Err(f @ CheckpointError::Metadata { known: true, .. }) => Some(f),
                 // Neither completing nor aborting is safe: the job stops and restarts from
                 // what the store holds.
                 Err(f) => return Outcome::Failed(f),
@@ -542,6 +547,7 @@ impl Coordinator {
             .last_sync_pause_us
             .store(timing.sync_pause_us, Ordering::Relaxed);
         let (artifacts, bytes) = done.written();
+
         tracing::info!(
             job = %self.setup.job,
             checkpoint = id.0,
@@ -561,66 +567,58 @@ impl Coordinator {
         Outcome::Completed { last: done.last }
     }
 
-    /// Writes `done`'s metadata, within what is left of its time. When the write fails or
-    /// times out, the object may still have been written (a reply lost, a request the store
-    /// takes up later): the store is asked whether it is there, again and again while it
-    /// does not answer, for up to [`METADATA_DOUBT`]. Completing a checkpoint whose metadata
-    /// is absent, or aborting one whose metadata is there (its artifacts would be deleted),
-    /// would both be wrong; meanwhile the tasks go on processing.
+    /// Writes `done`'s metadata, within what is left of its time. A write that fails or times
+    /// out may still land (a reply lost, a request the store takes up later), so the
+    /// checkpoint can be neither aborted (its artifacts would be deleted under metadata that
+    /// appears later) nor completed. The write is idempotent: it is made again, with a pause
+    /// that doubles, until the store takes it or [`METADATA_DOUBT`] has passed (then the job
+    /// fails). Meanwhile the tasks go on processing.
     async fn store_metadata(&self, done: &InFlight) -> Result<(), CheckpointError> {
         let Some(store) = &self.setup.store else {
             return Ok(());
         };
         let metadata = self.metadata(done);
-        let write = store.write_metadata(&metadata);
-        let written = match self.deadline(Some(done)) {
-            Some(deadline) => tokio::time::timeout_at(deadline, write).await,
-            None => Ok(write.await),
-        };
-        let reason = match written {
-            Ok(Ok(())) => return Ok(()),
-            Ok(Err(e)) => e.to_string(),
-            Err(_) => format!(
-                "the write did not finish within the checkpoint's timeout ({} ms)",
-                self.setup.timeout.unwrap_or_default().as_millis()
-            ),
-        };
         let give_up = Instant::now() + METADATA_DOUBT;
-        let mut pause = METADATA_CHECK_PAUSE;
-        let mut warned = false;
+        let mut deadline = self.deadline(Some(done));
+        let mut pause = METADATA_RETRY_PAUSE;
+        let mut attempts = 0;
         loop {
-            let asked =
-                tokio::time::timeout(METADATA_CHECK_TIMEOUT, store.metadata_exists(done.id));
-            match asked.await {
-                Ok(Ok(true)) => return Ok(()),
-                Ok(Ok(false)) => {
-                    return Err(CheckpointError::Metadata {
-                        checkpoint: done.id,
-                        known: true,
-                        reason,
-                    });
-                }
-                Ok(Err(_)) | Err(_) if Instant::now() >= give_up => {
-                    return Err(CheckpointError::Metadata {
-                        checkpoint: done.id,
-                        known: false,
-                        reason,
-                    });
-                }
-                Ok(Err(_)) | Err(_) => {
-                    if !warned {
-                        warned = true;
-                        tracing::warn!(
-                            job = %self.setup.job,
-                            checkpoint = done.id.0,
-                            %reason,
-                            "cannot tell whether the checkpoint's metadata was written: asking the store until it answers"
-                        );
+            attempts += 1;
+            let write = store.write_metadata(&metadata);
+            let written = match deadline {
+                Some(deadline) => tokio::time::timeout_at(deadline, write).await,
+                None => Ok(write.await),
+            };
+            let reason = match written {
+                Ok(Ok(())) => {
+                    if attempts > 1 {
+                        tracing::info!(job = %self.setup.job, checkpoint = done.id.0, attempts, "the metadata is written");
                     }
-                    tokio::time::sleep(pause).await;
-                    pause = (pause * 2).min(METADATA_CHECK_MAX_PAUSE);
+                    return Ok(());
                 }
+                Ok(Err(e)) => e.to_string(),
+                Err(_) => format!(
+                    "the write did not finish within {} ms",
+                    self.setup.timeout.unwrap_or(METADATA_ATTEMPT_TIMEOUT).as_millis()
+                ),
+            };
+            if Instant::now() + pause >= give_up {
+                return Err(CheckpointError::Metadata {
+                    checkpoint: done.id,
+                    reason,
+                });
             }
+            if attempts == 1 {
+                tracing::warn!(
+                    job = %self.setup.job,
+                    checkpoint = done.id.0,
+                    %reason,
+                    "cannot write the checkpoint's metadata, which may still land: writing it again until the store takes it"
+                );
+            }
+            tokio::time::sleep(pause).await;
+            pause = (pause * 2).min(METADATA_RETRY_MAX_PAUSE);
+            deadline = Some(Instant::now() + METADATA_ATTEMPT_TIMEOUT);
         }
     }
 

@@ -59,13 +59,11 @@ pub enum CheckpointError {
         after_ms: u64,
         waiting: String,
     },
-    /// The metadata that completes the checkpoint could not be written. `known`: the store
-    /// said the object is absent, so the checkpoint is merely aborted; otherwise the write may
-    /// still land, and the job fails rather than guess.
-    #[error("checkpoint {checkpoint}: cannot write its metadata{}: {reason}", if *known { "" } else { ", nor tell whether it was written" })]
+    /// The metadata that completes the checkpoint could not be written, however long it was
+    /// tried; an attempt may still land, so the job fails rather than guess.
+    #[error("checkpoint {checkpoint}: cannot write its metadata (an attempt may still land): {reason}")]
     Metadata {
         checkpoint: CheckpointId,
-        known: bool,
         reason: String,
     },
     /// More checkpoints failed in a row than `[checkpoints] tolerable_failures` allows.

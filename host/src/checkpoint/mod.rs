@@ -8,6 +8,7 @@
 //!   metadata last), retains the last N, notifies.
 //! - [`subtask_checkpoints`]: a subtask's side: snapshot, asynchronous upload, its chain,
 //!   cleanup of what it owns, restore and orphan sweep.
+//! - [`release`]: which artifacts a subtask deletes when a checkpoint completes (pure).
 //! - [`ownership`]: which subtask deletes which artifact (and sweeps which folder) after a
 //!   restore with any parallelism.
 //! - [`metadata`]: [`metadata::CheckpointMetadata`], the object that makes a checkpoint
@@ -32,6 +33,7 @@ pub mod instrumented_store;
 pub mod metadata;
 pub mod ownership;
 pub mod protocol;
+pub mod release;
 pub mod start;
 pub mod storage;
 pub mod subtask_checkpoints;

@@ -18,7 +18,7 @@
 //! checkpoint or by its current chain. Deletes run off the processing path, a few at a time,
 //! and a missing object counts as deleted, so a repeated or lost notification does no harm.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -28,6 +28,7 @@ use object_store::{ObjectStoreExt, PutPayload};
 use tokio::runtime::Handle;
 use tokio::sync::mpsc::UnboundedSender;
 use tokio::task::JoinHandle;
+use tracing::Instrument;
 
 use super::actor::{Actor, acting};
 use super::checkpoint_store::{CheckpointStore, delete_if_present};
@@ -36,6 +37,7 @@ use super::format;
 use super::metadata::{ArtifactRef, CheckpointMetadata, SubtaskHandle};
 use super::ownership::Ownership;
 use super::protocol::{Ack, BarrierReport};
+use super::release::{Owned, release};
 use super::storage::read_chain;
 use crate::ids::{CheckpointId, SubtaskIndex};
 use crate::partition::{KeyGroupRange, KeyGroups};
@@ -89,11 +91,10 @@ pub struct SubtaskCheckpoints {
     /// before they finished: deleting such an artifact waits for its upload, lest it land
     /// afterwards.
     superseded: HashMap<String, Upload>,
-    /// Per checkpoint that may still be retained: the artifacts of this subtask it references.
-    referenced: BTreeMap<CheckpointId, Vec<String>>,
-    /// Artifacts of aborted checkpoints: released at the next completion unless a retained
-    /// or later checkpoint still references them.
-    aborted: Vec<String>,
+    /// Per checkpoint that may still be retained, the artifacts of this subtask it references;
+    /// and those of aborted checkpoints, released at the next completion unless a retained or
+    /// later checkpoint, or the chain, still holds them.
+    owned: Owned,
     cleanups: Vec<JoinHandle<()>>,
     /// Artifacts whose deletion failed (the store was down): tried again at the next
     /// completion.
@@ -198,8 +199,7 @@ impl SubtaskCheckpoints {
             full_next: false,
             chain: Vec::new(),
             superseded: HashMap::new(),
-            referenced: BTreeMap::new(),
-            aborted: Vec::new(),
+            owned: Owned::default(),
             cleanups: Vec::new(),
             undeleted: Arc::default(),
             upload_timeout: None,
@@ -243,9 +243,16 @@ impl SubtaskCheckpoints {
                 .filter(|a| ownership.owns(self.subtask, &a.path))
                 .map(|a| a.path.clone())
                 .collect();
-            self.referenced.insert(metadata.id, own);
+            self.owned.referenced.insert(metadata.id, own);
         }
         if let Some(restored) = &assignment.restored {
+            let _span = tracing::info_span!(
+                "restore",
+                operator = %self.operator,
+                subtask = self.subtask.0,
+                checkpoint = restored.id.0
+            )
+            .entered();
             self.restore(backend, restored)?;
         }
         let everything: HashSet<&str> = assignment
@@ -391,6 +398,13 @@ impl SubtaskCheckpoints {
         checkpoint: CheckpointId,
         mut report: BarrierReport,
     ) {
+        let _span = tracing::info_span!(
+            "snapshot",
+            operator = %self.operator,
+            subtask = self.subtask.0,
+            checkpoint = checkpoint.0
+        )
+        .entered();
         let paused = std::time::Instant::now();
         // Increments not stored, or whose checkpoint did not complete, ride in this one; one
         // that is no longer at hand cannot, and a full snapshot stands in for it.
@@ -459,7 +473,7 @@ impl SubtaskCheckpoints {
             });
         }
         let own = self.own_paths(self.chain.iter().map(|l| &l.artifact));
-        self.referenced.insert(checkpoint, own);
+        self.owned.referenced.insert(checkpoint, own);
         report.timing.sync_pause_us = paused.elapsed().as_micros() as u64;
         self.counters
             .last_sync_pause_us
@@ -576,6 +590,7 @@ impl SubtaskCheckpoints {
         let object = self.store.locate(&path);
         let counters = self.counters.clone();
         let timeout = self.upload_timeout;
+        let span = tracing::info_span!("upload", checkpoint = checkpoint.0, object = %object);
         let upload = async move {
             let failed = |reason: String| CheckpointError::Other(format!("{object}: {reason}"));
             let bytes = tokio::task::spawn_blocking(move || format::encode(&increment))
@@ -599,8 +614,10 @@ impl SubtaskCheckpoints {
                 source: Arc::new(source),
             })?;
             counters.uploaded_bytes.fetch_add(size, Ordering::Relaxed);
+            tracing::debug!(bytes = size, "uploaded");
             Ok(size)
         }
+        .instrument(span)
         .boxed()
         .shared();
         self.runtime.spawn(upload.clone());
@@ -612,8 +629,8 @@ impl SubtaskCheckpoints {
     /// nothing retained or later references them. A lost abort only delays this until the
     /// checkpoint falls before the earliest retained one.
     pub fn abort(&mut self, checkpoint: CheckpointId) {
-        if let Some(paths) = self.referenced.remove(&checkpoint) {
-            self.aborted.extend(paths);
+        if let Some(paths) = self.owned.referenced.remove(&checkpoint) {
+            self.owned.aborted.extend(paths);
         }
     }
 
@@ -626,29 +643,20 @@ impl SubtaskCheckpoints {
                 link.increment = None;
             }
         }
-        let keep_from = earliest_retained.min(completed);
-        let retained = self.referenced.split_off(&keep_from);
-        let released = std::mem::replace(&mut self.referenced, retained);
-        let keep: HashSet<&str> = self
-            .referenced
-            .values()
-            .flatten()
-            .map(String::as_str)
-            .chain(self.chain.iter().map(|l| l.artifact.path.as_str()))
-            .collect();
-        let (still_needed, aborted): (Vec<String>, Vec<String>) = std::mem::take(&mut self.aborted)
-            .into_iter()
-            .partition(|p| keep.contains(p.as_str()));
         let undeleted =
             std::mem::take(&mut *self.undeleted.lock().unwrap_or_else(|e| e.into_inner()));
-        let doomed: BTreeSet<String> = released
-            .into_values()
-            .flatten()
-            .chain(aborted)
-            .chain(undeleted)
-            .filter(|p| !keep.contains(p.as_str()))
+        let chain: Vec<&str> = self
+            .chain
+            .iter()
+            .map(|l| l.artifact.path.as_str())
             .collect();
-        self.aborted = still_needed;
+        let doomed = release(
+            &mut self.owned,
+            completed,
+            earliest_retained,
+            &chain,
+            undeleted,
+        );
         if !doomed.is_empty() {
             let uploads: Vec<Upload> = doomed
                 .iter()
