@@ -46,6 +46,7 @@ use super::metadata::{
     SubtaskHandle,
 };
 use super::protocol::{Ack, Barrier, BarrierReport, Notification, StagedOutput};
+use super::subtask_checkpoints::SnapshotCounters;
 use crate::connectors::SourcePosition;
 use crate::ids::CheckpointId;
 
@@ -100,6 +101,8 @@ pub struct CoordinatorSetup {
     pub next: CheckpointId,
     /// Completed checkpoints found in the store, oldest first.
     pub retained: Vec<CheckpointId>,
+    /// Every subtask's snapshot counters: the artifacts they deleted, for the log.
+    pub subtasks: Vec<Arc<SnapshotCounters>>,
 }
 
 /// The checkpoint in flight.
@@ -223,6 +226,8 @@ pub struct Coordinator {
     last_attempts: u32,
     /// Checkpoints failed since the last one completed.
     failures_in_a_row: u32,
+    /// The artifacts the subtasks had deleted when the last checkpoint completed.
+    deleted_before: u64,
     /// After a failure, no checkpoint is triggered by the interval before this.
     not_before: Option<Instant>,
     /// Requests for a checkpoint now, besides the interval's.
@@ -251,6 +256,7 @@ impl Coordinator {
             source_ended: false,
             last_attempts: 0,
             failures_in_a_row: 0,
+            deleted_before: 0,
             not_before: None,
             requests,
         }
@@ -547,6 +553,16 @@ impl Coordinator {
             .last_sync_pause_us
             .store(timing.sync_pause_us, Ordering::Relaxed);
         let (artifacts, bytes) = done.written();
+        let entries: u64 = done.reports.iter().flatten().map(|r| r.entries).sum();
+        // Deletes run after completions: those since the last one, mostly its releases.
+        let deleted: u64 = self
+            .setup
+            .subtasks
+            .iter()
+            .map(|c| c.deleted_artifacts.load(Ordering::Relaxed))
+            .sum();
+        let deleted_since =
+            deleted.saturating_sub(std::mem::replace(&mut self.deleted_before, deleted));
 
         tracing::info!(
             job = %self.setup.job,
@@ -555,9 +571,11 @@ impl Coordinator {
             sync_pause_us = timing.sync_pause_us,
             start_delay_us = timing.start_delay_us,
             alignment_us = timing.alignment_us,
+            entries_written = entries,
             artifacts_written = artifacts,
             bytes_written = bytes,
             earliest_retained = earliest_retained.0,
+            artifacts_deleted_since_the_last = deleted_since,
             "checkpoint complete"
         );
         self.broadcast(Notification::Complete {
@@ -599,7 +617,10 @@ impl Coordinator {
                 Ok(Err(e)) => e.to_string(),
                 Err(_) => format!(
                     "the write did not finish within {} ms",
-                    self.setup.timeout.unwrap_or(METADATA_ATTEMPT_TIMEOUT).as_millis()
+                    self.setup
+                        .timeout
+                        .unwrap_or(METADATA_ATTEMPT_TIMEOUT)
+                        .as_millis()
                 ),
             };
             if Instant::now() + pause >= give_up {
@@ -717,6 +738,7 @@ mod tests {
             retain: 1,
             next: CheckpointId(1),
             retained: Vec::new(),
+            subtasks: Vec::new(),
         };
         let counters = Arc::new(CheckpointCounters::default());
         let coordinator = Coordinator::new(

@@ -61,7 +61,9 @@ pub enum CheckpointError {
     },
     /// The metadata that completes the checkpoint could not be written, however long it was
     /// tried; an attempt may still land, so the job fails rather than guess.
-    #[error("checkpoint {checkpoint}: cannot write its metadata (an attempt may still land): {reason}")]
+    #[error(
+        "checkpoint {checkpoint}: cannot write its metadata (an attempt may still land): {reason}"
+    )]
     Metadata {
         checkpoint: CheckpointId,
         reason: String,

@@ -58,6 +58,8 @@ pub struct BarrierReport {
     pub counts: TaskCounts,
     /// A subtask's watermark as the barrier passed.
     pub watermark: Option<i64>,
+    /// The entries a subtask's snapshot wrote (keys changed, and entries re-written).
+    pub entries: u64,
 }
 
 /// A task's acknowledgement of a checkpoint, or the source's report that it has ended.

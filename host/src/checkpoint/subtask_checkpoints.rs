@@ -448,6 +448,7 @@ impl SubtaskCheckpoints {
         }
         let full = full || carried_full;
         let entries = increment.changes() as u64;
+        report.entries = entries;
         self.counters.last_entries.store(entries, Ordering::Relaxed);
         self.counters
             .entries_total

@@ -4,8 +4,14 @@
 //! - [`pipeline`]: [`Pipeline`], a runnable job: a source, a chain of [`Stage`]s, a sink.
 //! - [`router`]: [`router::Router`], how one task's output is split among the next stage's
 //!   subtasks (by key group, or round robin).
-//! - [`runtime`]: [`run`], one tokio task per subtask, bounded channels between them, and the
-//!   checkpoint coordinator.
+//! - [`runtime`]: [`run`], the wiring of a run: one tokio task per subtask, bounded channels
+//!   between them, and the checkpoint coordinator.
+//! - `run_options`: [`RunOptions`] and [`Checkpointing`], what a run is given besides its
+//!   pipeline; `job_error`: [`JobError`], why a job failed.
+//! - `source_task`, `subtask_task`, `sink_task`: the tasks of a run: the source, one
+//!   operator subtask, and the sink with the outputs it stages and commits.
+//! - `finished_sweep`: a job that had finished: its last output committed and its orphans
+//!   swept, without running.
 //! - [`input_gate`]: how a task reads its inputs, aligning checkpoint barriers.
 //! - [`bad_records`]: records that cannot be read, keyed or processed: failed on, skipped or
 //!   dead-lettered, as the job file says.
@@ -22,16 +28,22 @@
 
 pub mod bad_records;
 mod downstream;
+mod finished_sweep;
 pub mod in_flight;
 pub mod input_gate;
+mod job_error;
 pub mod latency_histogram;
 pub mod metrics;
 pub mod pipeline;
 pub mod progress;
 mod restore_latch;
 pub mod router;
+mod run_options;
 pub mod runtime;
+mod sink_task;
+mod source_task;
 pub mod spec;
+mod subtask_task;
 pub mod supervisor;
 pub mod watermarks;
 

@@ -1104,7 +1104,10 @@ mod tests {
         }
         let spec = with("limits = { memory_mb = 64, state_mb = 2 }").expect("valid");
         let limits = spec.operators[0].limits;
-        assert_eq!((limits.memory_bytes, limits.state_bytes), (64 << 20, Some(2 << 20)));
+        assert_eq!(
+            (limits.memory_bytes, limits.state_bytes),
+            (64 << 20, Some(2 << 20))
+        );
     }
 
     #[test]
