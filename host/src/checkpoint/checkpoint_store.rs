@@ -204,7 +204,16 @@ impl CheckpointStore {
         };
         let result = self.store.get(&path).await.map_err(store_err)?;
         let bytes = result.bytes().await.map_err(store_err)?;
-        parse_metadata(&bytes, path.as_ref())
+        let metadata = parse_metadata(&bytes, path.as_ref())?;
+        // The file's name is what lists it (and orders it, and numbers the checkpoints after
+        // it): one holding another checkpoint was moved or is damaged.
+        if metadata.id != id {
+            return Err(StorageError::Metadata {
+                path,
+                message: format!("it holds checkpoint {}, not {id}", metadata.id),
+            });
+        }
+        Ok(metadata)
     }
 
     /// Every object under a subtask's prefix.
@@ -303,6 +312,9 @@ pub fn parse_metadata(bytes: &[u8], origin: &str) -> Result<CheckpointMetadata, 
             metadata.version
         )));
     }
+    metadata
+        .check()
+        .map_err(|e| bad(format!("inconsistent checkpoint metadata: {e}")))?;
     Ok(metadata)
 }
 
@@ -314,5 +326,77 @@ pub async fn delete_if_present(store: &dyn ObjectStore, path: &Path) -> Result<(
             path: path.clone(),
             source,
         }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::checkpoint::metadata::{OperatorHandles, SubtaskHandle};
+
+    fn metadata(id: u64) -> CheckpointMetadata {
+        CheckpointMetadata {
+            version: METADATA_VERSION,
+            job: "job".into(),
+            id: CheckpointId(id),
+            completed_at_ms: 0,
+            finished: false,
+            key_groups: 128,
+            source: serde_json::Value::Null,
+            sink: None,
+            dead_letters: Default::default(),
+            source_max_timestamp: None,
+            operators: vec![OperatorHandles {
+                name: "count".into(),
+                parallelism: 1,
+                subtasks: vec![SubtaskHandle {
+                    key_groups: (0, 128),
+                    ..SubtaskHandle::default()
+                }],
+            }],
+            timing: None,
+            counts: None,
+        }
+    }
+
+    #[test]
+    fn metadata_whose_key_groups_do_not_add_up_is_refused() {
+        let parse = |m: &CheckpointMetadata| {
+            parse_metadata(&serde_json::to_vec(m).expect("json"), "chk.json")
+        };
+        assert!(parse(&metadata(1)).is_ok());
+        // A subtask's tables are sized by its range: these would have cost gigabytes, or a
+        // panic (a range ending before it starts).
+        for (key_groups, range) in [
+            (128, (0, u32::MAX)),
+            (128, (5, 4)),
+            (0, (0, 0)),
+            (u32::MAX, (0, 1)),
+        ] {
+            let mut m = metadata(1);
+            m.key_groups = key_groups;
+            m.operators[0].subtasks[0].key_groups = range;
+            let err = parse(&m).expect_err("refused").to_string();
+            assert!(err.contains("inconsistent checkpoint metadata"), "{err}");
+        }
+    }
+
+    #[tokio::test]
+    async fn metadata_under_another_checkpoints_name_is_damaged() {
+        let store = CheckpointStore::open("memory:///", "job").expect("memory store");
+        store.write_metadata(&metadata(3)).await.expect("write");
+        let json = serde_json::to_vec(&metadata(3)).expect("json");
+        store
+            .object_store()
+            .put(&store.metadata_path(CheckpointId(9)), json.into())
+            .await
+            .expect("put");
+        assert!(store.read_metadata(CheckpointId(3)).await.is_ok());
+        let err = store
+            .read_metadata(CheckpointId(9))
+            .await
+            .expect_err("moved")
+            .to_string();
+        assert!(err.contains("holds checkpoint 3, not 9"), "{err}");
     }
 }

@@ -154,10 +154,58 @@ pub fn decode_index(bytes: &[u8], footer: &Footer) -> Result<ArtifactIndex, Form
     if xxh3_64(bytes) != footer.index_checksum {
         return Err(FormatError::Checksum("index".into()));
     }
-    ciborium::from_reader(bytes).map_err(|e| FormatError::Decode {
+    let index: ArtifactIndex = from_cbor(bytes).map_err(|e| FormatError::Decode {
         what: "index".into(),
-        message: e.to_string(),
-    })
+        message: e,
+    })?;
+    check_layout(&index, footer)?;
+    Ok(index)
+}
+
+/// Checks the index against the layout [`encode`] writes: sections between the header and
+/// the index, in ascending key-group order, one after the other. A reader of a range of key
+/// groups reads their sections as one run of bytes, so it relies on that order; checking it
+/// here makes every reader (a restore, `verify`) refuse the same artifacts.
+fn check_layout(index: &ArtifactIndex, footer: &Footer) -> Result<(), FormatError> {
+    let bad = |message: String| FormatError::Decode {
+        what: "index".into(),
+        message,
+    };
+    let mut next = HEADER_LEN as u64;
+    let mut previous: Option<KeyGroup> = None;
+    for entry in &index.groups {
+        if previous.is_some_and(|p| entry.group <= p) {
+            return Err(bad(format!(
+                "key group {} is listed after key group {}",
+                entry.group,
+                previous.map_or(0, |p| p.0)
+            )));
+        }
+        let end = entry.offset.checked_add(entry.len);
+        match end {
+            Some(end) if entry.offset >= next && end <= footer.index_offset => next = end,
+            _ => {
+                return Err(bad(format!(
+                    "the section of key group {} (bytes {} + {}) is not between the previous \
+                     section (which ends at byte {next}) and the index (at byte {})",
+                    entry.group, entry.offset, entry.len, footer.index_offset
+                )));
+            }
+        }
+        previous = Some(entry.group);
+    }
+    Ok(())
+}
+
+/// Decodes CBOR written by [`encode`].
+///
+/// `ciborium::from_reader` reads a byte or text string into a scratch buffer of 4 KiB and
+/// refuses a longer one ("expected bytes"), so a key or value over 4 KiB would make its
+/// artifact unreadable. No string can be longer than the bytes that hold it: a scratch buffer
+/// of their length reads every string, and costs no more memory than the input itself.
+fn from_cbor<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> Result<T, String> {
+    let mut scratch = vec![0u8; bytes.len()];
+    ciborium::de::from_reader_with_buffer(bytes, &mut scratch).map_err(|e| e.to_string())
 }
 
 /// Decodes one key group's section, given its bytes as located by the index.
@@ -171,9 +219,9 @@ pub fn decode_group(bytes: &[u8], entry: &GroupEntry) -> Result<GroupIncrement, 
     if xxh3_64(bytes) != entry.checksum {
         return Err(FormatError::Checksum(what()));
     }
-    let group: GroupIncrement = ciborium::from_reader(bytes).map_err(|e| FormatError::Decode {
+    let group: GroupIncrement = from_cbor(bytes).map_err(|message| FormatError::Decode {
         what: what(),
-        message: e.to_string(),
+        message,
     })?;
     if group.group != entry.group {
         return Err(FormatError::Decode {
@@ -277,6 +325,66 @@ mod tests {
         assert_eq!(
             decode_group(&bytes[o..o + l], entry).expect("group"),
             increment.groups[1]
+        );
+    }
+
+    #[test]
+    fn keys_and_values_longer_than_four_kib_round_trip() {
+        let groups = KeyGroups::new(4);
+        let mut b = KeyedStateBackend::new(groups, groups.range_of(SubtaskIndex(0), 1));
+        let v = b.declare("blob", StateKind::Value).expect("declare");
+        let l = b.declare("items", StateKind::List).expect("declare");
+        let key = vec![b'k'; 5000];
+        let k = KeyRef::new(&key, hash_key(&key));
+        b.value_set(v, k, &vec![9; 100_000]).expect("set");
+        b.list_append(l, k, &vec![8; 4097]).expect("append");
+        let increment = b.snapshot();
+        let bytes = encode(&increment).expect("encode");
+        assert_eq!(decode(&bytes, None).expect("decode"), increment);
+    }
+
+    /// `bytes` with its index replaced by `index` (checksum and footer made right).
+    fn with_index(bytes: &[u8], index: &ArtifactIndex) -> Vec<u8> {
+        let footer = read_footer(bytes).expect("footer");
+        let mut out = bytes[..footer.index_offset as usize].to_vec();
+        let index_offset = out.len();
+        ciborium::into_writer(index, &mut out).expect("encode");
+        let index_len = out.len() - index_offset;
+        let checksum = xxh3_64(&out[index_offset..]);
+        out.extend_from_slice(&(index_offset as u64).to_le_bytes());
+        out.extend_from_slice(&(index_len as u32).to_le_bytes());
+        out.extend_from_slice(&checksum.to_le_bytes());
+        out.extend_from_slice(MAGIC);
+        out
+    }
+
+    #[test]
+    fn an_index_that_does_not_fit_the_layout_is_refused() {
+        let bytes = encode(&sample()).expect("encode");
+        let footer = read_footer(&bytes).expect("footer");
+        let start = footer.index_offset as usize;
+        let index =
+            decode_index(&bytes[start..start + footer.index_len as usize], &footer).expect("index");
+        let changes: [fn(&mut ArtifactIndex); 4] = [
+            // Groups out of order: a ranged reader reads the wrong bytes for them.
+            |i| i.groups.swap(0, 1),
+            |i| {
+                let first = i.groups[0].clone();
+                i.groups.insert(1, first);
+            },
+            // A section overlapping the index, or ending past u64.
+            |i| i.groups[0].len = u64::MAX,
+            |i| i.groups[1].offset = 0,
+        ];
+        for change in changes {
+            let mut bad = index.clone();
+            change(&mut bad);
+            let err = decode(&with_index(&bytes, &bad), None).expect_err("refused");
+            assert!(matches!(err, FormatError::Decode { .. }), "{err}");
+        }
+        assert_eq!(
+            decode(&with_index(&bytes, &index), None).expect("decode"),
+            sample()
         );
     }
 

@@ -16,6 +16,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::connectors::{SinkPosition, SourcePosition};
 use crate::ids::CheckpointId;
+use crate::job::spec::MAX_KEY_GROUPS;
 use crate::partition::KeyGroupRange;
 
 /// The version of the metadata layout; a reader refuses others.
@@ -181,8 +182,11 @@ impl SubtaskHandle {
         }
     }
 
+    /// The stored bytes of the chain (saturating: the sizes are as read from the metadata).
     pub fn bytes(&self) -> u64 {
-        self.chain.iter().map(|a| a.bytes).sum()
+        self.chain
+            .iter()
+            .fold(0, |sum, a| sum.saturating_add(a.bytes))
     }
 
     /// Stored bytes over live bytes; `None` for an empty state.
@@ -207,5 +211,32 @@ impl CheckpointMetadata {
 
     pub fn operator(&self, name: &str) -> Option<&OperatorHandles> {
         self.operators.iter().find(|o| o.name == name)
+    }
+
+    /// Checks what readers rely on and the JSON syntax cannot say (metadata has no checksum:
+    /// a damaged or hand-edited file parses): the number of key groups is one a job can
+    /// have, and every subtask's key groups lie within them. A reader sizes a subtask's
+    /// tables by its range, so a range past the key groups (or ending before it starts)
+    /// would otherwise cost gigabytes or a panic instead of an error.
+    pub fn check(&self) -> Result<(), String> {
+        if !(1..=MAX_KEY_GROUPS).contains(&self.key_groups) {
+            return Err(format!(
+                "{} key groups is out of range (1 to {MAX_KEY_GROUPS})",
+                self.key_groups
+            ));
+        }
+        for operator in &self.operators {
+            for handle in &operator.subtasks {
+                let (start, end) = handle.key_groups;
+                if start > end || end > self.key_groups {
+                    return Err(format!(
+                        "operator `{}` subtask {} owns key groups {start}..{end}, not within \
+                         the checkpoint's {} key groups",
+                        operator.name, handle.subtask, self.key_groups
+                    ));
+                }
+            }
+        }
+        Ok(())
     }
 }

@@ -312,10 +312,21 @@ impl JobStart {
             .chain(restored_id)
             .max()
             .unwrap_or(CheckpointId(0));
+        // The ids are as read from the store: the largest there is leaves none to continue.
+        let next_checkpoint =
+            newest
+                .0
+                .checked_add(1)
+                .map(CheckpointId)
+                .ok_or_else(|| StorageError::Metadata {
+                    path: store.metadata_path(newest),
+                    message: "its checkpoint id is the largest there is: no checkpoint can follow"
+                        .into(),
+                })?;
         Ok(Self {
             restored,
             retained,
-            next_checkpoint: CheckpointId(newest.0 + 1),
+            next_checkpoint,
             passed_over,
         })
     }
@@ -524,6 +535,16 @@ mod tests {
             .await
             .expect("plan");
         assert!(start.passed_over.is_empty());
+    }
+
+    #[tokio::test]
+    async fn a_checkpoint_with_the_largest_id_is_an_error_not_an_overflow() {
+        let store = store_with(&[2, u64::MAX]).await;
+        let latest = StartFrom::Restore(RestoreFrom::Latest);
+        let err = JobStart::plan(&store, "job", &latest, &[])
+            .await
+            .expect_err("no id left");
+        assert!(err.to_string().contains("largest there is"), "{err}");
     }
 
     #[tokio::test]

@@ -119,7 +119,12 @@ pub async fn read_increment(
         .await
         .map_err(store_err)?;
     let footer = format::read_footer(&tail).map_err(format_err)?;
-    let index_range = footer.index_offset..footer.index_offset + u64::from(footer.index_len);
+    // The footer's numbers are as read: their sum may overflow.
+    let index_end = footer
+        .index_offset
+        .checked_add(u64::from(footer.index_len))
+        .ok_or_else(|| format_err(FormatError::Truncated("index out of bounds")))?;
+    let index_range = footer.index_offset..index_end;
     let index_bytes = store
         .get_range(path, index_range)
         .await
@@ -279,6 +284,21 @@ mod tests {
         round_trip("memory:///").await;
         let dir = tempfile::tempdir().expect("tempdir");
         round_trip(&format!("file://{}/store", dir.path().display())).await;
+    }
+
+    #[tokio::test]
+    async fn a_footer_whose_index_ends_past_u64_is_an_error() {
+        let (store, _) = open_store("memory:///").expect("open");
+        let path = Path::from("increment");
+        let mut bytes = format::encode(&increment()).expect("encode");
+        let footer = bytes.len() - FOOTER_LEN;
+        bytes[footer..footer + 8].copy_from_slice(&(u64::MAX - 1).to_le_bytes());
+        store.put(&path, bytes.into()).await.expect("put");
+        let all = KeyGroupRange { start: 0, end: 32 };
+        let err = read_increment(store.as_ref(), &path, all)
+            .await
+            .expect_err("refused");
+        assert!(err.to_string().contains("index out of bounds"), "{err}");
     }
 
     #[test]

@@ -325,20 +325,26 @@ fn domain(d: TimeDomain) -> &'static str {
     }
 }
 
-/// `event-time 2023-11-14T22:13:20.000Z (1700000000000) tag 0`.
+/// `event-time 2023-11-14T22:13:20.000Z (1700000000000) tag 0`; a time before 1970 or past
+/// 9999 as its milliseconds.
 fn timer_text(t: &Timer) -> String {
-    let when = u64::try_from(t.at).map_or_else(
-        |_| format!("{} ms", t.at),
-        |ms| {
-            format!(
-                "{} ({})",
-                humantime::format_rfc3339_millis(
-                    std::time::UNIX_EPOCH + std::time::Duration::from_millis(ms)
-                ),
-                t.at
-            )
-        },
-    );
+    // humantime writes years up to 9999 only (and panics past them).
+    const LAST_MS: u64 = 253_402_300_799_999;
+    let when = u64::try_from(t.at)
+        .ok()
+        .filter(|ms| *ms <= LAST_MS)
+        .map_or_else(
+            || format!("{} ms", t.at),
+            |ms| {
+                format!(
+                    "{} ({})",
+                    humantime::format_rfc3339_millis(
+                        std::time::UNIX_EPOCH + std::time::Duration::from_millis(ms)
+                    ),
+                    t.at
+                )
+            },
+        );
     format!("{} {when} tag {}", domain(t.domain), t.tag)
 }
 
@@ -568,6 +574,19 @@ fn parse_hex(text: &str) -> anyhow::Result<Vec<u8>> {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_timer_past_the_year_9999_is_shown_in_milliseconds() {
+        let far = Timer {
+            domain: TimeDomain::EventTime,
+            at: i64::MAX,
+            tag: 1,
+        };
+        assert_eq!(
+            timer_text(&far),
+            format!("event-time {} ms tag 1", i64::MAX)
+        );
+    }
+
     use std::sync::Arc;
     use std::sync::atomic::Ordering;
 

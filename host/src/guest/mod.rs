@@ -30,8 +30,10 @@ pub use output::{GuestOutput, Stream};
 pub use slots::KeySlots;
 pub use wasm_operator::{WasmOperator, WasmOperatorFactory};
 
+use crate::bindings::weir::operator::types::Batch;
 use crate::ids::{OperatorName, SubtaskIndex};
 use crate::operator::GuestLimits;
+use crate::partition::KeyHash;
 use crate::state::KeyedStateBackend;
 use crate::state::undo::UndoLog;
 
@@ -108,6 +110,28 @@ impl GuestState {
 
     pub fn backend_mut(&mut self) -> &mut KeyedStateBackend {
         &mut self.backend
+    }
+
+    /// Readies the state calls of a `process` call on `batch`: numbers its keys (each
+    /// record's slot goes into `record_slots`; `hashes` are the records' key hashes, if the
+    /// batch came through a keyed edge) and empties the undo log, if one is kept.
+    pub fn begin_batch(&mut self, batch: &Batch, hashes: &[KeyHash], record_slots: &mut Vec<u32>) {
+        self.slots.assign(batch, hashes, record_slots);
+        if let Some(undo) = &mut self.undo {
+            undo.clear();
+        }
+    }
+
+    /// Keeps the state changes of each call, so that a failed call can be taken back.
+    pub fn keep_undo_log(&mut self) {
+        self.undo = Some(UndoLog::default());
+    }
+
+    /// Takes back the state changes of the current call.
+    pub fn roll_back(&mut self) -> Result<(), String> {
+        let undo = self.undo.as_mut().ok_or("the operator keeps no undo log")?;
+        undo.roll_back(&mut self.backend)
+            .map_err(|e| format!("taking back the failed call's state writes: {e}"))
     }
 }
 

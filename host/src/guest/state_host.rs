@@ -32,6 +32,16 @@ fn op_kind(kind: u32) -> Option<OpKind> {
 }
 
 impl GuestState {
+    /// The state a guest call names by id: one the operator declared, never one of the
+    /// host's own (the timers' state, which a guest reaches only through timer operations: a
+    /// value written there directly would bypass the index of pending timers).
+    fn guest_state(&self, state: u32) -> Result<StateId, String> {
+        match self.backend.state_name(StateId(state)) {
+            Some(name) if name.starts_with('@') => Err(StateError::UnknownState(state).to_string()),
+            _ => Ok(StateId(state)),
+        }
+    }
+
     fn describe(&self, state: u32, e: StateError) -> String {
         match self.backend.state_name(StateId(state)) {
             Some(name) => format!("state `{name}`: {e}"),
@@ -54,6 +64,7 @@ impl wit::Host for GuestState {
     }
 
     fn read_values(&mut self, state: wit::StateId, slots: Vec<u32>) -> Result<wit::Values, String> {
+        self.guest_state(state)?;
         for &slot in &slots {
             self.slots.key(slot)?;
         }
@@ -131,7 +142,9 @@ impl wit::Host for GuestState {
                 }
                 continue;
             }
-            let id = StateId(state);
+            let id = self
+                .guest_state(state)
+                .map_err(|e| format!("state operation {i}: {e}"))?;
             if let Some(undo) = &mut self.undo {
                 let write = match kind {
                     OpKind::ValueSet | OpKind::ValueRemove => Write::Value,
@@ -170,6 +183,7 @@ impl wit::Host for GuestState {
         slot: u32,
         map_key: Vec<u8>,
     ) -> Result<Option<Vec<u8>>, String> {
+        self.guest_state(state)?;
         let key = self.slots.key(slot)?;
         match self.backend.map_get(StateId(state), key, &map_key) {
             Ok(v) => Ok(v.map(|v| v.to_vec())),
@@ -178,6 +192,7 @@ impl wit::Host for GuestState {
     }
 
     fn map_size(&mut self, state: wit::StateId, slot: u32) -> Result<u32, String> {
+        self.guest_state(state)?;
         let key = self.slots.key(slot)?;
         match self.backend.map(StateId(state), key) {
             // A map's entries are counted as they are written; more than u32::MAX of them
@@ -194,6 +209,7 @@ impl wit::Host for GuestState {
         after: Option<Vec<u8>>,
         limit: u32,
     ) -> Result<wit::Entries, String> {
+        self.guest_state(state)?;
         let key = self.slots.key(slot)?;
         let map = match self.backend.map(StateId(state), key) {
             Ok(map) => map,
@@ -222,6 +238,7 @@ impl wit::Host for GuestState {
     }
 
     fn list_read(&mut self, state: wit::StateId, slot: u32) -> Result<Blobs, String> {
+        self.guest_state(state)?;
         let key = self.slots.key(slot)?;
         let items = match self.backend.list_items(StateId(state), key) {
             Ok(items) => items,
@@ -309,7 +326,7 @@ mod tests {
             batch.push(RecordRef::keyed(key.as_bytes(), b""));
         }
         let (wit, hashes) = batch.into_wit();
-        guest.slots.assign(&wit, &hashes, &mut Vec::new());
+        guest.begin_batch(&wit, &hashes, &mut Vec::new());
         guest
     }
 
@@ -381,6 +398,26 @@ mod tests {
         assert_eq!(guest.map_size(1, 1), Ok(1));
         assert!(guest.map_size(0, 0).is_err(), "a value state has no size");
         assert!(guest.map_size(1, 7).is_err(), "no such slot");
+    }
+
+    #[test]
+    fn the_timers_state_is_reached_only_through_timer_operations() {
+        let mut guest = in_batch();
+        // timer-register (event time, at 5, tag 1) for key `a`: declares the host's timers
+        // state, id 2.
+        let mut timer = 5i64.to_le_bytes().to_vec();
+        timer.extend_from_slice(&1u32.to_le_bytes());
+        guest
+            .apply(log(&[[7, 0, 0, 0, 12]]), timer)
+            .expect("register");
+        // A value written there directly would bypass the index of pending timers.
+        let e = guest
+            .apply(log(&[[0, 2, 0, 0, 13]]), vec![0; 13])
+            .expect_err("value-set on the timers' state");
+        assert_eq!(e, "state operation 0: no state with id 2 was declared");
+        assert!(guest.read_values(2, vec![0]).is_err());
+        assert!(guest.map_get(2, 0, b"k".to_vec()).is_err());
+        assert_eq!(guest.backend.timers_pending(), Ok((1, 0)));
     }
 
     #[test]

@@ -12,7 +12,6 @@ use crate::operator::{
     FailureKind, OperatorError, OperatorFactory, OperatorInstance, SubtaskContext,
 };
 use crate::record::RecordBatch;
-use crate::state::undo::UndoLog;
 use crate::state::{FiredTimer, KeyedStateBackend, TimeDomain};
 
 /// Instantiates one component per subtask.
@@ -196,12 +195,9 @@ impl WasmOperator {
 impl OperatorInstance for WasmOperator {
     fn process(&mut self, batch: &mut RecordBatch) -> Result<RecordBatch, OperatorError> {
         let (wit, columns) = std::mem::take(batch).lend();
-        let data = self.store.data_mut();
-        data.slots
-            .assign(&wit, columns.hashes(), &mut self.record_slots);
-        if let Some(undo) = &mut data.undo {
-            undo.clear();
-        }
+        self.store
+            .data_mut()
+            .begin_batch(&wit, columns.hashes(), &mut self.record_slots);
         self.start_call();
         let processor = self.bindings.weir_operator_processor();
         let result = processor.call_process(&mut self.store, &wit, &self.record_slots);
@@ -251,14 +247,11 @@ impl OperatorInstance for WasmOperator {
     }
 
     fn keep_undo_log(&mut self) {
-        self.store.data_mut().undo = Some(UndoLog::default());
+        self.store.data_mut().keep_undo_log();
     }
 
     fn roll_back(&mut self) -> Result<(), String> {
-        let data = self.store.data_mut();
-        let undo = data.undo.as_mut().ok_or("the operator keeps no undo log")?;
-        undo.roll_back(&mut data.backend)
-            .map_err(|e| format!("taking back the failed call's state writes: {e}"))
+        self.store.data_mut().roll_back()
     }
 
     fn close(&mut self) -> Result<RecordBatch, OperatorError> {

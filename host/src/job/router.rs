@@ -99,7 +99,7 @@ impl Router {
             key_groups,
             targets: targets.max(1),
             batch_size,
-            builders: (0..targets).map(|_| RecordBatch::new()).collect(),
+            builders: (0..targets.max(1)).map(|_| RecordBatch::new()).collect(),
             ready: Vec::new(),
             next_target: 0,
             from,
@@ -271,6 +271,23 @@ impl Router {
 mod tests {
     use super::*;
     use crate::ids::SubtaskIndex;
+
+    #[test]
+    fn a_router_made_for_no_targets_routes_to_one() {
+        let mut router = Router::new(
+            Some(KeyBy::JsonPointer("/k".into())),
+            KeyGroups::new(8),
+            0,
+            1,
+            "src".into(),
+            "op".into(),
+        );
+        let mut batch = RecordBatch::new();
+        batch.push(RecordRef::unkeyed(br#"{"k": "a"}"#));
+        router.route(batch).expect("route");
+        let routed: Vec<usize> = router.drain().map(|(target, _)| target).collect();
+        assert_eq!(routed, [0]);
+    }
 
     #[test]
     fn keyed_routing_sends_each_key_to_the_owner_of_its_group() {

@@ -115,10 +115,10 @@ async fn show(State(registry): State<Arc<Registry>>, Path(id): Path<String>) -> 
 }
 
 /// `?checkpoint=true`: stop after a last checkpoint.
-#[derive(serde::Deserialize)]
-struct CancelOptions {
+#[derive(Debug, serde::Deserialize)]
+pub struct CancelOptions {
     #[serde(default)]
-    checkpoint: bool,
+    pub checkpoint: bool,
 }
 
 async fn cancel(
@@ -140,9 +140,9 @@ async fn checkpoint(State(registry): State<Arc<Registry>>, Path(id): Path<String
 }
 
 /// `?checkpoint=N`: restart from checkpoint `N` instead of the latest.
-#[derive(serde::Deserialize)]
-struct RestartOptions {
-    checkpoint: Option<u64>,
+#[derive(Debug, serde::Deserialize)]
+pub struct RestartOptions {
+    pub checkpoint: Option<u64>,
 }
 
 async fn restart(
@@ -162,10 +162,10 @@ async fn restart(
 }
 
 /// `?tail=N`: how many of the last lines.
-#[derive(serde::Deserialize)]
-struct LogOptions {
+#[derive(Debug, serde::Deserialize)]
+pub struct LogOptions {
     #[serde(default = "default_tail")]
-    tail: usize,
+    pub tail: usize,
 }
 
 fn default_tail() -> usize {

@@ -188,10 +188,11 @@ pub fn summary(m: &CheckpointMetadata) -> CheckpointSummary {
 /// the store holds.
 pub fn distinct_artifacts(metadata: &CheckpointMetadata) -> (usize, u64) {
     let mut seen = HashSet::new();
-    let mut bytes = 0;
+    let mut bytes: u64 = 0;
     for artifact in metadata.artifacts() {
         if seen.insert(&artifact.path) {
-            bytes += artifact.bytes;
+            // Saturating: the sizes are as read from the metadata.
+            bytes = bytes.saturating_add(artifact.bytes);
         }
     }
     (seen.len(), bytes)

@@ -604,8 +604,9 @@ fn job_info(
 }
 
 /// Writes the job's files into `dir`: its components under `components/`, and its job file
-/// pointing at them, with checkpoints (if any) kept in the job's own folder.
-fn prepare(dir: &Path, request: &SubmitRequest) -> Result<JobSpec, SubmitError> {
+/// pointing at them, with checkpoints (if any) kept in the job's own folder. Then loads and
+/// checks the job file ([`JobSpec::load`]); the components are not compiled here.
+pub fn prepare(dir: &Path, request: &SubmitRequest) -> Result<JobSpec, SubmitError> {
     let bad = |m: String| SubmitError(m);
     let io = |what: &Path, e: std::io::Error| SubmitError(format!("{}: {e}", what.display()));
     let components = dir.join("components");

@@ -47,7 +47,8 @@ impl KeyedStateBackend {
         self.recount_live_bytes();
         self.timers_changed();
         if self.epoch <= checkpoint {
-            self.epoch = CheckpointId(checkpoint.0 + 1);
+            // Saturating: the id is as read from the artifact.
+            self.epoch = CheckpointId(checkpoint.0.saturating_add(1));
         }
         Ok(())
     }

@@ -100,6 +100,13 @@ pub(super) fn decode_set(set: &[u8]) -> Result<impl Iterator<Item = Timer> + '_,
             set.len()
         )));
     }
+    // Sets are written sorted, each timer once; lookups binary-search them. A restored set
+    // out of order would hide its timers from deletion, so a due one would fire forever.
+    if !set.chunks_exact(TIMER_BYTES).is_sorted_by(|a, b| a < b) {
+        return Err(StateError::BadTimers(
+            "a key's timer set is out of order or holds a timer twice".into(),
+        ));
+    }
     let timers: Vec<Timer> = set
         .chunks_exact(TIMER_BYTES)
         .map(Timer::decode)
@@ -279,7 +286,12 @@ impl KeyedStateBackend {
                     StateError::BadTimers("the index names a timer the state does not hold".into())
                 })?;
             // Through the set, so the key is written and moves to its next timer in the index.
-            self.timer_delete(key_ref, timer)?;
+            if !self.timer_delete(key_ref, timer)? {
+                // Firing it again would find it again: never ending.
+                return Err(StateError::BadTimers(
+                    "the index names a timer the state does not hold".into(),
+                ));
+            }
             debug_assert_eq!(timer.at, at, "the index and the state agree");
             fired.push(FiredTimer {
                 key,
@@ -417,6 +429,35 @@ mod tests {
             .expect("due");
         assert_eq!(fired.len(), 2);
         assert_eq!(&fired[0].key[..], b"y");
+    }
+
+    #[test]
+    fn a_restored_timer_set_out_of_order_is_an_error_not_a_timer_firing_forever() {
+        use crate::state::{Change, GroupIncrement, Increment, StateChanges};
+        let groups = KeyGroups::default();
+        let mut set = event(9, 0).encode().to_vec();
+        set.extend_from_slice(&event(3, 0).encode());
+        let increment = Increment {
+            checkpoint: crate::ids::CheckpointId(1),
+            groups: vec![GroupIncrement {
+                group: groups.of(hash_key(b"k")),
+                states: vec![StateChanges {
+                    name: TIMERS_STATE.into(),
+                    kind: StateKind::Value,
+                    changes: vec![Change::Value {
+                        key: StateBytes::copy_from_slice(b"k"),
+                        value: Some(StateBytes::copy_from_slice(&set)),
+                    }],
+                }],
+            }],
+        };
+        let mut restored = backend();
+        restored.restore(&increment).expect("restore");
+        let e = restored
+            .take_due_timers(TimeDomain::EventTime, i64::MAX, 100)
+            .expect_err("out of order");
+        assert!(e.to_string().contains("out of order"), "{e}");
+        assert!(restored.timers_of(key("k")).is_err());
     }
 
     #[test]
