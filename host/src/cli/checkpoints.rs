@@ -519,7 +519,7 @@ fn cells(names: &[&str]) -> Vec<String> {
 }
 
 /// Aligns `rows` in columns two spaces apart; numbers (`right[i]`) align right.
-fn render(rows: &[Vec<String>], right: &[bool]) -> String {
+pub(super) fn render(rows: &[Vec<String>], right: &[bool]) -> String {
     let mut widths = vec![0; right.len()];
     for row in rows {
         for (w, cell) in widths.iter_mut().zip(row) {

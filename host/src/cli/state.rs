@@ -512,7 +512,8 @@ fn describe(
             .iter()
             .map(|r| vec![decode::key_text(&r.key), r.state.clone(), r.text.clone()]),
     );
-    out.push_str(&render(&table));
+    let columns = table.first().map_or(0, Vec::len);
+    out.push_str(&super::checkpoints::render(&table, &vec![false; columns]));
     if scan.truncated {
         let _ = writeln!(out, "{}", truncation_note(query));
     }
@@ -524,33 +525,6 @@ fn truncation_note(query: &Query) -> String {
         "... more entries not shown: the first {} (in key-group order); raise --limit, or 0 for all",
         query.limit.unwrap_or(0)
     )
-}
-
-/// Aligns `rows` in columns two spaces apart; the last column is not padded.
-fn render(rows: &[Vec<String>]) -> String {
-    let columns = rows.first().map_or(0, Vec::len);
-    let mut widths = vec![0; columns];
-    for row in rows {
-        for (w, cell) in widths.iter_mut().zip(row) {
-            *w = (*w).max(cell.chars().count());
-        }
-    }
-    let mut out = String::new();
-    for row in rows {
-        let mut line = String::new();
-        for (i, cell) in row.iter().enumerate() {
-            if i > 0 {
-                line.push_str("  ");
-            }
-            line.push_str(cell);
-            if i + 1 < row.len() {
-                line.push_str(&" ".repeat(widths[i] - cell.chars().count()));
-            }
-        }
-        out.push_str(line.trim_end());
-        out.push('\n');
-    }
-    out
 }
 
 /// The bytes of hex digits, with or without a `0x`.
