@@ -336,16 +336,6 @@ mod tests {
 
     fn metadata(id: u64) -> CheckpointMetadata {
         CheckpointMetadata {
-            version: METADATA_VERSION,
-            job: "job".into(),
-            id: CheckpointId(id),
-            completed_at_ms: 0,
-            finished: false,
-            key_groups: 128,
-            source: serde_json::Value::Null,
-            sink: None,
-            dead_letters: Default::default(),
-            source_max_timestamp: None,
             operators: vec![OperatorHandles {
                 name: "count".into(),
                 parallelism: 1,
@@ -354,8 +344,7 @@ mod tests {
                     ..SubtaskHandle::default()
                 }],
             }],
-            timing: None,
-            counts: None,
+            ..CheckpointMetadata::bare("job", id)
         }
     }
 

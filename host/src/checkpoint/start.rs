@@ -360,24 +360,9 @@ impl JobStart {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::checkpoint::metadata::METADATA_VERSION;
 
     fn metadata(id: u64) -> CheckpointMetadata {
-        CheckpointMetadata {
-            version: METADATA_VERSION,
-            job: "job".into(),
-            id: CheckpointId(id),
-            completed_at_ms: 0,
-            finished: false,
-            key_groups: 128,
-            source: serde_json::Value::Null,
-            sink: None,
-            dead_letters: Default::default(),
-            source_max_timestamp: None,
-            operators: Vec::new(),
-            timing: None,
-            counts: None,
-        }
+        CheckpointMetadata::bare("job", id)
     }
 
     /// A store holding completed checkpoints `ids` of job `job`, and one artifact.
