@@ -41,6 +41,7 @@ use tracing::Instrument;
 
 use super::checkpoint_store::CheckpointStore;
 use super::error::CheckpointError;
+use super::history::{CheckpointHistory, Completion};
 use super::metadata::{
     CheckpointMetadata, CheckpointTiming, METADATA_VERSION, OperatorHandles, RecordCounts,
     SubtaskHandle,
@@ -79,6 +80,10 @@ pub struct CheckpointCounters {
     pub last_start_delay_us: AtomicU64,
     pub last_alignment_us: AtomicU64,
     pub last_sync_pause_us: AtomicU64,
+    /// When the last checkpoint completed, Unix time in milliseconds (0 before the first).
+    pub last_completed_at_ms: AtomicU64,
+    /// The last checkpoints tried, with their outcomes and costs.
+    pub history: CheckpointHistory,
 }
 
 /// What the coordinator knows of the job.
@@ -380,6 +385,7 @@ impl Coordinator {
     /// Asks the source for a checkpoint.
     fn trigger(&mut self, last: bool) -> Result<InFlight, CheckpointError> {
         let pending = self.new_checkpoint(last, true);
+        self.counters.history.triggered(pending.id, unix_ms());
         tracing::info!(job = %self.setup.job, checkpoint = pending.id.0, last, "checkpoint triggered");
         self.triggers
             .send(Barrier::new(pending.id, last))
@@ -475,10 +481,19 @@ impl Coordinator {
                 Ok(()) => None,
                 // Neither completing nor aborting is safe: the job stops and restarts from
                 // what the store holds.
-                Err(f) => return Outcome::Failed(f),
+                Err(f) => {
+                    let duration = done.started.elapsed().as_micros() as u64;
+                    self.counters.history.failed(id, duration, f.to_string());
+                    return Outcome::Failed(f);
+                }
             },
         };
         if let Some(failure) = failure {
+            self.counters.history.failed(
+                id,
+                done.started.elapsed().as_micros() as u64,
+                failure.to_string(),
+            );
             self.counters.aborted.fetch_add(1, Ordering::Relaxed);
             self.broadcast(Notification::Abort(id));
             self.failures_in_a_row += 1;
@@ -516,6 +531,7 @@ impl Coordinator {
                 });
             }
             let retake = self.new_checkpoint(true, false);
+            self.counters.history.triggered(retake.id, unix_ms());
             self.broadcast(Notification::Retake(retake.id));
             return Outcome::Retake(Box::new(retake));
         }
@@ -564,6 +580,23 @@ impl Coordinator {
         let deleted_since =
             deleted.saturating_sub(std::mem::replace(&mut self.deleted_before, deleted));
 
+        counters
+            .last_completed_at_ms
+            .store(unix_ms(), Ordering::Relaxed);
+        counters.history.completed(
+            id,
+            &self.metadata(&done),
+            Completion {
+                duration_us: timing.duration_us,
+                sync_pause_us: timing.sync_pause_us,
+                start_delay_us: timing.start_delay_us,
+                alignment_us: timing.alignment_us,
+                entries_written: entries,
+                artifacts_written: artifacts as u64,
+                bytes_written: bytes,
+                artifacts_deleted: deleted_since,
+            },
+        );
         tracing::info!(
             job = %self.setup.job,
             checkpoint = id.0,
@@ -660,9 +693,7 @@ impl Coordinator {
             version: METADATA_VERSION,
             job: self.setup.job.clone(),
             id: done.id,
-            completed_at_ms: SystemTime::now()
-                .duration_since(SystemTime::UNIX_EPOCH)
-                .map_or(0, |d| d.as_millis() as u64),
+            completed_at_ms: unix_ms(),
             finished: done.last,
             key_groups: self.setup.key_groups,
             source: done.source.clone().unwrap_or(SourcePosition::Null),
@@ -681,6 +712,13 @@ impl Coordinator {
             let _ = task.send(notification);
         }
     }
+}
+
+/// Now, in milliseconds since the Unix epoch.
+fn unix_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
 }
 
 #[cfg(test)]

@@ -20,6 +20,8 @@
 //! - [`format`](mod@format): the versioned, checksummed artifact of one increment, laid out by key group
 //!   with an index for ranged reads.
 //! - [`storage`]: stores chosen by URL through `object_store`; ranged reads of artifacts.
+//! - [`history`]: the last checkpoints a pipeline tried, failed ones included, with their
+//!   costs, for the console.
 //! - [`verify`]: reads a checkpoint whole and reports its damage, artifact by artifact.
 //! - [`instrumented_store`]: a store wrapper that counts reads, writes and deletes per path
 //!   and injects faults, for tests.
@@ -29,6 +31,7 @@ pub mod checkpoint_store;
 pub mod coordinator;
 pub mod error;
 pub mod format;
+pub mod history;
 pub mod instrumented_store;
 pub mod metadata;
 pub mod ownership;

@@ -116,27 +116,64 @@ impl GuestLogFile {
 
     /// The last `count` lines, oldest first (from the rotated file too, if needed).
     pub fn tail(&self, count: usize) -> std::io::Result<Vec<LogLine>> {
-        let mut lines = read_lines(&self.path)?;
+        self.tail_matching(count, |_| true)
+    }
+
+    /// The last `count` lines that `keep` keeps, oldest first. Reads the files from their
+    /// ends, only as far back as it takes: a console polling the log of a chatty guest every
+    /// second reads kilobytes, not the megabytes the file may hold.
+    pub fn tail_matching(
+        &self,
+        count: usize,
+        keep: impl Fn(&LogLine) -> bool,
+    ) -> std::io::Result<Vec<LogLine>> {
+        let mut lines = last_lines(&self.path, count, &keep)?;
         if lines.len() < count {
-            let mut older = read_lines(&self.rotated())?;
+            let mut older = last_lines(&self.rotated(), count - lines.len(), &keep)?;
             older.append(&mut lines);
             lines = older;
         }
-        let skip = lines.len().saturating_sub(count);
-        Ok(lines.split_off(skip))
+        Ok(lines)
     }
 }
 
-/// The lines of a log file; none if it does not exist. A line cut short by a crash is
-/// skipped.
-fn read_lines(path: &Path) -> std::io::Result<Vec<LogLine>> {
-    match std::fs::read(path) {
-        Ok(bytes) => Ok(bytes
-            .split(|&b| b == b'\n')
+/// How much of a log file's end is read first; doubled until enough lines are found.
+const FIRST_READ: u64 = 64 << 10;
+
+/// The last `count` lines of the file at `path` that `keep` keeps, oldest first; none if it
+/// does not exist. A line cut short by a crash is skipped.
+fn last_lines(
+    path: &Path,
+    count: usize,
+    keep: &dyn Fn(&LogLine) -> bool,
+) -> std::io::Result<Vec<LogLine>> {
+    use std::io::{Read as _, Seek as _, SeekFrom};
+    let mut file = match File::open(path) {
+        Ok(file) => file,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(e),
+    };
+    let len = file.metadata()?.len();
+    let mut window = FIRST_READ.min(len);
+    loop {
+        let start = len - window;
+        file.seek(SeekFrom::Start(start))?;
+        let mut bytes = Vec::with_capacity(window as usize);
+        (&mut file).take(window).read_to_end(&mut bytes)?;
+        let mut pieces = bytes.split(|&b| b == b'\n');
+        if start > 0 {
+            // The window begins inside a line.
+            pieces.next();
+        }
+        let mut lines: Vec<LogLine> = pieces
             .filter_map(|l| serde_json::from_slice(l).ok())
-            .collect()),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Vec::new()),
-        Err(e) => Err(e),
+            .filter(|l| keep(l))
+            .collect();
+        if lines.len() >= count || start == 0 {
+            let skip = lines.len().saturating_sub(count);
+            return Ok(lines.split_off(skip));
+        }
+        window = (window * 2).min(len);
     }
 }
 
@@ -184,5 +221,31 @@ mod tests {
         assert_eq!(tail.len(), 3);
         assert_eq!(tail[2].message, "after rotation");
         assert_eq!(tail[1].message, big);
+    }
+
+    #[test]
+    fn a_filtered_tail_reads_back_as_far_as_it_takes() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let log = GuestLogFile::new(dir.path().join("guest.log"));
+        // Far more than the first read: the rare lines are all in the file's first part.
+        for i in 0..3 {
+            log.append(LogLine {
+                operator: "rare".into(),
+                level: "warn".into(),
+                ..line(&format!("rare {i}"))
+            });
+        }
+        for i in 0..5_000 {
+            log.append(line(&format!("common {i}")));
+        }
+        let rare = log
+            .tail_matching(2, |l| l.operator == "rare")
+            .expect("tail");
+        let messages: Vec<_> = rare.iter().map(|l| l.message.as_str()).collect();
+        assert_eq!(messages, ["rare 1", "rare 2"]);
+        let all_rare = log.tail_matching(10, |l| l.level == "warn").expect("tail");
+        assert_eq!(all_rare.len(), 3);
+        let last = log.tail(2).expect("tail");
+        assert_eq!(last[1].message, "common 4999");
     }
 }

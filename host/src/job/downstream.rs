@@ -2,6 +2,9 @@
 //! its records, routed to the next stage's subtasks; the records the routing cannot key, by
 //! the next stage's `on_bad_record`; its dead letters; and the barriers, after all of them.
 
+use std::sync::Arc;
+use std::sync::atomic::AtomicU64;
+
 use super::bad_records::{BadRecordPolicy, DeadLetter, DeadLetters};
 use super::in_flight::Output;
 use super::router::{Router, Unroutable};
@@ -52,6 +55,16 @@ impl Downstream {
             letters,
             rejected: Vec::new(),
         }
+    }
+
+    /// Adds the time this task spends blocked on sending to `blocked_us`.
+    pub(super) fn counting_blocked_time(mut self, blocked_us: &Arc<AtomicU64>) -> Self {
+        self.targets = self
+            .targets
+            .into_iter()
+            .map(|t| t.counting_blocked_time(blocked_us.clone()))
+            .collect();
+        self
     }
 
     /// The most records the next stage wants in one batch now, over all its subtasks

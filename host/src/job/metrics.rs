@@ -51,6 +51,9 @@ pub struct SubtaskMetrics {
     /// Timers pending in the subtask's state (both clocks), and fired so far.
     pub timers_pending: AtomicU64,
     pub timers_fired: AtomicU64,
+    /// Time the subtask spent blocked on sending downstream, in microseconds: its share of
+    /// each second is its backpressure.
+    pub backpressured_us: Arc<AtomicU64>,
 }
 
 impl SubtaskMetrics {
@@ -149,6 +152,8 @@ pub struct JobMetrics {
     /// The records the source had read when the run started (the restored checkpoint's
     /// count): the run's own rate leaves them out.
     pub source_records_restored: AtomicU64,
+    /// Time the source spent blocked on sending downstream, in microseconds.
+    pub source_backpressured_us: Arc<AtomicU64>,
     pub operators: Vec<OperatorMetrics>,
 }
 
@@ -161,6 +166,7 @@ impl JobMetrics {
             sink_records: AtomicU64::new(0),
             source_skipped_timestamps: AtomicU64::new(0),
             source_records_restored: AtomicU64::new(0),
+            source_backpressured_us: Arc::default(),
             operators: operators
                 .into_iter()
                 .map(|(name, parallelism)| OperatorMetrics {

@@ -178,7 +178,8 @@ pub async fn run(
             stages[0].name.clone(),
             origin.clone(),
             letters.next().unwrap_or_default(),
-        ),
+        )
+        .counting_blocked_time(&metrics.source_backpressured_us),
         batch_size,
         triggers: trigger_rx,
         acks: ack_tx.clone(),
@@ -235,7 +236,8 @@ pub async fn run(
                 next_name,
                 origin.clone(),
                 letters.next().unwrap_or_default(),
-            );
+            )
+            .counting_blocked_time(&metrics.operators[s].subtasks[i].backpressured_us);
             let (notify_tx, notify_rx) = mpsc::unbounded_channel();
             notify.push(notify_tx);
             let checkpoints = checkpointing.as_ref().map(|c| {

@@ -35,7 +35,7 @@ type SubtaskFamily = (
     fn(&SubtaskMetrics) -> &AtomicU64,
 );
 
-const SUBTASK_FAMILIES: [SubtaskFamily; 12] = [
+const SUBTASK_FAMILIES: [SubtaskFamily; 13] = [
     (
         "weir_records_in_total",
         "counter",
@@ -107,6 +107,12 @@ const SUBTASK_FAMILIES: [SubtaskFamily; 12] = [
         "counter",
         "Timers an operator subtask fired.",
         |s| &s.timers_fired,
+    ),
+    (
+        "weir_backpressured_microseconds_total",
+        "counter",
+        "Time an operator subtask spent blocked on sending downstream: its backpressure.",
+        |s| &s.backpressured_us,
     ),
 ];
 
