@@ -56,7 +56,8 @@
 //!   through).
 //! - [`kafka`]: Kafka's source and sink, and scale-out: a pipeline per input partition, the
 //!   partitions shared by the processes of a consumer group ([`kafka::run_group`]).
-//! - [`serve`]: `weir serve`, a long-running host running many jobs submitted over HTTP.
+//! - [`serve`]: `weir serve`, a long-running host running many jobs submitted over HTTP, and
+//!   its web console (rates, backpressure, checkpoint history, logs; DESIGN.md §15).
 //! - [`ids`]: identifier newtypes shared across modules.
 //!
 //! # Design notes

@@ -8,12 +8,17 @@
 //! | `POST /v1/jobs/{id}/cancel[?checkpoint=true]` | stop a job (after a last checkpoint); its checkpoints stay |
 //! | `POST /v1/jobs/{id}/checkpoint` | take a checkpoint now |
 //! | `POST /v1/jobs/{id}/restart[?checkpoint=N]` | run an ended job again from checkpoint `N` (default: its latest) |
-//! | `GET /v1/jobs/{id}/logs[?tail=N]` | the last `N` (default 200) lines its guests logged ([`LogLine`]s) |
+//! | `GET /v1/jobs/{id}/logs[?tail=N][&operator=OP][&level=L]` | the last `N` (default 200) lines its guests logged ([`LogLine`]s), of operator `OP`, at level `L` or above |
 //! | `GET /v1/jobs/{id}/checkpoints` | its completed checkpoints ([`CheckpointSummary`]s, what `weir checkpoints list --json` prints) |
 //! | `GET /v1/jobs/{id}/checkpoints/{ID\|latest}` | one of them: metadata and stored artifacts ([`CheckpointDetail`]) |
+//! | `GET /v1/jobs/{id}/checkpoints/history` | the checkpoints it tried in this host's run of it, failed ones too, with their costs ([`CheckpointRecord`]s) |
+//! | `GET /v1/jobs/{id}/graph` | its operator graph: per node and subtask, counts, rates, state, watermark, backpressure ([`JobGraph`]) |
+//! | `GET /v1/jobs/{id}/rates[?since_ms=T]` | its records per second over the last five minutes, one point a second ([`RatesBody`]) |
 //! | `GET /metrics` | Prometheus text |
+//! | `GET /` | the web console ([`super::console`]) |
 //!
-//! Every call needs the host's bearer token: 401 without one or with a wrong one.
+//! Every call but the console's assets needs the host's bearer token: 401 without one or
+//! with a wrong one. Every response carries the console's security headers.
 
 use std::sync::Arc;
 
@@ -25,9 +30,12 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 
 use super::Registry;
+use super::graph::JobGraph;
 use super::job_checkpoints::{InspectError, Which};
 use super::protocol::{CheckpointDetail, CheckpointSummary, ErrorBody, JobInfo, SubmitRequest};
+use super::rates::RatesBody;
 use super::registry::{CheckpointsError, RestartError};
+use crate::checkpoint::history::CheckpointRecord;
 use crate::guest::LogLine;
 use crate::ids::CheckpointId;
 
@@ -43,7 +51,10 @@ pub fn router(registry: Arc<Registry>, token: String) -> Router {
         .route("/v1/jobs/{id}/checkpoint", post(checkpoint))
         .route("/v1/jobs/{id}/restart", post(restart))
         .route("/v1/jobs/{id}/logs", get(logs))
+        .route("/v1/jobs/{id}/graph", get(graph))
+        .route("/v1/jobs/{id}/rates", get(rates))
         .route("/v1/jobs/{id}/checkpoints", get(checkpoints))
+        .route("/v1/jobs/{id}/checkpoints/history", get(checkpoint_history))
         .route(
             "/v1/jobs/{id}/checkpoints/{checkpoint}",
             get(checkpoint_detail),
@@ -55,6 +66,8 @@ pub fn router(registry: Arc<Registry>, token: String) -> Router {
             Arc::<str>::from(token),
             authorize,
         ))
+        .merge(super::console::router())
+        .layer(middleware::from_fn(super::console::security_headers))
         .with_state(registry)
 }
 
@@ -161,11 +174,21 @@ async fn restart(
     }
 }
 
-/// `?tail=N`: how many of the last lines.
+/// `?tail=N`: how many of the last lines; `operator`, `level`: only those of that operator,
+/// at that level or above.
 #[derive(Debug, serde::Deserialize)]
 pub struct LogOptions {
     #[serde(default = "default_tail")]
     pub tail: usize,
+    pub operator: Option<String>,
+    pub level: Option<String>,
+}
+
+/// Log levels, least severe first.
+const LEVELS: [&str; 5] = ["trace", "debug", "info", "warn", "error"];
+
+fn severity(level: &str) -> Option<usize> {
+    LEVELS.iter().position(|l| l.eq_ignore_ascii_case(level))
 }
 
 fn default_tail() -> usize {
@@ -177,14 +200,66 @@ async fn logs(
     Path(id): Path<String>,
     Query(options): Query<LogOptions>,
 ) -> Response {
+    let least = match options.level.as_deref().filter(|l| !l.is_empty()) {
+        None => 0,
+        Some(level) => match severity(level) {
+            Some(least) => least,
+            None => {
+                return error(
+                    StatusCode::BAD_REQUEST,
+                    format!("no log level `{level}`: use one of {}", LEVELS.join(", ")),
+                );
+            }
+        },
+    };
+    let operator = options.operator.filter(|o| !o.is_empty());
+    let keep = move |line: &LogLine| {
+        // A printed line's level is its stream's: unknown levels count as info.
+        severity(&line.level).unwrap_or(2) >= least
+            && operator.as_ref().is_none_or(|o| *o == line.operator)
+    };
     // Reading the file blocks.
     let read =
-        tokio::task::spawn_blocking(move || registry.logs(&id, options.tail).ok_or(id)).await;
+        tokio::task::spawn_blocking(move || registry.logs(&id, options.tail, keep).ok_or(id)).await;
     match read {
         Ok(Ok(Ok(lines))) => Json::<Vec<LogLine>>(lines).into_response(),
         Ok(Ok(Err(e))) => error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
         Ok(Err(id)) => error(StatusCode::NOT_FOUND, format!("no job {id}")),
         Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
+    }
+}
+
+async fn graph(State(registry): State<Arc<Registry>>, Path(id): Path<String>) -> Response {
+    match registry.graph(&id) {
+        Some(graph) => Json::<JobGraph>(graph).into_response(),
+        None => error(StatusCode::NOT_FOUND, format!("no job {id}")),
+    }
+}
+
+/// `?since_ms=T`: only the points after `T`.
+#[derive(Debug, serde::Deserialize)]
+pub struct RatesOptions {
+    pub since_ms: Option<u64>,
+}
+
+async fn rates(
+    State(registry): State<Arc<Registry>>,
+    Path(id): Path<String>,
+    Query(options): Query<RatesOptions>,
+) -> Response {
+    match registry.rates(&id, options.since_ms) {
+        Some(rates) => Json::<RatesBody>(rates).into_response(),
+        None => error(StatusCode::NOT_FOUND, format!("no job {id}")),
+    }
+}
+
+async fn checkpoint_history(
+    State(registry): State<Arc<Registry>>,
+    Path(id): Path<String>,
+) -> Response {
+    match registry.checkpoint_history(&id) {
+        Some(records) => Json::<Vec<CheckpointRecord>>(records).into_response(),
+        None => error(StatusCode::NOT_FOUND, format!("no job {id}")),
     }
 }
 

@@ -7,14 +7,22 @@
 //! - [`registry`]: the jobs the host runs, each isolated in its own folder, checkpoint store
 //!   prefix, metrics and failures.
 //! - [`prometheus`]: `/metrics` in the Prometheus text format.
+//! - [`rates`]: each job's records per second over the last five minutes and each task's
+//!   backpressure, sampled by the host once a second.
+//! - [`graph`]: a job's operator graph with its counts, rates, state and backpressure.
+//! - [`console`]: the web console, a page compiled into the binary that calls the API.
 //!
-//! Every call needs `Authorization: Bearer <token>`, the token given at start (a file or
-//! `WEIR_TOKEN`); the comparison takes the same time whatever the token.
+//! Every API call needs `Authorization: Bearer <token>`, the token given at start (a file or
+//! `WEIR_TOKEN`); the comparison takes the same time whatever the token. The console's
+//! assets hold no data and need none.
 
 pub mod api;
+pub mod console;
+pub mod graph;
 pub mod job_checkpoints;
 pub mod prometheus;
 pub mod protocol;
+pub mod rates;
 pub mod registry;
 
 use std::net::SocketAddr;
@@ -46,6 +54,7 @@ pub async fn serve(
     let registry = Arc::new(Registry::new(engine, options.data_dir.clone()));
     // Jobs running when the host last stopped go on from their latest checkpoint.
     registry.resume();
+    tokio::spawn(rates::sample_every(registry.clone()));
     let listener = tokio::net::TcpListener::bind(options.listen)
         .await
         .with_context(|| format!("cannot listen on {}", options.listen))?;

@@ -37,6 +37,18 @@ pub struct JobInfo {
     /// its own with checkpoints of its own. The job's counts are their sums.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub partitions: Option<Vec<PartitionInfo>>,
+    /// When this run of it started (Unix time, ms), while it runs.
+    #[serde(default)]
+    pub started_at_ms: Option<u64>,
+    /// Records per second read by the source and taken by the sink, over the last second,
+    /// while it runs.
+    #[serde(default)]
+    pub in_per_second: Option<f64>,
+    #[serde(default)]
+    pub out_per_second: Option<f64>,
+    /// When its last checkpoint completed (Unix time, ms) in this host's run of it.
+    #[serde(default)]
+    pub last_checkpoint_at_ms: Option<u64>,
 }
 
 /// A partition of a Kafka job's topic that a host owns.

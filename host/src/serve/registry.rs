@@ -16,9 +16,12 @@ use std::sync::{Arc, Mutex};
 
 use base64::Engine as _;
 
+use super::graph::{GraphInputs, JobGraph};
 use super::job_checkpoints::JobCheckpoints;
 use super::prometheus::PipelineCounters;
 use super::protocol::{JobInfo, JobStatus, OperatorInfo, PartitionInfo, SubmitRequest};
+use super::rates::{PipelineView, RateHistory, RatesBody};
+use crate::checkpoint::history::CheckpointRecord;
 use crate::checkpoint::{CheckpointStore, JobStart, RestoreFrom, StartFrom};
 use crate::engine::Engine;
 use crate::guest::{GuestLogFile, LogLine};
@@ -85,6 +88,14 @@ struct HostedJob {
     outcome: Mutex<(JobStatus, Option<String>)>,
     /// The guests' log lines, in the job's folder.
     log: Arc<GuestLogFile>,
+    /// What each node of its graph is, source to sink (`graph::describe`).
+    details: Vec<String>,
+    /// When this run of it started, Unix time in milliseconds; `None` for a job that had
+    /// ended when the host started.
+    started_at_ms: Option<u64>,
+    /// Its rates, sampled every second while it runs (`rates::sample_every`); locked by the
+    /// sampler and by the API's readers, each for a moment.
+    rates: Mutex<RateHistory>,
 }
 
 /// The jobs of one host.
@@ -320,10 +331,60 @@ impl Registry {
         Ok(info(&restarted))
     }
 
-    /// The last `tail` lines the job's guests logged.
-    pub fn logs(&self, id: &str, tail: usize) -> Option<std::io::Result<Vec<LogLine>>> {
+    /// The last `tail` lines the job's guests logged that `keep` keeps.
+    pub fn logs(
+        &self,
+        id: &str,
+        tail: usize,
+        keep: impl Fn(&LogLine) -> bool,
+    ) -> Option<std::io::Result<Vec<LogLine>>> {
         let job = self.jobs().get(id).cloned()?;
-        Some(job.log.tail(tail))
+        Some(job.log.tail_matching(tail, keep))
+    }
+
+    /// Reads the rates of every running job; called every second by `rates::sample_every`.
+    pub fn sample_rates(&self) {
+        let jobs: Vec<Arc<HostedJob>> = self.jobs().values().cloned().collect();
+        for job in jobs.iter().filter(|j| j.status() == JobStatus::Running) {
+            let pipelines = job.pipelines();
+            job.rates()
+                .sample(&pipelines, std::time::Instant::now(), unix_ms());
+        }
+    }
+
+    /// A job's graph with its counts, rates, state and backpressure now.
+    pub fn graph(&self, id: &str) -> Option<JobGraph> {
+        let job = self.jobs().get(id).cloned()?;
+        let pipelines = job.pipelines();
+        let rates = job.rates();
+        Some(super::graph::graph(&GraphInputs {
+            job: &job.id,
+            name: &job.name,
+            status: job.status(),
+            details: &job.details,
+            pipelines: &pipelines,
+            rates: &rates,
+            now_ms: unix_ms() as i64,
+        }))
+    }
+
+    /// A job's rates over the last five minutes, after `since_ms` if given.
+    pub fn rates(&self, id: &str, since_ms: Option<u64>) -> Option<RatesBody> {
+        let job = self.jobs().get(id).cloned()?;
+        Some(job.rates().body(since_ms))
+    }
+
+    /// The checkpoints a job tried in this host's run of it, newest first (of a Kafka job,
+    /// those of the partitions it owns now).
+    pub fn checkpoint_history(&self, id: &str) -> Option<Vec<CheckpointRecord>> {
+        let job = self.jobs().get(id).cloned()?;
+        let mut records: Vec<CheckpointRecord> = job
+            .pipelines()
+            .iter()
+            .flat_map(|p| p.metrics.checkpoints.history.newest_first(p.partition))
+            .collect();
+        records.sort_by_key(|r| std::cmp::Reverse((r.triggered_at_ms, r.id)));
+        Some(records)
     }
 
     /// Refuses a job whose source or sink lies in the host's data directory, where it could
@@ -428,6 +489,28 @@ impl HostedJob {
         self.outcome.lock().unwrap_or_else(|e| e.into_inner()).0
     }
 
+    fn rates(&self) -> std::sync::MutexGuard<'_, RateHistory> {
+        self.rates.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Its pipelines: one, or one per owned partition of a Kafka job.
+    fn pipelines(&self) -> Vec<PipelineView> {
+        match &self.group {
+            Some(view) => view
+                .owned()
+                .into_iter()
+                .map(|p| PipelineView {
+                    partition: Some(p.partition),
+                    metrics: p.metrics,
+                })
+                .collect(),
+            None => vec![PipelineView {
+                partition: None,
+                metrics: self.metrics.clone(),
+            }],
+        }
+    }
+
     /// The last completed checkpoint of each pipeline: by partition for a Kafka job, under
     /// `-1` for a job of one pipeline.
     fn last_checkpoints(&self) -> BTreeMap<i32, u64> {
@@ -477,6 +560,7 @@ fn hosted(
     outcome: (JobStatus, Option<String>),
     dir: &Path,
 ) -> Arc<HostedJob> {
+    let started_at_ms = (outcome.0 == JobStatus::Running).then(unix_ms);
     Arc::new(HostedJob {
         id,
         name: spec.name.clone(),
@@ -491,7 +575,19 @@ fn hosted(
         checkpoint_store: spec.checkpoints.as_ref().map(|c| c.store.clone()),
         outcome: Mutex::new(outcome),
         log: Arc::new(GuestLogFile::new(dir.join("guest.log"))),
+        details: super::graph::describe(spec),
+        started_at_ms,
+        rates: Mutex::new(RateHistory::new(
+            spec.operators.iter().map(|o| o.name.as_str()),
+        )),
     })
+}
+
+/// Now, in milliseconds since the Unix epoch.
+fn unix_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::SystemTime::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
 }
 
 /// What survives the host: `jobs/<id>/job.json`, written when a job starts and ends.
@@ -579,6 +675,13 @@ fn job_info(
     last_checkpoint: Option<u64>,
     partitions: Option<Vec<PartitionInfo>>,
 ) -> JobInfo {
+    // Rates only while it runs: an ended job's last ones would read as current.
+    let rate = |node| {
+        (status == JobStatus::Running)
+            .then(|| job.rates().node(node))
+            .flatten()
+    };
+    let sink = job.details.len().saturating_sub(1);
     JobInfo {
         id: job.id.clone(),
         name: job.name.clone(),
@@ -600,6 +703,20 @@ fn job_info(
         last_checkpoint,
         keeps_checkpoints: job.checkpoint_store.is_some(),
         partitions,
+        started_at_ms: job.started_at_ms.filter(|_| status == JobStatus::Running),
+        in_per_second: rate(0).map(|(_, out)| out),
+        out_per_second: rate(sink).map(|(sink_in, _)| sink_in),
+        last_checkpoint_at_ms: job
+            .pipelines()
+            .iter()
+            .map(|p| {
+                p.metrics
+                    .checkpoints
+                    .last_completed_at_ms
+                    .load(Ordering::Relaxed)
+            })
+            .max()
+            .filter(|at| *at > 0),
     }
 }
 

@@ -1,0 +1,384 @@
+//! [`JobGraph`]: a job's operator graph as the console draws it
+//! (`GET /v1/jobs/{id}/graph`): the source, each operator and the sink in order, each with
+//! its counts, rates, state, watermark and backpressure, and the same per subtask.
+//!
+//! Backpressure is the share of time a task spent blocked on sending downstream
+//! ([`super::rates`]), graded as Flink grades it: OK up to 10 %, LOW up to 50 %, HIGH above.
+//! A task that is HIGH is held back by a slower one after it: the first node after a run of
+//! HIGH ones is the bottleneck.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use serde::{Deserialize, Serialize};
+
+use super::protocol::JobStatus;
+use super::rates::{PipelineView, RateHistory, TaskRate};
+use crate::job::spec::{KeyBy, SinkSpec, SourceSpec};
+use crate::job::{JobMetrics, JobSpec};
+
+/// `GET /v1/jobs/{id}/graph`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct JobGraph {
+    pub job: String,
+    pub name: String,
+    pub status: JobStatus,
+    /// When the rates were taken (Unix time); `None` before the second sample.
+    pub sampled_at_ms: Option<u64>,
+    /// Source, operators, sink, in the order records pass them.
+    pub nodes: Vec<GraphNode>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum NodeKind {
+    Source,
+    Operator,
+    Sink,
+}
+
+/// One node: the sums (rates, state), least watermark and worst backpressure of its subtasks.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct GraphNode {
+    pub kind: NodeKind,
+    pub name: String,
+    /// What it is: the source's input, an operator's keying, the sink's output.
+    pub detail: String,
+    pub parallelism: u32,
+    pub records_in: u64,
+    pub records_out: u64,
+    pub in_per_second: Option<f64>,
+    pub out_per_second: Option<f64>,
+    /// Keyed state held, as of each subtask's last snapshot (operators only).
+    pub state_bytes: Option<u64>,
+    pub watermark_ms: Option<i64>,
+    /// How far the watermark is behind the host's clock, while the job runs.
+    pub watermark_lag_ms: Option<i64>,
+    pub timers_pending: Option<u64>,
+    pub backpressure: Option<Backpressure>,
+    pub subtasks: Vec<GraphSubtask>,
+}
+
+/// One subtask of a node (of a Kafka job: per owned partition).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct GraphSubtask {
+    pub subtask: u32,
+    pub partition: Option<i32>,
+    pub records_in: u64,
+    pub records_out: u64,
+    pub in_per_second: Option<f64>,
+    pub out_per_second: Option<f64>,
+    pub state_bytes: Option<u64>,
+    pub watermark_ms: Option<i64>,
+    pub backpressure: Option<Backpressure>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Backpressure {
+    /// The share of the last second blocked on sending downstream, 0 to 1.
+    pub ratio: f64,
+    pub level: BackpressureLevel,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum BackpressureLevel {
+    Ok,
+    Low,
+    High,
+}
+
+impl Backpressure {
+    pub fn of(ratio: f64) -> Self {
+        let level = if ratio <= 0.1 {
+            BackpressureLevel::Ok
+        } else if ratio <= 0.5 {
+            BackpressureLevel::Low
+        } else {
+            BackpressureLevel::High
+        };
+        Self { ratio, level }
+    }
+}
+
+/// What each node of `spec` is, source to sink.
+pub fn describe(spec: &JobSpec) -> Vec<String> {
+    let mut nodes = vec![match &spec.source {
+        SourceSpec::TextLines { path, .. } => format!("text lines of {}", path.display()),
+        SourceSpec::JsonLines { path, .. } => format!("JSON lines of {}", path.display()),
+        SourceSpec::Kafka(k) => format!("Kafka topic {} (group {})", k.topic, k.group_id),
+        SourceSpec::Generator { records, keys, .. } => {
+            format!("generator: {records} records over {keys} keys")
+        }
+    }];
+    nodes.extend(spec.operators.iter().map(|o| match &o.key_by {
+        Some(KeyBy::RecordKey) => "keyed by the record key".to_owned(),
+        Some(KeyBy::JsonPointer(pointer)) => format!("keyed by {pointer}"),
+        None => "not keyed".to_owned(),
+    }));
+    nodes.push(match &spec.sink {
+        SinkSpec::Stdout => "standard output".to_owned(),
+        SinkSpec::File { path } => format!("file {}", path.display()),
+        SinkSpec::Discard => "discarded".to_owned(),
+        SinkSpec::Kafka(k) => format!("Kafka topic {}", k.topic),
+    });
+    nodes
+}
+
+/// What a [`JobGraph`] is made from.
+pub struct GraphInputs<'a> {
+    pub job: &'a str,
+    pub name: &'a str,
+    pub status: JobStatus,
+    /// From [`describe`].
+    pub details: &'a [String],
+    pub pipelines: &'a [PipelineView],
+    pub rates: &'a RateHistory,
+    /// The host's clock, Unix time in milliseconds.
+    pub now_ms: i64,
+}
+
+/// One subtask's figures, before they are summed into its node.
+struct Task {
+    partition: Option<i32>,
+    subtask: u32,
+    records: (u64, u64),
+    rate: Option<TaskRate>,
+    state_bytes: Option<u64>,
+    watermark_ms: Option<i64>,
+    timers_pending: Option<u64>,
+    /// The sink sends nowhere: it has no backpressure of its own.
+    sends: bool,
+}
+
+pub fn graph(inputs: &GraphInputs<'_>) -> JobGraph {
+    let last = inputs.details.len().saturating_sub(1);
+    let nodes = inputs
+        .details
+        .iter()
+        .enumerate()
+        .map(|(node, detail)| {
+            let kind = match node {
+                0 => NodeKind::Source,
+                n if n == last => NodeKind::Sink,
+                _ => NodeKind::Operator,
+            };
+            let tasks: Vec<Task> = inputs
+                .pipelines
+                .iter()
+                .flat_map(|p| tasks(p, node, kind, inputs.rates))
+                .collect();
+            // From the rates' names, which a Kafka job owning no partition has too.
+            let name = inputs.rates.nodes().get(node).cloned().unwrap_or_default();
+            node_of(kind, name, detail.clone(), &tasks, inputs)
+        })
+        .collect();
+    JobGraph {
+        job: inputs.job.to_owned(),
+        name: inputs.name.to_owned(),
+        status: inputs.status,
+        sampled_at_ms: inputs.rates.latest_at_ms(),
+        nodes,
+    }
+}
+
+/// Node `node`'s tasks in one pipeline.
+fn tasks(pipeline: &PipelineView, node: usize, kind: NodeKind, rates: &RateHistory) -> Vec<Task> {
+    let load = |c: &AtomicU64| c.load(Ordering::Relaxed);
+    let metrics: &JobMetrics = &pipeline.metrics;
+    let partition = pipeline.partition;
+    let one = |records: u64, sends: bool| Task {
+        partition,
+        subtask: 0,
+        records: (records, records),
+        rate: rates.task((partition, node, 0)),
+        state_bytes: None,
+        watermark_ms: None,
+        timers_pending: None,
+        sends,
+    };
+    match kind {
+        NodeKind::Source => vec![one(load(&metrics.source_records), true)],
+        NodeKind::Sink => vec![one(load(&metrics.sink_records), false)],
+        NodeKind::Operator => metrics.operators[node - 1]
+            .subtasks
+            .iter()
+            .enumerate()
+            .map(|(s, m)| Task {
+                partition,
+                subtask: s as u32,
+                records: (load(&m.records_in), load(&m.records_out)),
+                rate: rates.task((partition, node, s as u32)),
+                state_bytes: Some(load(&m.snapshots.state_bytes)),
+                watermark_ms: m.watermark(),
+                timers_pending: Some(load(&m.timers_pending)),
+                sends: true,
+            })
+            .collect(),
+    }
+}
+
+fn node_of(
+    kind: NodeKind,
+    name: String,
+    detail: String,
+    tasks: &[Task],
+    inputs: &GraphInputs<'_>,
+) -> GraphNode {
+    let rated: Vec<TaskRate> = tasks.iter().filter_map(|t| t.rate).collect();
+    // A node's rate is known when every task's is.
+    let all_rated = !tasks.is_empty() && rated.len() == tasks.len();
+    let sum_rates = |f: fn(&TaskRate) -> f64| all_rated.then(|| rated.iter().map(f).sum());
+    let sum = |f: fn(&Task) -> Option<u64>| tasks.iter().filter_map(f).reduce(|a, b| a + b);
+    let watermark_ms = tasks.iter().filter_map(|t| t.watermark_ms).min();
+    let backpressure = |t: &Task| t.sends.then_some(t.rate).flatten().map(|r| r.backpressure);
+    GraphNode {
+        kind,
+        name,
+        detail,
+        parallelism: tasks.len() as u32,
+        records_in: tasks.iter().map(|t| t.records.0).sum(),
+        records_out: tasks.iter().map(|t| t.records.1).sum(),
+        in_per_second: sum_rates(|r| r.in_per_second),
+        out_per_second: sum_rates(|r| r.out_per_second),
+        state_bytes: sum(|t| t.state_bytes),
+        watermark_ms,
+        watermark_lag_ms: watermark_ms
+            .filter(|_| inputs.status == JobStatus::Running)
+            .map(|w| inputs.now_ms.saturating_sub(w).max(0)),
+        timers_pending: sum(|t| t.timers_pending),
+        backpressure: tasks
+            .iter()
+            .filter_map(backpressure)
+            .reduce(f64::max)
+            .map(Backpressure::of),
+        subtasks: tasks
+            .iter()
+            .map(|t| GraphSubtask {
+                subtask: t.subtask,
+                partition: t.partition,
+                records_in: t.records.0,
+                records_out: t.records.1,
+                in_per_second: t.rate.map(|r| r.in_per_second),
+                out_per_second: t.rate.map(|r| r.out_per_second),
+                state_bytes: t.state_bytes,
+                watermark_ms: t.watermark_ms,
+                backpressure: backpressure(t).map(Backpressure::of),
+            })
+            .collect(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+    use std::sync::Arc;
+    use std::time::{Duration, Instant};
+
+    use super::*;
+    use crate::serve::rates::TaskCounters;
+
+    #[test]
+    fn backpressure_is_graded_as_flink_grades_it() {
+        let level = |ratio| Backpressure::of(ratio).level;
+        assert_eq!(level(0.0), BackpressureLevel::Ok);
+        assert_eq!(level(0.1), BackpressureLevel::Ok);
+        assert_eq!(level(0.11), BackpressureLevel::Low);
+        assert_eq!(level(0.5), BackpressureLevel::Low);
+        assert_eq!(level(0.9), BackpressureLevel::High);
+    }
+
+    #[test]
+    fn nodes_sum_their_subtasks_and_take_the_worst_backpressure() {
+        let metrics = Arc::new(JobMetrics::new([("count", 2)]));
+        metrics.source_records.store(300, Ordering::Relaxed);
+        let subtasks = &metrics.operators[0].subtasks;
+        subtasks[0].records_in.store(100, Ordering::Relaxed);
+        subtasks[1].records_in.store(200, Ordering::Relaxed);
+        subtasks[0]
+            .snapshots
+            .state_bytes
+            .store(10, Ordering::Relaxed);
+        subtasks[1]
+            .snapshots
+            .state_bytes
+            .store(20, Ordering::Relaxed);
+        subtasks[0].set_watermark(Some(5_000));
+        subtasks[1].set_watermark(Some(4_000));
+        let pipelines = [PipelineView {
+            partition: None,
+            metrics: metrics.clone(),
+        }];
+        let mut rates = RateHistory::new(["count"]);
+        let start = Instant::now();
+        let reading = |blocked: [u64; 2]| {
+            BTreeMap::from([
+                ((None, 0, 0), TaskCounters::default()),
+                (
+                    (None, 1, 0),
+                    TaskCounters {
+                        blocked_us: blocked[0],
+                        ..TaskCounters::default()
+                    },
+                ),
+                (
+                    (None, 1, 1),
+                    TaskCounters {
+                        blocked_us: blocked[1],
+                        ..TaskCounters::default()
+                    },
+                ),
+                ((None, 2, 0), TaskCounters::default()),
+            ])
+        };
+        rates.record(reading([0, 0]), start, 1_000);
+        rates.record(
+            reading([50_000, 800_000]),
+            start + Duration::from_secs(1),
+            2_000,
+        );
+        let details = ["source".to_owned(), "keyed".to_owned(), "sink".to_owned()];
+        let graph = graph(&GraphInputs {
+            job: "job-1",
+            name: "<b>counts</b>",
+            status: JobStatus::Running,
+            details: &details,
+            pipelines: &pipelines,
+            rates: &rates,
+            now_ms: 6_000,
+        });
+        let kinds: Vec<_> = graph
+            .nodes
+            .iter()
+            .map(|n| (n.kind, n.name.as_str()))
+            .collect();
+        assert_eq!(
+            kinds,
+            [
+                (NodeKind::Source, "source"),
+                (NodeKind::Operator, "count"),
+                (NodeKind::Sink, "sink")
+            ]
+        );
+        let count = &graph.nodes[1];
+        assert_eq!((count.records_in, count.state_bytes), (300, Some(30)));
+        assert_eq!(
+            (count.watermark_ms, count.watermark_lag_ms),
+            (Some(4_000), Some(2_000))
+        );
+        assert_eq!(
+            count.backpressure.map(|b| b.level),
+            Some(BackpressureLevel::High)
+        );
+        let levels: Vec<_> = count
+            .subtasks
+            .iter()
+            .map(|s| s.backpressure.map(|b| b.level))
+            .collect();
+        assert_eq!(
+            levels,
+            [Some(BackpressureLevel::Ok), Some(BackpressureLevel::High)]
+        );
+        assert_eq!(graph.nodes[2].backpressure, None, "the sink sends nowhere");
+        assert_eq!(graph.sampled_at_ms, Some(2_000));
+    }
+}
