@@ -92,27 +92,40 @@ impl Host {
 
     /// A raw HTTP GET, with the given Authorization header value: (status, body).
     pub fn get(&self, path: &str, authorization: Option<&str>) -> (u16, String) {
+        let (status, _, body) = self.request("GET", path, authorization);
+        (status, body)
+    }
+
+    /// A raw HTTP request without a body: (status, headers in lower case, body).
+    pub fn request(
+        &self,
+        method: &str,
+        path: &str,
+        authorization: Option<&str>,
+    ) -> (u16, Vec<(String, String)>, String) {
         let address = self.url.strip_prefix("http://").expect("http");
         let mut stream = TcpStream::connect(address).expect("connect");
         let auth = authorization.map_or(String::new(), |a| format!("Authorization: {a}\r\n"));
         write!(
             stream,
-            "GET {path} HTTP/1.1\r\nHost: {address}\r\n{auth}Connection: close\r\n\r\n"
+            "{method} {path} HTTP/1.1\r\nHost: {address}\r\n{auth}Content-Length: 0\r\n\
+             Connection: close\r\n\r\n"
         )
         .expect("send");
         let mut response = String::new();
         stream.read_to_string(&mut response).expect("read");
-        let status = response
-            .split_whitespace()
-            .nth(1)
+        let (head, body) = response.split_once("\r\n\r\n").unwrap_or((&response, ""));
+        let mut lines = head.lines();
+        let status = lines
+            .next()
+            .and_then(|l| l.split_whitespace().nth(1))
             .and_then(|s| s.parse().ok())
             .expect("a status");
-        let body = response
-            .split("\r\n\r\n")
-            .nth(1)
-            .unwrap_or_default()
-            .to_owned();
-        (status, body)
+        let headers = lines
+            .filter_map(|l| l.split_once(':'))
+            .map(|(name, value)| (name.trim().to_lowercase(), value.trim().to_owned()))
+            .collect();
+        (status, headers, body.to_owned())
     }
 }
 

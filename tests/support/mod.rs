@@ -6,6 +6,7 @@
 
 #![allow(dead_code)]
 
+pub mod browser;
 pub mod crash;
 pub mod emulators;
 pub mod host;

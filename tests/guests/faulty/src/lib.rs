@@ -15,7 +15,8 @@
 //!   CBOR-encoded keys: shorter strings first, then bytewise (alphabetical for equal lengths).
 //!
 //! Any other mode fails `open` with an error naming it. Every mode logs one info line when it
-//! opens, so tests can check where guest log lines land.
+//! opens, so tests can check where guest log lines land, and with `"log": "text"` in the
+//! config one warn line of that text too (the console's test logs HTML with it).
 
 use std::hint::black_box;
 
@@ -31,6 +32,7 @@ struct Config {
     #[serde(default = "passthrough")]
     mode: String,
     word: Option<String>,
+    log: Option<String>,
 }
 
 fn passthrough() -> String {
@@ -70,6 +72,9 @@ impl Operator for Faulty {
             ctx.subtask(),
             ctx.parallelism()
         );
+        if let Some(line) = &config.log {
+            weir_guest::warn!("{line}");
+        }
         Ok(match config.mode.as_str() {
             "passthrough" => Self::Passthrough,
             "error-on" => Self::ErrorOn(word()?),
