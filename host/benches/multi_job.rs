@@ -7,6 +7,10 @@
 //!   discard) measured in its steady state, over the same window, alone on the host and then
 //!   while three copies of it run beside it. On a machine with C cores and jobs that each
 //!   keep about two busy, the ideal is about min(1, C / 8).
+//! - `console_throughput_ratio`: the same shared host's throughput with a console open on
+//!   every job's page (a client per job that makes the page's requests once a second: the
+//!   job, its graph, new rates, checkpoint history and the log's last 200 lines) over its
+//!   throughput without; windows alternate, two of each. 1.0 is no cost.
 //! - `submit_to_first_record_ms_<language>_{uncached,cached}`: from starting `weir submit` to
 //!   the job's first operator having taken in a record, for the word counter in Rust and in
 //!   Python (`examples/languages/python-counter`, built with `weir build`). Uncached: the host's component cache
@@ -20,6 +24,8 @@ mod support;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use weir_host::engine::{ComponentCache, Engine, EngineOptions};
@@ -133,6 +139,50 @@ impl Host {
         info.operators[0].records_in
     }
 
+    /// Opens a console on each of `jobs`' pages: a task per job making the page's requests
+    /// once a second until `closed` is set. Counts the rounds of requests in `polls`.
+    fn open_consoles(&self, jobs: &[String], closed: &Arc<AtomicBool>, polls: &Arc<AtomicU64>) {
+        for id in jobs {
+            let (http, url, id) = (self.http.clone(), self.url.clone(), id.clone());
+            let (closed, polls) = (closed.clone(), polls.clone());
+            self.runtime.spawn(async move {
+                let mut since: Option<u64> = None;
+                let get = |path: String| {
+                    let request = http
+                        .get(format!("{url}/v1/jobs/{id}{path}"))
+                        .bearer_auth(TOKEN);
+                    async move {
+                        let response = request.send().await.and_then(|r| r.error_for_status());
+                        response
+                            .expect("the console's request")
+                            .bytes()
+                            .await
+                            .expect("a body")
+                    }
+                };
+                while !closed.load(Ordering::Relaxed) {
+                    let rates = match since {
+                        Some(t) => format!("/rates?since_ms={t}"),
+                        None => "/rates".to_owned(),
+                    };
+                    let (_, _, rates, _, _) = futures::join!(
+                        get(String::new()),
+                        get("/graph".to_owned()),
+                        get(rates),
+                        get("/checkpoints/history".to_owned()),
+                        get("/logs?tail=200".to_owned()),
+                    );
+                    let rates: serde_json::Value = serde_json::from_slice(&rates).expect("rates");
+                    if let Some(last) = rates["times_ms"].as_array().and_then(|t| t.last()) {
+                        since = last.as_u64();
+                    }
+                    polls.fetch_add(1, Ordering::Relaxed);
+                    tokio::time::sleep(Duration::from_secs(1)).await;
+                }
+            });
+        }
+    }
+
     /// Milliseconds from starting `weir submit job` to the first record in.
     fn time_to_first_record(&self, job: &Path) -> (f64, String) {
         let started = Instant::now();
@@ -208,16 +258,46 @@ fn main() {
         .collect();
     let (_, shared_id) = host.time_to_first_record(&measured);
     let shared = host.rate(&shared_id);
-    host.cancel(&shared_id);
-    for id in &neighbours {
-        host.cancel(id);
-    }
     println!("bench: alone_records_per_sec = {alone:.0} records/s");
     println!("bench: shared_records_per_sec = {shared:.0} records/s");
     println!(
         "bench: shared_host_throughput_ratio = {:.3} ratio",
         shared / alone
     );
+
+    // The same, with and without a console open on every job, in turns.
+    let mut all = neighbours.clone();
+    all.push(shared_id.clone());
+    let polls = Arc::new(AtomicU64::new(0));
+    let (mut without, mut with) = (Vec::new(), Vec::new());
+    for _ in 0..2 {
+        without.push(host.rate(&shared_id));
+        let closed = Arc::new(AtomicBool::new(false));
+        host.open_consoles(&all, &closed, &polls);
+        with.push(host.rate(&shared_id));
+        closed.store(true, Ordering::Relaxed);
+    }
+    let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len() as f64;
+    println!(
+        "bench: shared_records_per_sec_without_consoles = {:.0} records/s",
+        mean(&without)
+    );
+    println!(
+        "bench: shared_records_per_sec_with_consoles = {:.0} records/s",
+        mean(&with)
+    );
+    println!(
+        "bench: console_polls = {} polls",
+        polls.load(Ordering::Relaxed)
+    );
+    println!(
+        "bench: console_throughput_ratio = {:.3} ratio",
+        mean(&with) / mean(&without)
+    );
+    host.cancel(&shared_id);
+    for id in &neighbours {
+        host.cancel(id);
+    }
 
     // Time to the first record, per language.
     let python =
