@@ -424,9 +424,16 @@ mod tests {
     #[test]
     fn a_producer_waits_while_the_limit_is_queued_and_goes_on_when_the_consumer_takes_records() {
         let (output, mut input) = channel(8, 100);
+        let blocked_us = Arc::new(AtomicU64::new(0));
+        let output = output.counting_blocked_time(blocked_us.clone());
         input.budget.set(150, 100);
         output.send(batch(100)).expect("room");
         output.send(batch(100)).expect("100 < 150: room");
+        assert_eq!(
+            blocked_us.load(Ordering::SeqCst),
+            0,
+            "sends with room never wait"
+        );
         let sent = Arc::new(AtomicU64::new(0));
         let producer = {
             let sent = sent.clone();
@@ -441,6 +448,12 @@ mod tests {
         assert!(matches!(recv(&mut input), Some(Message::Batch(b)) if b.len() == 100));
         let output = producer.join().expect("producer");
         assert_eq!(sent.load(Ordering::SeqCst), 1);
+        // The wait counts as the producer's backpressure.
+        let blocked = blocked_us.load(Ordering::SeqCst);
+        assert!(
+            blocked >= 50_000,
+            "blocked {blocked} µs, waited at least 50 ms"
+        );
         // A barrier needs no room.
         output
             .send_barrier(Barrier::new(crate::ids::CheckpointId(1), false))
