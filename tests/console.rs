@@ -72,16 +72,6 @@ fn submit(host: &Host, job: &Path) -> String {
     jobs[0]["id"].as_str().expect("an id").to_owned()
 }
 
-/// Chooses `value` in the select `css`.
-async fn choose(browser: &Browser, css: &str, value: &str) {
-    browser
-        .find(css)
-        .await
-        .select_by_value(value)
-        .await
-        .unwrap_or_else(|e| panic!("{css}: cannot choose {value:?}: {e}"));
-}
-
 /// Clicks `button`, checks the confirmation names `what`, and confirms.
 async fn confirmed(browser: &Browser, button: &str, what: &str) {
     browser.click(button).await;
@@ -124,21 +114,13 @@ async fn an_operator_on_call_watches_checkpoints_filters_and_cancels_a_job_from_
     browser.goto(&format!("{}/", host.url)).await;
 
     // A wrong token: a clear message, and no data.
-    browser
-        .find("#token")
-        .await
-        .send_keys("not-the-token")
-        .await
-        .expect("type");
+    browser.type_into("#token", "not-the-token").await;
     browser.click("#login-button").await;
     let refused = browser
         .wait_text("#login-error", "a refusal", |t| t.contains("refused"))
         .await;
     assert!(refused.contains("wrong token"), "{refused}");
-    assert!(
-        browser.find_all("tr[data-job]").await.is_empty(),
-        "data shown"
-    );
+    assert!(browser.count("tr[data-job]").await == 0, "data shown");
     assert_eq!(
         browser
             .eval("return sessionStorage.getItem('weir-token')")
@@ -148,9 +130,7 @@ async fn an_operator_on_call_watches_checkpoints_filters_and_cancels_a_job_from_
     browser.screenshot("01-wrong-token").await;
 
     // The right one: kept in sessionStorage only, never in the URL or a cookie.
-    let token = browser.find("#token").await;
-    token.clear().await.expect("clear");
-    token.send_keys(TOKEN).await.expect("type");
+    browser.type_into("#token", TOKEN).await;
     browser.click("#login-button").await;
     let row = format!("tr[data-job=\"{id}\"]");
     let name = browser.text(&format!("{row} .name")).await;
@@ -162,8 +142,8 @@ async fn an_operator_on_call_watches_checkpoints_filters_and_cancels_a_job_from_
         TOKEN
     );
     assert_eq!(browser.eval("return document.cookie").await, "");
-    let url = browser.client.current_url().await.expect("url");
-    assert!(!url.as_str().contains(TOKEN), "{url}");
+    let url = browser.url().await;
+    assert!(!url.contains(TOKEN), "{url}");
     browser
         .wait_text(&format!("{row} .status"), "running", |t| t == "running")
         .await;
@@ -203,9 +183,8 @@ async fn an_operator_on_call_watches_checkpoints_filters_and_cancels_a_job_from_
     assert!(["OK", "LOW", "HIGH"].contains(&level.as_str()), "{level}");
     assert_eq!(
         browser
-            .find_all(".node[data-node=\"count\"] tr[data-subtask]")
-            .await
-            .len(),
+            .count(".node[data-node=\"count\"] tr[data-subtask]")
+            .await,
         2
     );
     browser.find("#chart canvas").await;
@@ -232,7 +211,7 @@ async fn an_operator_on_call_watches_checkpoints_filters_and_cancels_a_job_from_
             |o| o.iter().any(|o| o == "greet") && o.iter().any(|o| o == "relay"),
         )
         .await;
-    choose(&browser, "#log-operator", "relay").await;
+    browser.choose("#log-operator", "relay").await;
     browser
         .wait_attrs(
             "#log-lines .log-line",
@@ -241,8 +220,8 @@ async fn an_operator_on_call_watches_checkpoints_filters_and_cancels_a_job_from_
             |o| !o.is_empty() && o.iter().all(|o| o == "relay"),
         )
         .await;
-    choose(&browser, "#log-operator", "").await;
-    choose(&browser, "#log-level", "warn").await;
+    browser.choose("#log-operator", "").await;
+    browser.choose("#log-level", "warn").await;
     browser
         .wait_text("#log-lines .log-line .message", "the warning", |t| {
             t == HOSTILE_LOG
@@ -253,11 +232,12 @@ async fn an_operator_on_call_watches_checkpoints_filters_and_cancels_a_job_from_
             !l.is_empty() && l.iter().all(|l| l == "warn")
         })
         .await;
-    assert!(
+    assert_eq!(
         browser
-            .find_all("#log-lines img, #jobs-table img, #job-title img")
-            .await
-            .is_empty()
+            .count("#log-lines img, #jobs-table img, #job-title img")
+            .await,
+        0,
+        "HTML from the page's data became elements"
     );
     assert!(
         !browser.alert_open().await,
@@ -272,14 +252,8 @@ async fn an_operator_on_call_watches_checkpoints_filters_and_cancels_a_job_from_
         .await;
     assert_eq!(host.wait(&id)["status"], "cancelled");
     browser.screenshot("06-cancelled").await;
-    browser
-        .wait_all(
-            "#restart-checkpoint option[value=\"1\"]",
-            "checkpoint 1",
-            |o| !o.is_empty(),
-        )
-        .await;
-    choose(&browser, "#restart-checkpoint", "1").await;
+    // Offered once the page has read the job's checkpoints (`choose` waits for it).
+    browser.choose("#restart-checkpoint", "1").await;
     confirmed(&browser, "#action-restart", "checkpoint 1").await;
     browser
         .wait_text("#job-status", "running", |t| t == "running")

@@ -50,6 +50,7 @@ pub fn serve(args: ServeArgs) -> Result<(), Failure> {
         .block_on(run_server(options, engine, |address| {
             // The first line of standard output, for scripts that started the host on port 0.
             println!("listening on http://{address}");
+            eprintln!("the web console: http://{address}/ (sign in with the token)");
         }))
         .map_err(Failure::failed)
 }
