@@ -44,17 +44,11 @@ pub struct GraphNode {
     /// What it is: the source's input, an operator's keying, the sink's output.
     pub detail: String,
     pub parallelism: u32,
-    pub records_in: u64,
-    pub records_out: u64,
-    pub in_per_second: Option<f64>,
-    pub out_per_second: Option<f64>,
-    /// Keyed state held, as of each subtask's last snapshot (operators only).
-    pub state_bytes: Option<u64>,
-    pub watermark_ms: Option<i64>,
+    #[serde(flatten)]
+    pub figures: Figures,
     /// How far the watermark is behind the host's clock, while the job runs.
     pub watermark_lag_ms: Option<i64>,
     pub timers_pending: Option<u64>,
-    pub backpressure: Option<Backpressure>,
     pub subtasks: Vec<GraphSubtask>,
 }
 
@@ -63,10 +57,18 @@ pub struct GraphNode {
 pub struct GraphSubtask {
     pub subtask: u32,
     pub partition: Option<i32>,
+    #[serde(flatten)]
+    pub figures: Figures,
+}
+
+/// What a node and each of its subtasks show.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Figures {
     pub records_in: u64,
     pub records_out: u64,
     pub in_per_second: Option<f64>,
     pub out_per_second: Option<f64>,
+    /// Keyed state held, as of the last snapshot (operators only).
     pub state_bytes: Option<u64>,
     pub watermark_ms: Option<i64>,
     pub backpressure: Option<Backpressure>,
@@ -236,33 +238,37 @@ fn node_of(
         name,
         detail,
         parallelism: tasks.len() as u32,
-        records_in: tasks.iter().map(|t| t.records.0).sum(),
-        records_out: tasks.iter().map(|t| t.records.1).sum(),
-        in_per_second: sum_rates(|r| r.in_per_second),
-        out_per_second: sum_rates(|r| r.out_per_second),
-        state_bytes: sum(|t| t.state_bytes),
-        watermark_ms,
+        figures: Figures {
+            records_in: tasks.iter().map(|t| t.records.0).sum(),
+            records_out: tasks.iter().map(|t| t.records.1).sum(),
+            in_per_second: sum_rates(|r| r.in_per_second),
+            out_per_second: sum_rates(|r| r.out_per_second),
+            state_bytes: sum(|t| t.state_bytes),
+            watermark_ms,
+            backpressure: tasks
+                .iter()
+                .filter_map(backpressure)
+                .reduce(f64::max)
+                .map(Backpressure::of),
+        },
         watermark_lag_ms: watermark_ms
             .filter(|_| inputs.status == JobStatus::Running)
             .map(|w| inputs.now_ms.saturating_sub(w).max(0)),
         timers_pending: sum(|t| t.timers_pending),
-        backpressure: tasks
-            .iter()
-            .filter_map(backpressure)
-            .reduce(f64::max)
-            .map(Backpressure::of),
         subtasks: tasks
             .iter()
             .map(|t| GraphSubtask {
                 subtask: t.subtask,
                 partition: t.partition,
-                records_in: t.records.0,
-                records_out: t.records.1,
-                in_per_second: t.rate.map(|r| r.in_per_second),
-                out_per_second: t.rate.map(|r| r.out_per_second),
-                state_bytes: t.state_bytes,
-                watermark_ms: t.watermark_ms,
-                backpressure: backpressure(t).map(Backpressure::of),
+                figures: Figures {
+                    records_in: t.records.0,
+                    records_out: t.records.1,
+                    in_per_second: t.rate.map(|r| r.in_per_second),
+                    out_per_second: t.rate.map(|r| r.out_per_second),
+                    state_bytes: t.state_bytes,
+                    watermark_ms: t.watermark_ms,
+                    backpressure: backpressure(t).map(Backpressure::of),
+                },
             })
             .collect(),
     }
@@ -360,25 +366,33 @@ mod tests {
             ]
         );
         let count = &graph.nodes[1];
-        assert_eq!((count.records_in, count.state_bytes), (300, Some(30)));
+        let figures = &count.figures;
+        assert_eq!((figures.records_in, figures.state_bytes), (300, Some(30)));
         assert_eq!(
-            (count.watermark_ms, count.watermark_lag_ms),
+            (figures.watermark_ms, count.watermark_lag_ms),
             (Some(4_000), Some(2_000))
         );
         assert_eq!(
-            count.backpressure.map(|b| b.level),
+            figures.backpressure.map(|b| b.level),
             Some(BackpressureLevel::High)
         );
         let levels: Vec<_> = count
             .subtasks
             .iter()
-            .map(|s| s.backpressure.map(|b| b.level))
+            .map(|s| s.figures.backpressure.map(|b| b.level))
             .collect();
         assert_eq!(
             levels,
             [Some(BackpressureLevel::Ok), Some(BackpressureLevel::High)]
         );
-        assert_eq!(graph.nodes[2].backpressure, None, "the sink sends nowhere");
+        assert_eq!(
+            graph.nodes[2].figures.backpressure, None,
+            "the sink sends nowhere"
+        );
+        // The JSON is flat: a node's figures beside its name.
+        let json = serde_json::to_value(&graph.nodes[1]).expect("JSON");
+        assert_eq!(json["records_in"], 300);
+        assert_eq!(json["subtasks"][1]["backpressure"]["level"], "high");
         assert_eq!(graph.sampled_at_ms, Some(2_000));
     }
 }
