@@ -110,6 +110,20 @@ async fn an_operator_on_call_watches_checkpoints_filters_and_cancels_a_job_from_
             "",
         ),
     );
+    // And one that ends at once, its watermark with it.
+    let finishing_dir = tempfile::tempdir().expect("tempdir");
+    std::fs::write(finishing_dir.path().join("in.txt"), "a b a\n").expect("input");
+    let finishing = submit(
+        &host,
+        &tokenize_then(
+            finishing_dir.path(),
+            "name = \"finishing\"",
+            "count",
+            "weir-example-counter",
+            "",
+            "",
+        ),
+    );
     let browser = Browser::start().await;
     browser.goto(&format!("{}/", host.url)).await;
 
@@ -263,6 +277,21 @@ async fn an_operator_on_call_watches_checkpoints_filters_and_cancels_a_job_from_
         "a script from the page's data ran"
     );
     browser.screenshot("07-restarted").await;
+
+    // A finished job's page: its input, and so its event time, ended.
+    assert_eq!(host.wait(&finishing)["status"], "finished");
+    browser
+        .goto(&format!("{}/#/jobs/{finishing}", host.url))
+        .await;
+    browser
+        .wait_text(
+            ".node[data-node=\"count\"] .watermark",
+            "the end of input",
+            |t| t == "end of input",
+        )
+        .await;
+    assert_eq!(records_in(&browser, "count").await, 3);
+    browser.screenshot("08-finished").await;
     browser.close().await;
 }
 

@@ -14,6 +14,7 @@ use serde::{Deserialize, Serialize};
 use super::protocol::JobStatus;
 use super::rates::{PipelineView, RateHistory, TaskRate};
 use crate::job::spec::{KeyBy, SinkSpec, SourceSpec};
+use crate::job::watermarks::END_OF_TIME;
 use crate::job::{JobMetrics, JobSpec};
 
 /// `GET /v1/jobs/{id}/graph`.
@@ -70,7 +71,11 @@ pub struct Figures {
     pub out_per_second: Option<f64>,
     /// Keyed state held, as of the last snapshot (operators only).
     pub state_bytes: Option<u64>,
+    /// The least watermark; `None` before the first, and once event time ended.
     pub watermark_ms: Option<i64>,
+    /// Every input ended, and with it event time: the watermark passed every timestamp.
+    #[serde(default)]
+    pub event_time_ended: bool,
     pub backpressure: Option<Backpressure>,
 }
 
@@ -244,7 +249,8 @@ fn node_of(
             in_per_second: sum_rates(|r| r.in_per_second),
             out_per_second: sum_rates(|r| r.out_per_second),
             state_bytes: sum(|t| t.state_bytes),
-            watermark_ms,
+            watermark_ms: watermark_ms.filter(|w| *w != END_OF_TIME),
+            event_time_ended: watermark_ms == Some(END_OF_TIME),
             backpressure: tasks
                 .iter()
                 .filter_map(backpressure)
@@ -252,7 +258,7 @@ fn node_of(
                 .map(Backpressure::of),
         },
         watermark_lag_ms: watermark_ms
-            .filter(|_| inputs.status == JobStatus::Running)
+            .filter(|w| inputs.status == JobStatus::Running && *w != END_OF_TIME)
             .map(|w| inputs.now_ms.saturating_sub(w).max(0)),
         timers_pending: sum(|t| t.timers_pending),
         subtasks: tasks
@@ -266,7 +272,8 @@ fn node_of(
                     in_per_second: t.rate.map(|r| r.in_per_second),
                     out_per_second: t.rate.map(|r| r.out_per_second),
                     state_bytes: t.state_bytes,
-                    watermark_ms: t.watermark_ms,
+                    watermark_ms: t.watermark_ms.filter(|w| *w != END_OF_TIME),
+                    event_time_ended: t.watermark_ms == Some(END_OF_TIME),
                     backpressure: backpressure(t).map(Backpressure::of),
                 },
             })
@@ -394,5 +401,22 @@ mod tests {
         assert_eq!(json["records_in"], 300);
         assert_eq!(json["subtasks"][1]["backpressure"]["level"], "high");
         assert_eq!(graph.sampled_at_ms, Some(2_000));
+
+        // Once the input ended, so did event time: no date of year 292 million.
+        subtasks[0].set_watermark(Some(END_OF_TIME));
+        subtasks[1].set_watermark(Some(END_OF_TIME));
+        let ended = super::graph(&GraphInputs {
+            job: "job-1",
+            name: "counts",
+            status: JobStatus::Running,
+            details: &details,
+            pipelines: &pipelines,
+            rates: &rates,
+            now_ms: 6_000,
+        });
+        let count = &ended.nodes[1];
+        assert_eq!(count.figures.watermark_ms, None);
+        assert!(count.figures.event_time_ended);
+        assert_eq!(count.watermark_lag_ms, None);
     }
 }

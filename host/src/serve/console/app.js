@@ -121,9 +121,12 @@
 
   const fmtLocal = (ms) => (isNum(ms) ? new Date(ms).toLocaleString() : "");
 
-  function fmtWatermark(ms, lagMs) {
+  function fmtWatermark(ms, lagMs, ended) {
+    if (ended) return "end of input";
     if (!isNum(ms)) return DASH;
-    const iso = new Date(ms).toISOString();
+    const date = new Date(ms);
+    // A watermark outside what a Date holds shows as its number, not as an exception.
+    const iso = isNaN(date.getTime()) ? `${ms} ms` : date.toISOString();
     return isNum(lagMs) ? `${iso} · lag ${fmtLag(lagMs)}` : iso;
   }
 
@@ -428,7 +431,7 @@
     setText(field("in-rate"), fmtRate(n.in_per_second));
     setText(field("out-rate"), fmtRate(n.out_per_second));
     setText(field("state-bytes"), fmtBytes(n.state_bytes), fmtHuman(n.state_bytes));
-    setText(field("watermark"), fmtWatermark(n.watermark_ms, n.watermark_lag_ms),
+    setText(field("watermark"), fmtWatermark(n.watermark_ms, n.watermark_lag_ms, n.event_time_ended),
       isNum(n.timers_pending) ? `${n.timers_pending} timers pending` : "");
     setBackpressure(field("backpressure"), worstBackpressure(n), "backpressure");
     const rows = node.querySelectorAll("table.subtasks > tbody > tr");
@@ -443,7 +446,8 @@
       setText(cell(tr, "out-rate"), fmtRate(s.out_per_second));
       setText(cell(tr, "state-bytes"), fmtBytes(s.state_bytes), fmtHuman(s.state_bytes));
       setBackpressure(cell(tr, "backpressure"), s.backpressure, "backpressure");
-      tr.title = isNum(s.watermark_ms) ? `watermark ${new Date(s.watermark_ms).toISOString()}` : "";
+      tr.title = isNum(s.watermark_ms) || s.event_time_ended
+        ? `watermark ${fmtWatermark(s.watermark_ms, null, s.event_time_ended)}` : "";
     });
   }
 
