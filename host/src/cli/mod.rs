@@ -49,7 +49,10 @@ enum Command {
     Checkpoints(checkpoints::CheckpointsArgs),
     /// Print the keyed state of an operator at a completed checkpoint, without running the job.
     State(state::StateArgs),
-    /// Run a host that runs jobs submitted over HTTP.
+    /// Run a host that runs jobs submitted over HTTP, with a web console at its address.
+    ///
+    /// Open http://ADDRESS/ in a browser and sign in with the token to watch its jobs: their
+    /// graphs with rates and backpressure, checkpoints and logs.
     Serve(serve::ServeArgs),
     #[command(flatten)]
     Client(client::ClientCommand),
