@@ -72,6 +72,28 @@ fn submit(host: &Host, job: &Path) -> String {
     jobs[0]["id"].as_str().expect("an id").to_owned()
 }
 
+/// Submits job `name` in `dir`: `input` as text lines -> tokenizer -> `operator` (a name
+/// and the crate of its component) keyed, with `lines` in its section -> a file.
+fn submit_lines_job(
+    host: &Host,
+    dir: &Path,
+    name: &str,
+    input: &str,
+    (operator, component_crate): (&str, &str),
+    lines: &str,
+) -> String {
+    std::fs::write(dir.join("in.txt"), input).expect("input");
+    let job = tokenize_then(
+        dir,
+        &format!("name = {name:?}"),
+        operator,
+        component_crate,
+        lines,
+        "",
+    );
+    submit(host, &job)
+}
+
 /// Clicks `button`, checks the confirmation names `what`, and confirms.
 async fn confirmed(browser: &Browser, button: &str, what: &str) {
     browser.click(button).await;
@@ -98,31 +120,23 @@ async fn an_operator_on_call_watches_checkpoints_filters_and_cancels_a_job_from_
     let id = submit(&host, &endless_job(dir.path()));
     // And one that fails on its first record "boom".
     let failing_dir = tempfile::tempdir().expect("tempdir");
-    std::fs::write(failing_dir.path().join("in.txt"), "boom\n").expect("input");
-    let failing = submit(
+    let failing = submit_lines_job(
         &host,
-        &tokenize_then(
-            failing_dir.path(),
-            "name = \"failing\"",
-            "victim",
-            "weir-test-faulty",
-            "config = { mode = \"error-on\", word = \"boom\" }",
-            "",
-        ),
+        failing_dir.path(),
+        "failing",
+        "boom\n",
+        ("victim", "weir-test-faulty"),
+        "config = { mode = \"error-on\", word = \"boom\" }",
     );
     // And one that ends at once, its watermark with it.
     let finishing_dir = tempfile::tempdir().expect("tempdir");
-    std::fs::write(finishing_dir.path().join("in.txt"), "a b a\n").expect("input");
-    let finishing = submit(
+    let finishing = submit_lines_job(
         &host,
-        &tokenize_then(
-            finishing_dir.path(),
-            "name = \"finishing\"",
-            "count",
-            "weir-example-counter",
-            "",
-            "",
-        ),
+        finishing_dir.path(),
+        "finishing",
+        "a b a\n",
+        ("count", "weir-example-counter"),
+        "",
     );
     let browser = Browser::start().await;
     browser.goto(&format!("{}/", host.url)).await;

@@ -475,9 +475,11 @@ impl Coordinator {
 
     async fn finish_in(&mut self, done: InFlight) -> Outcome {
         let id = done.id;
+        // Made once: the store gets it, and the history reads its chains.
+        let metadata = self.metadata(&done);
         let failure = match done.failure.clone() {
             Some(f) => Some(f),
-            None => match self.store_metadata(&done).await {
+            None => match self.store_metadata(&metadata, &done).await {
                 Ok(()) => None,
                 // Neither completing nor aborting is safe: the job stops and restarts from
                 // what the store holds.
@@ -585,7 +587,7 @@ impl Coordinator {
             .store(unix_ms(), Ordering::Relaxed);
         counters.history.completed(
             id,
-            &self.metadata(&done),
+            &metadata,
             Completion {
                 duration_us: timing.duration_us,
                 sync_pause_us: timing.sync_pause_us,
@@ -624,18 +626,21 @@ impl Coordinator {
     /// appears later) nor completed. The write is idempotent: it is made again, with a pause
     /// that doubles, until the store takes it or [`METADATA_DOUBT`] has passed (then the job
     /// fails). Meanwhile the tasks go on processing.
-    async fn store_metadata(&self, done: &InFlight) -> Result<(), CheckpointError> {
+    async fn store_metadata(
+        &self,
+        metadata: &CheckpointMetadata,
+        done: &InFlight,
+    ) -> Result<(), CheckpointError> {
         let Some(store) = &self.setup.store else {
             return Ok(());
         };
-        let metadata = self.metadata(done);
         let give_up = Instant::now() + METADATA_DOUBT;
         let mut deadline = self.deadline(Some(done));
         let mut pause = METADATA_RETRY_PAUSE;
         let mut attempts = 0;
         loop {
             attempts += 1;
-            let write = store.write_metadata(&metadata);
+            let write = store.write_metadata(metadata);
             let written = match deadline {
                 Some(deadline) => tokio::time::timeout_at(deadline, write).await,
                 None => Ok(write.await),
