@@ -6,7 +6,7 @@
 // An operator writes three functions and names them once, in one .c file:
 //
 //   static bool my_open(const weir_context_t *ctx, operator_string_t *err);
-//   static bool my_process(const weir_batch_t *batch, const operator_list_u32_t *key_slots,
+//   static bool my_process(const weir_batch_t *batch, const weir_key_slots_t *key_slots,
 //                          uint32_t slot_count, weir_out_t *out, weir_ops_t *ops,
 //                          operator_string_t *err);
 //   static bool my_close(weir_out_t *out, operator_string_t *err);  // or weir_no_close
@@ -24,12 +24,16 @@
 // batch in the operator's own variables. The helpers do the batch plumbing, the same
 // per-batch pattern as the Rust SDK:
 //
-//   - weir_batch_record: read records out of the flat input batch;
+//   - weir_batch_len, weir_batch_record: read records out of the flat input batch;
+//   - weir_u32s_len, weir_u32_at, weir_s64s_len, weir_s64_at: read the WIT's number columns
+//     (`u32s`, `s64s`: little-endian bytes), should an operator need one the helpers do not
+//     read for it;
 //   - weir_read_values: the values of *all* key slots of a batch in one `read-values` call;
 //   - weir_ops_*: buffer the batch's writes, send them in one `apply` call;
 //   - weir_out_*: build the output batch in growable flat buffers;
 //   - weir_fail: return an error message to the host (fails the job);
-//   - weir_map_size: the number of entries of a map state, in one host call.
+//   - weir_map_size: the number of entries of a map state, in one host call;
+//   - weir_timers_len, weir_timers_get: read the timers that fired.
 //
 // Ownership (wit-bindgen's C conventions): the input batch, key slots and context belong to
 // the export, which frees them; the returned batch and error are freed by the bindings after
@@ -80,6 +84,53 @@ static inline int weir_no_sockets(void) {
 
 typedef exports_weir_operator_processor_batch_t weir_batch_t;
 typedef exports_weir_operator_processor_context_t weir_context_t;
+
+// ---------------------------------------------------------------------------------------------
+// Number columns
+//
+// The WIT carries its numbers (record offsets, timestamps, key slots, timer tags) as `u32s`
+// and `s64s`: little-endian integers, 4 or 8 bytes each, back to back in a byte list (item i
+// is bytes 4i .. 4i + 4, or 8i .. 8i + 8). The helpers below read them; the batch and timer
+// helpers further down read them for the operator. wasm32 is little-endian, so reading an
+// item is one load (memcpy, as the bytes need not be aligned), and the output columns are
+// built as arrays of native integers.
+
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+#error "weir.h needs a little-endian target (wasm32 is one): the WIT's numbers are little-endian"
+#endif
+
+typedef weir_operator_types_u32s_t weir_u32s_t;
+typedef weir_operator_types_s64s_t weir_s64s_t;
+// The key slots `process` receives: one per record (see weir_record_t.slot).
+typedef exports_weir_operator_processor_u32s_t weir_key_slots_t;
+
+// The number of (whole) items of a column.
+static inline size_t weir_u32s_len(const weir_u32s_t *column) {
+  return column->len / sizeof(uint32_t);
+}
+static inline size_t weir_s64s_len(const weir_s64s_t *column) {
+  return column->len / sizeof(int64_t);
+}
+
+// Item `i` of a column; `i` must be below its length.
+static inline uint32_t weir_u32_at(const weir_u32s_t *column, size_t i) {
+  uint32_t item;
+  memcpy(&item, column->ptr + i * sizeof item, sizeof item);
+  return item;
+}
+static inline int64_t weir_s64_at(const weir_s64s_t *column, size_t i) {
+  int64_t item;
+  memcpy(&item, column->ptr + i * sizeof item, sizeof item);
+  return item;
+}
+
+// Whether a column's bytes are a whole number of items, and that number is `n`.
+static inline bool weir_u32s_has(const weir_u32s_t *column, size_t n) {
+  return column->len % sizeof(uint32_t) == 0 && weir_u32s_len(column) == n;
+}
+static inline bool weir_s64s_has(const weir_s64s_t *column, size_t n) {
+  return column->len % sizeof(int64_t) == 0 && weir_s64s_len(column) == n;
+}
 
 // ---------------------------------------------------------------------------------------------
 // Errors and logging
@@ -199,24 +250,34 @@ typedef struct {
   uint32_t slot;  // WEIR_NO_SLOT for a record without key
 } weir_record_t;
 
-// Checks the batch's shape (five columns and the key slots of equal length, offsets in
-// range) and returns the number of key slots of the batch in *slot_count.
-static inline bool weir_batch_check(const weir_batch_t *batch, const operator_list_u32_t *slots,
+// The number of records of a batch (one flags byte each). After weir_batch_check, which the
+// exports run before `process`, every column of the batch and its key slots have one item
+// per record.
+static inline size_t weir_batch_len(const weir_batch_t *batch) { return batch->flags.len; }
+
+// Checks the batch's shape (five columns and the key slots with one whole item per record,
+// offsets in range) and returns the number of key slots of the batch in *slot_count.
+static inline bool weir_batch_check(const weir_batch_t *batch, const weir_key_slots_t *slots,
                                     uint32_t *slot_count, operator_string_t *err) {
-  size_t n = batch->value_ends.len;
-  if (batch->key_ends.len != n || batch->flags.len != n || batch->timestamps.len != n ||
-      slots->len != n) {
-    return weir_fail(err, "malformed batch: columns of different lengths");
+  size_t n = weir_batch_len(batch);
+  if (!weir_u32s_has(&batch->key_ends, n) || !weir_u32s_has(&batch->value_ends, n) ||
+      !weir_s64s_has(&batch->timestamps, n) || !weir_u32s_has(slots, n)) {
+    return weir_fail(err,
+                     "malformed batch: %zu flags, but %zu bytes of key ends, %zu of value ends, "
+                     "%zu of timestamps and %zu of key slots",
+                     n, batch->key_ends.len, batch->value_ends.len, batch->timestamps.len,
+                     slots->len);
   }
   uint32_t start = 0;
   int64_t top = -1;
   for (size_t i = 0; i < n; i++) {
-    uint32_t key_end = batch->key_ends.ptr[i], value_end = batch->value_ends.ptr[i];
+    uint32_t key_end = weir_u32_at(&batch->key_ends, i);
+    uint32_t value_end = weir_u32_at(&batch->value_ends, i);
     if (key_end < start || value_end < key_end || value_end > batch->data.len) {
       return weir_fail(err, "malformed batch: record %zu out of range", i);
     }
     start = value_end;
-    uint32_t slot = slots->ptr[i];
+    uint32_t slot = weir_u32_at(slots, i);
     if (slot != WEIR_NO_SLOT) {
       if (slot >= n) return weir_fail(err, "malformed batch: key slot %u", slot);
       if ((int64_t)slot > top) top = slot;
@@ -228,27 +289,27 @@ static inline bool weir_batch_check(const weir_batch_t *batch, const operator_li
 
 // Record `i` of a batch that passed weir_batch_check; a failure from here on names it.
 static inline weir_record_t weir_batch_record(const weir_batch_t *batch,
-                                              const operator_list_u32_t *slots, size_t i) {
+                                              const weir_key_slots_t *slots, size_t i) {
   weir_current_record_ = (uint32_t)i;
-  uint32_t start = i ? batch->value_ends.ptr[i - 1] : 0;
-  uint32_t key_end = batch->key_ends.ptr[i];
+  uint32_t start = i ? weir_u32_at(&batch->value_ends, i - 1) : 0;
+  uint32_t key_end = weir_u32_at(&batch->key_ends, i);
   uint8_t flags = batch->flags.ptr[i];
   weir_record_t record;
   record.key = batch->data.ptr + start;
   record.key_len = key_end - start;
   record.has_key = (flags & WEIR_HAS_KEY) != 0;
   record.value = batch->data.ptr + key_end;
-  record.value_len = batch->value_ends.ptr[i] - key_end;
+  record.value_len = weir_u32_at(&batch->value_ends, i) - key_end;
   record.has_timestamp = (flags & WEIR_HAS_TIMESTAMP) != 0;
-  record.timestamp = batch->timestamps.ptr[i];
-  record.slot = slots->ptr[i];
+  record.timestamp = weir_s64_at(&batch->timestamps, i);
+  record.slot = weir_u32_at(slots, i);
   return record;
 }
 
 // Frees the export's arguments (they belong to the export).
-static inline void weir_input_free(weir_batch_t *batch, operator_list_u32_t *slots) {
+static inline void weir_input_free(weir_batch_t *batch, weir_key_slots_t *slots) {
   weir_operator_types_batch_free(batch);
-  operator_list_u32_free(slots);
+  exports_weir_operator_processor_u32s_free(slots);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -269,6 +330,7 @@ static inline bool weir_declare(const char *name, weir_operator_state_state_kind
 // Free *values with weir_operator_state_values_free.
 static inline bool weir_read_values(weir_operator_state_state_id_t state, uint32_t slot_count,
                                     weir_operator_state_values_t *values, operator_string_t *err) {
+  // 0, 1, 2, ... as native integers: on a little-endian target, the bytes of a `u32s`.
   static uint32_t *all_slots;
   static size_t all_cap, all_len;
   weir_grow((void **)&all_slots, &all_cap, slot_count, sizeof(uint32_t));
@@ -276,12 +338,12 @@ static inline bool weir_read_values(weir_operator_state_state_id_t state, uint32
     all_slots[all_len] = (uint32_t)all_len;
     all_len++;
   }
-  operator_list_u32_t slots = {all_slots, slot_count};
+  weir_operator_state_u32s_t slots = {(uint8_t *)all_slots, slot_count * sizeof(uint32_t)};
   operator_string_t host_error;
   if (!weir_operator_state_read_values(state, &slots, values, &host_error)) {
     return weir_fail_with(err, "reading values", &host_error);
   }
-  if (values->present.len != slot_count || values->items.ends.len != slot_count) {
+  if (values->present.len != slot_count || !weir_u32s_has(&values->items.ends, slot_count)) {
     weir_operator_state_values_free(values);
     return weir_fail(err, "malformed reply from the host to read-values");
   }
@@ -302,10 +364,10 @@ static inline bool weir_map_size(weir_operator_state_state_id_t state, uint32_t 
 // The value of slot `slot` in a read-values reply: false if the key has none.
 static inline bool weir_values_get(const weir_operator_state_values_t *values, uint32_t slot,
                                    const uint8_t **bytes, size_t *len) {
-  if (!values->present.ptr[slot]) return false;
-  uint32_t start = slot ? values->items.ends.ptr[slot - 1] : 0;
+  if (!values->present.ptr[slot]) return false;  // one byte per slot: 1 present, 0 absent
+  uint32_t start = slot ? weir_u32_at(&values->items.ends, slot - 1) : 0;
   *bytes = values->items.data.ptr + start;
-  *len = values->items.ends.ptr[slot] - start;
+  *len = weir_u32_at(&values->items.ends, slot) - start;
   return true;
 }
 
@@ -381,6 +443,8 @@ static inline void weir_ops_clear(weir_ops_t *ops) {
 // ---------------------------------------------------------------------------------------------
 // Output batch
 
+// The number columns are arrays of native integers: on a little-endian target their memory
+// is the `u32s` and `s64s` bytes the WIT carries, handed over as they are.
 typedef struct {
   weir_buf_t data;
   uint32_t *key_ends;
@@ -427,14 +491,14 @@ static inline void weir_out_emit(weir_out_t *out, const void *key, size_t key_le
 static inline void weir_out_finish(weir_out_t *out, weir_batch_t *ret) {
   ret->data.ptr = out->data.ptr;
   ret->data.len = out->data.len;
-  ret->key_ends.ptr = out->key_ends;
-  ret->key_ends.len = out->len;
-  ret->value_ends.ptr = out->value_ends;
-  ret->value_ends.len = out->len;
+  ret->key_ends.ptr = (uint8_t *)out->key_ends;
+  ret->key_ends.len = out->len * sizeof(uint32_t);
+  ret->value_ends.ptr = (uint8_t *)out->value_ends;
+  ret->value_ends.len = out->len * sizeof(uint32_t);
   ret->flags.ptr = out->flags;
   ret->flags.len = out->len;
-  ret->timestamps.ptr = out->timestamps;
-  ret->timestamps.len = out->len;
+  ret->timestamps.ptr = (uint8_t *)out->timestamps;
+  ret->timestamps.len = out->len * sizeof(int64_t);
   memset(out, 0, sizeof *out);
 }
 
@@ -498,24 +562,60 @@ static inline bool weir_watermark(int64_t *watermark) {
 // The host's clock, in milliseconds since the Unix epoch.
 static inline int64_t weir_processing_time(void) { return weir_operator_time_processing_time(); }
 
+// The number of timers that fired. After weir_timers_check, which the on-timers export runs
+// before the operator's function, every list of `timers` has one item per timer.
+static inline size_t weir_timers_len(const weir_fired_timers_t *timers) {
+  return weir_u32s_len(&timers->key_slots);
+}
+
 // The key of fired timer `i`.
 static inline void weir_timer_key(const weir_fired_timers_t *timers, size_t i, const uint8_t **key,
                                   size_t *len) {
-  size_t start = i == 0 ? 0 : timers->keys.ends.ptr[i - 1];
+  size_t start = i == 0 ? 0 : weir_u32_at(&timers->keys.ends, i - 1);
   *key = timers->keys.data.ptr + start;
-  *len = timers->keys.ends.ptr[i] - start;
+  *len = weir_u32_at(&timers->keys.ends, i) - start;
+}
+
+typedef struct {
+  const uint8_t *key;
+  size_t key_len;
+  uint32_t slot;  // the key's slot: state calls and timer registrations name it
+  int64_t timestamp;  // when it was set to fire, in milliseconds since the Unix epoch
+  uint32_t tag;  // as registered
+} weir_timer_t;
+
+// Fired timer `i` (below weir_timers_len); a failure from here on names it.
+static inline weir_timer_t weir_timers_get(const weir_fired_timers_t *timers, size_t i) {
+  weir_current_record_ = (uint32_t)i;
+  weir_timer_t timer;
+  weir_timer_key(timers, i, &timer.key, &timer.key_len);
+  timer.slot = weir_u32_at(&timers->key_slots, i);
+  timer.timestamp = weir_s64_at(&timers->timestamps, i);
+  timer.tag = weir_u32_at(&timers->tags, i);
+  return timer;
 }
 
 // Checks the fired timers' lists and counts their key slots (as weir_batch_check does).
 static inline bool weir_timers_check(const weir_fired_timers_t *timers, uint32_t *slot_count,
                                      operator_string_t *err) {
-  size_t n = timers->key_slots.len;
-  if (timers->keys.ends.len != n || timers->timestamps.len != n || timers->tags.len != n) {
-    return weir_fail(err, "malformed timers: lists of different lengths");
+  size_t n = weir_timers_len(timers);
+  if (!weir_u32s_has(&timers->key_slots, n) || !weir_u32s_has(&timers->keys.ends, n) ||
+      !weir_s64s_has(&timers->timestamps, n) || !weir_u32s_has(&timers->tags, n)) {
+    return weir_fail(err,
+                     "malformed timers: %zu bytes of key slots, %zu of key ends, %zu of "
+                     "timestamps and %zu of tags",
+                     timers->key_slots.len, timers->keys.ends.len, timers->timestamps.len,
+                     timers->tags.len);
   }
+  uint32_t start = 0;
   uint32_t count = 0;
   for (size_t i = 0; i < n; i++) {
-    uint32_t slot = timers->key_slots.ptr[i];
+    uint32_t end = weir_u32_at(&timers->keys.ends, i);
+    if (end < start || end > timers->keys.data.len) {
+      return weir_fail(err, "malformed timers: the key of timer %zu is out of range", i);
+    }
+    start = end;
+    uint32_t slot = weir_u32_at(&timers->key_slots, i);
     if (slot >= n) return weir_fail(err, "malformed timers: key slot %u of %zu timers", slot, n);
     if (slot + 1 > count) count = slot + 1;
   }
@@ -531,7 +631,7 @@ static inline bool weir_no_timers(const weir_fired_timers_t *timers, uint32_t sl
   (void)ops;
   return weir_fail(err, "%zu timers fired but the operator handles no timers (give "
                         "WEIR_EXPORT_OPERATOR_WITH_TIMERS an on-timers function)",
-                   timers->key_slots.len);
+                   weir_timers_len(timers));
 }
 
 // A close function for operators that emit nothing at the end of input.
@@ -551,10 +651,10 @@ static inline bool weir_no_close(weir_out_t *out, operator_string_t *err) {
 //   static bool my_on_timers(const weir_fired_timers_t *timers, uint32_t slot_count,
 //                            weir_out_t *out, weir_ops_t *ops, operator_string_t *err);
 //
-// Timer i has key weir_timer_key(timers, i, ...), slot timers->key_slots.ptr[i] (state calls
-// and timer registrations name it), timestamp timers->timestamps.ptr[i] and tag
-// timers->tags.ptr[i]; timers->domain says which clock fired them. Records go to `out`, state
-// writes to `ops`, as in `process`; a failure names the timer set with weir_current_record_.
+// weir_timers_len(timers) timers fired; weir_timers_get(timers, i) is timer i, with its key,
+// key slot (state calls and timer registrations name it), timestamp and tag; timers->domain
+// says which clock fired them. Records go to `out`, state writes to `ops`, as in `process`; a
+// failure names the timer last read with weir_timers_get (or set with weir_current_record_).
 #define WEIR_EXPORT_OPERATOR_WITH_TIMERS(open_fn, process_fn, timers_fn, close_fn)               \
   uint32_t weir_current_record_ = WEIR_NO_RECORD;                                                \
   static bool weir_opened_;                                                                      \
@@ -570,7 +670,7 @@ static inline bool weir_no_close(weir_out_t *out, operator_string_t *err) {
     return ok;                                                                                   \
   }                                                                                              \
                                                                                                  \
-  bool exports_weir_operator_processor_process(weir_batch_t *batch, operator_list_u32_t *slots,  \
+  bool exports_weir_operator_processor_process(weir_batch_t *batch, weir_key_slots_t *slots,     \
                                                weir_batch_t *ret,                                \
                                                exports_weir_operator_processor_failure_t *err) { \
     operator_string_t message = {NULL, 0}; /* empty if a function fails without weir_fail */     \

@@ -4,7 +4,11 @@
 // An operator is a subclass of `Operator`: `open(ctx)` reads the configuration and declares
 // keyed state, `process(record, out)` turns each input `Record` into any number of output
 // records written to `out` (an `Emitter`), and `close(out)` may emit final records at the end
-// of input. `exportOperator(Class)` makes the object the module exports as `processor`
+// of input. An operator may implement `processBatch(batch, out)` instead, which gets the whole
+// `Batch` as typed arrays, reads and writes the value state of all its keys in one call each
+// (`ValueState.getAll`, `setAll`, arrays indexed by `batch.slots`) and emits many records
+// (`emitMany`, or `beginKeyOf`/`writeKeyOf` that copy an input record's bytes): the faster
+// way. `exportOperator(Class)` makes the object the module exports as `processor`
 // (the `weir:operator/processor` interface). Put the operator in `operator.js` and build it
 // with `weir build`, which stages this file (the one of the `weir` binary) beside it as
 // `weir.js`; `weir new --lang js NAME` starts a project:
@@ -37,9 +41,10 @@
 // - Output records are appended to one flat, reused byte buffer, and their offsets, flags and
 //   timestamps to reused typed arrays.
 //
-// Where the time goes (QuickJS compiled to WebAssembly, no JIT): the bindings copy a typed
-// array (`Uint32Array`, `Uint8Array`, `BigInt64Array`) across the boundary in one piece, but
-// a plain array element by element; and making any object (a view, an object literal, a
+// Where the time goes (QuickJS compiled to WebAssembly, no JIT): the bindings copy a
+// `list<u8>` (a `Uint8Array`) across the boundary in one piece, but a plain array element by
+// element; the WIT carries every number column as little-endian bytes (`u32s`, `s64s`), which
+// the SDK views as a `Uint32Array` without a copy; and making any object (a view, an object literal, a
 // string) costs far more than reading or writing a number. So the SDK hands the host typed
 // arrays (the `apply` log is one: five u32 words per operation), and keeps the per-record
 // path to a few property writes and one call.
@@ -59,13 +64,12 @@
 // batch in its own fields either.
 //
 // QuickJS has no TextEncoder/TextDecoder: `utf8Encode`/`utf8Decode` below do the work.
-// Timestamps (s64) are JS numbers (exact up to 2^53); the SDK converts them from the BigInts
-// the StarlingMonkey bindings give and hands the host a `BigInt64Array`. StarlingMonkey
+// Timestamps (s64) are JS numbers (exact up to 2^53), read from their two 32-bit halves. StarlingMonkey
 // (`jco componentize --bundle -d http fetch-event`, no --backend) works too but runs slower.
 
-import * as stateApi from "weir:operator/state@0.4.0";
-import * as timeApi from "weir:operator/time@0.4.0";
-import * as logApi from "weir:operator/log@0.4.0";
+import * as stateApi from "weir:operator/state@0.5.0";
+import * as timeApi from "weir:operator/time@0.5.0";
+import * as logApi from "weir:operator/log@0.5.0";
 
 /** The key slot of a record without key (and the slot outside of `process`). */
 export const NO_SLOT = 0xffffffff;
@@ -76,7 +80,20 @@ export const HAS_TIMESTAMP = 2;
 /** How many entries one `map-entries` call asks for. */
 const PAGE = 1024;
 /** An error the SDK reports (bad batch, state misuse, a failed host call). */
-export class WeirError extends Error {}
+/** An error the SDK reports, or an operator throws. From `processBatch`, `{ record: i }` tells
+ * the host that record `i` of the batch failed: `new WeirError(message, { record: i })`. */
+export class WeirError extends Error {
+  constructor(message, options) {
+    super(message, options);
+    this.record = options?.record ?? null;
+  }
+}
+
+/** The index of the record that failed: the loop's `i`, else the one a `WeirError` names. */
+function failedRecord(e, i) {
+  if (i >= 0) return i;
+  return e instanceof WeirError && Number.isInteger(e.record) ? e.record : null;
+}
 
 /** The message of anything thrown, including host errors (which carry a `payload`). */
 function message(e) {
@@ -448,6 +465,35 @@ if (typeof globalThis.console === "undefined") {
 
 const EMPTY = new Uint8Array(0);
 
+/** The WIT `u32s` column `bytes` (little-endian u32s) as a `Uint32Array`: a view of the same
+ * memory (WebAssembly is little-endian) when aligned, else a copy. */
+function u32s(bytes, what) {
+  if (bytes.length % 4 !== 0) {
+    throw new WeirError(`malformed ${what}: ${bytes.length} bytes, not a whole number of u32s`);
+  }
+  if (bytes.byteOffset % 4 === 0) return new Uint32Array(bytes.buffer, bytes.byteOffset, bytes.length >>> 2);
+  return new Uint32Array(bytes.slice().buffer);
+}
+
+/** The WIT `s64s` column `bytes` as a `Uint32Array` of 32-bit halves (low, high), read by
+ * `s64At`: JS numbers from two halves cost less than BigInts. */
+function s64Halves(bytes, what) {
+  if (bytes.length % 8 !== 0) {
+    throw new WeirError(`malformed ${what}: ${bytes.length} bytes, not a whole number of s64s`);
+  }
+  return u32s(bytes, what);
+}
+
+/** Item `i` of an `s64s` column viewed by `s64Halves`, as a number (exact up to 2^53). */
+function s64At(halves, i) {
+  return (halves[2 * i + 1] | 0) * 4294967296 + halves[2 * i];
+}
+
+/** The bytes of the first `n` items of the typed array `typed`, as the WIT columns take them. */
+function columnBytes(typed, n) {
+  return new Uint8Array(typed.buffer, typed.byteOffset, n * typed.BYTES_PER_ELEMENT);
+}
+
 /** One input record: `key` (Uint8Array, or null for a record without key), `value`
  * (Uint8Array) and `timestamp` (ms since the Unix epoch, or null). `key` and `value` are views
  * of the batch, made when read and valid during the `process` call. */
@@ -490,6 +536,75 @@ export class Record {
   /** The value parsed as JSON. */
   valueJson() {
     return JSON.parse(utf8Decode(this._data, this._keyEnd, this._valueEnd));
+  }
+}
+
+/** The records of a batch as columns, given to `Operator.processBatch`: typed arrays over the
+ * batch's memory, no copies. Valid during the call: copy (`.slice()`) what you keep.
+ *
+ * - `length`: the number of records; `key(i)`, `value(i)` (Uint8Array views; a record without
+ *   key has the key null), `keyStr(i)`, `valueStr(i)`, `timestamp(i)` (ms or null); `keys()`
+ *   and `values()`: arrays of the views.
+ * - `slots` (Uint32Array): per record, the index of its key among the batch's distinct keys,
+ *   numbered in order of first appearance: the index into `ValueState.getAll`'s array.
+ *   `slotCount` is the number of distinct keys.
+ * - The raw columns: `data` (Uint8Array: key 0, value 0, key 1, ...), `keyEnds` and
+ *   `valueEnds` (Uint32Array: record `i`'s key is `data[keyStart(i) .. keyEnds[i]]` with
+ *   `keyStart(i)` = `valueEnds[i - 1]`, 0 for the first, and its value `data[keyEnds[i] ..
+ *   valueEnds[i]]`), `flags` (Uint8Array: bit 0 set if the record has a key, bit 1 if it has
+ *   a timestamp). */
+export class Batch {
+  constructor(data, keyEnds, valueEnds, flags, timestampHalves, slots, slotCount) {
+    this.data = data;
+    this.keyEnds = keyEnds;
+    this.valueEnds = valueEnds;
+    this.flags = flags;
+    this.slots = slots;
+    this.slotCount = slotCount;
+    this.length = flags.length;
+    this._halves = timestampHalves;
+    this._buffer = data.buffer;
+    this._offset = data.byteOffset;
+  }
+
+  keyStart(i) {
+    return i === 0 ? 0 : this.valueEnds[i - 1];
+  }
+
+  key(i) {
+    if ((this.flags[i] & HAS_KEY) === 0) return null;
+    const start = i === 0 ? 0 : this.valueEnds[i - 1];
+    return new Uint8Array(this._buffer, this._offset + start, this.keyEnds[i] - start);
+  }
+
+  value(i) {
+    const start = this.keyEnds[i];
+    return new Uint8Array(this._buffer, this._offset + start, this.valueEnds[i] - start);
+  }
+
+  keyStr(i) {
+    if ((this.flags[i] & HAS_KEY) === 0) return null;
+    return utf8Decode(this.data, i === 0 ? 0 : this.valueEnds[i - 1], this.keyEnds[i]);
+  }
+
+  valueStr(i) {
+    return utf8Decode(this.data, this.keyEnds[i], this.valueEnds[i]);
+  }
+
+  timestamp(i) {
+    return this.flags[i] & HAS_TIMESTAMP ? s64At(this._halves, i) : null;
+  }
+
+  keys() {
+    const keys = new Array(this.length);
+    for (let i = 0; i < keys.length; i++) keys[i] = this.key(i);
+    return keys;
+  }
+
+  values() {
+    const values = new Array(this.length);
+    for (let i = 0; i < values.length; i++) values[i] = this.value(i);
+    return values;
   }
 }
 
@@ -617,6 +732,35 @@ export class Emitter {
       }
     };
 
+    /** Appends `data[start, end)` (a batch's bytes) without making a view of them. */
+    function copy(data, start, end) {
+      const count = end - start;
+      if (len + count > cap) reserve(count);
+      if (count <= 16) {
+        for (let i = 0; i < count; i++) bytes[len + i] = data[start + i];
+      } else {
+        bytes.set(data.subarray(start, end), len);
+      }
+      len += count;
+    }
+
+    /** `begin` with the key of record `i` of the `Batch` `batch` (none if it has none),
+     * copied from the batch: `processBatch`'s way to emit under the input's keys. */
+    this.beginKeyOf = (batch, i) => {
+      if (n === rows) grow();
+      hasKey = (batch.flags[i] & HAS_KEY) !== 0;
+      if (hasKey) copy(batch.data, i === 0 ? 0 : batch.valueEnds[i - 1], batch.keyEnds[i]);
+      keyEnds[n] = len;
+    };
+
+    /** Appends the key of record `i` of `batch` to the value being built. */
+    this.writeKeyOf = (batch, i) => {
+      if (batch.flags[i] & HAS_KEY) copy(batch.data, i === 0 ? 0 : batch.valueEnds[i - 1], batch.keyEnds[i]);
+    };
+
+    /** Appends the value of record `i` of `batch` to the value being built. */
+    this.writeValueOf = (batch, i) => copy(batch.data, batch.keyEnds[i], batch.valueEnds[i]);
+
     /** Starts a record whose value is then appended with `write` (strings, bytes) and
      * `writeUint`, and finished with `end`: builds the value in place, without an
      * intermediate string (like the Rust SDK's `emit_with`). */
@@ -683,6 +827,19 @@ export class Emitter {
     /** Emits a record whose value is `value` as JSON. */
     this.emitJson = (key, value, timestamp) => this.emit(key, JSON.stringify(value), timestamp);
 
+    /** Emits one record per item of the parallel arrays `keys` and `values` (and
+     * `timestamps`, if given), items being what `emit` takes. */
+    this.emitMany = (keys, values, timestamps) => {
+      const count = keys.length;
+      if (values.length !== count || (timestamps != null && timestamps.length !== count)) {
+        throw new RangeError(
+          `emitMany: ${count} keys, ${values.length} values${timestamps == null ? "" : `, ${timestamps.length} timestamps`}; give one of each per record`,
+        );
+      }
+      const emit = this.emit;
+      for (let i = 0; i < count; i++) emit(keys[i], values[i], timestamps == null ? null : timestamps[i]);
+    };
+
     Object.defineProperty(this, "length", { get: () => n });
 
     /** Drops what was emitted. */
@@ -711,10 +868,10 @@ export class Emitter {
       }
       const batch = {
         data: bytes.subarray(0, len),
-        keyEnds: keyEnds.subarray(0, n),
-        valueEnds: valueEnds.subarray(0, n),
+        keyEnds: columnBytes(keyEnds, n),
+        valueEnds: columnBytes(valueEnds, n),
         flags: flags.subarray(0, n),
-        timestamps: stamps,
+        timestamps: columnBytes(stamps, n),
       };
       len = 0;
       n = 0;
@@ -785,6 +942,8 @@ class Runtime {
     this.inBatch = false;
     this.inOpen = false;
     this.slotCount = 0;
+    /** The `Batch` of a `processBatch` call, else null. */
+    this.columns = null;
     this.ops = new OpLog();
     this.data = new ByteBuffer(1 << 14);
     /** Value states read or written in the current batch. */
@@ -793,9 +952,10 @@ class Runtime {
     this.watermark = undefined;
   }
 
-  begin(slotCount, watermark = UNREAD) {
+  begin(slotCount, watermark = UNREAD, columns = null) {
     this.watermark = watermark;
     this.slotCount = slotCount;
+    this.columns = columns;
     if (slotNumbers.length < slotCount) {
       slotNumbers = new Uint32Array(Math.max(slotCount, 2 * slotNumbers.length));
       for (let i = 0; i < slotNumbers.length; i++) slotNumbers[i] = i;
@@ -846,10 +1006,16 @@ class Runtime {
 
   end() {
     this.inBatch = false;
+    this.columns = null;
     currentSlot = NO_SLOT;
   }
 
   noSlot(name) {
+    if (this.columns !== null) {
+      return new WeirError(
+        `state \`${name}\`: in processBatch, read and write value state for all keys at once with getAll and setAll; map and list state and timers need process`,
+      );
+    }
     return new WeirError(
       this.inBatch
         ? `state \`${name}\`: state access needs a keyed record; key the stream with key_by before this operator (this record has no key)`
@@ -889,6 +1055,7 @@ export class ValueState {
   // (or UNREAD, ABSENT), `_dirty` the slots written, in order, and `_isDirty` marks them;
   // `_items` is the reply of `read-values` once fetched. Outside of that, `_cache` is null.
   _reset() {
+    this._dflt = undefined;
     this._cache = null;
     this._dirty = null;
     this._isDirty = null;
@@ -907,6 +1074,90 @@ export class ValueState {
       this._isDirty = new Uint8Array(n);
       rt.touched.push(this);
     }
+  }
+
+  /** In `processBatch`: the values of every key of the batch, in an array indexed by slot
+   * (`batch.slots[i]` is record `i`'s), `dflt` where a key has none; read in one host call. */
+  getAll(dflt = undefined) {
+    this._beginAll("getAll");
+    const cache = this._cache;
+    const items = this._items;
+    const ends = this._ends;
+    const present = this._present;
+    const n = cache.length;
+    const values = new Array(n);
+    let start = 0;
+    for (let slot = 0; slot < n; slot++) {
+      const end = ends[slot];
+      let value = cache[slot];
+      if (value === UNREAD) {
+        // As in `get`: plain integers decoded inline.
+        if (present[slot] === 0) {
+          value = ABSENT;
+        } else {
+          let number = 0;
+          let i = start;
+          if (end - start <= 15) {
+            for (; i < end; i++) {
+              const d = items[i] - 48;
+              if (d < 0 || d > 9) break;
+              number = number * 10 + d;
+            }
+          }
+          value = i === end && end > start ? number : decode(items, start, end);
+        }
+        cache[slot] = value;
+      }
+      values[slot] = value === ABSENT ? dflt : value;
+      start = end;
+    }
+    this._dflt = dflt;
+    return values;
+  }
+
+  /** In `processBatch`: sets the value of every key of the batch to the item of `values` (an
+   * array indexed by slot, as `getAll` gives) at its slot. Items equal (`===`) to what
+   * `getAll` returned are unchanged and not written; an `undefined` item leaves its key as
+   * it is. Sent with the batch's other writes. */
+  setAll(values) {
+    this._beginAll("setAll");
+    const cache = this._cache;
+    const n = cache.length;
+    if (values.length !== n) {
+      throw new WeirError(
+        `state \`${this.name}\`: setAll takes one value per key of the batch (${n}), not ${values.length}`,
+      );
+    }
+    const dflt = this._dflt;
+    const isDirty = this._isDirty;
+    for (let slot = 0; slot < n; slot++) {
+      const value = values[slot];
+      if (value === undefined) continue;
+      const was = cache[slot];
+      if (value === was || (was === ABSENT && value === dflt)) continue;
+      cache[slot] = value;
+      if (isDirty[slot] === 0) {
+        isDirty[slot] = 1;
+        this._dirty.push(slot);
+      }
+    }
+  }
+
+  /** The cache of the batch, in `processBatch`. */
+  _beginAll(call) {
+    if (!rt.inBatch || rt.columns === null) {
+      throw new WeirError(
+        `state \`${this.name}\`: ${call} works in processBatch; in process, use get and set`,
+      );
+    }
+    if (this._cache === null) {
+      const n = rt.slotCount;
+      this._cache = new Array(n).fill(UNREAD);
+      this._dirty = [];
+      this._isDirty = new Uint8Array(n);
+      rt.touched.push(this);
+    }
+    if (this._items === null) this._fetch();
   }
 
   get(dflt = undefined) {
@@ -968,13 +1219,14 @@ export class ValueState {
   _fetch() {
     const n = rt.slotCount;
     const values = host(`state \`${this.name}\`: reading values`, () =>
-      stateApi.readValues(this._id, slotNumbers.subarray(0, n)),
+      stateApi.readValues(this._id, columnBytes(slotNumbers, n)),
     );
-    if (values.present.length !== n || values.items.ends.length !== n) {
+    const ends = u32s(values.items.ends, "reply from the host");
+    if (values.present.length !== n || ends.length !== n) {
       throw new WeirError(`state \`${this.name}\`: malformed reply from the host`);
     }
     this._items = values.items.data;
-    this._ends = values.items.ends;
+    this._ends = ends;
     this._present = values.present;
   }
 
@@ -1088,15 +1340,17 @@ export class MapState {
         stateApi.mapEntries(this._id, slot, after, PAGE),
       );
       const { keys, values } = page;
+      const keyEnds = u32s(keys.ends, "reply from the host");
+      const valueEnds = u32s(values.ends, "reply from the host");
       let k0 = 0;
       let v0 = 0;
-      for (let i = 0; i < keys.ends.length; i++) {
-        item(keys.data, k0, keys.ends[i], values.data, v0, values.ends[i]);
-        k0 = keys.ends[i];
-        v0 = values.ends[i];
+      for (let i = 0; i < keyEnds.length; i++) {
+        item(keys.data, k0, keyEnds[i], values.data, v0, valueEnds[i]);
+        k0 = keyEnds[i];
+        v0 = valueEnds[i];
       }
-      if (keys.ends.length < PAGE) return;
-      after = keys.data.slice(keys.ends.length > 1 ? keys.ends[keys.ends.length - 2] : 0, k0);
+      if (keyEnds.length < PAGE) return;
+      after = keys.data.slice(keyEnds.length > 1 ? keyEnds[keyEnds.length - 2] : 0, k0);
     }
   }
 }
@@ -1123,7 +1377,7 @@ export class ListState {
     const blobs = host(`list state \`${this.name}\`: reading`, () => stateApi.listRead(this._id, slot));
     const out = [];
     let start = 0;
-    for (const end of blobs.ends) {
+    for (const end of u32s(blobs.ends, "reply from the host")) {
       out.push(decode(blobs.data, start, end));
       start = end;
     }
@@ -1248,8 +1502,13 @@ export class Operator {
   open(ctx) {}
 
   process(record, out) {
-    throw new WeirError("an operator must implement process(record, out)");
+    throw new WeirError("an operator must implement process(record, out) or processBatch(batch, out)");
   }
+
+  // `processBatch(batch, out)`, if an operator defines it, is called once per batch instead of
+  // `process` once per record: `batch` is a `Batch` (columns), the value state of all its keys
+  // is read and written with `ValueState.getAll` and `setAll`, and `out.emitMany` emits many
+  // records in one call. Map and list state and timers need a record's key: use `process`.
 
   /** Handles a `Timer` that fired; state acts on `timer.key` here. */
   onTimer(timer, out) {
@@ -1286,6 +1545,8 @@ function slotCount(keySlots, records) {
  * bindings return as its error. */
 export function exportOperator(OperatorClass) {
   let operator = null;
+  // Whether the operator defines `processBatch`.
+  let batchApi = false;
   const out = new Emitter();
   return {
     open(ctx) {
@@ -1295,6 +1556,7 @@ export function exportOperator(OperatorClass) {
         const instance = new OperatorClass();
         instance.open(new OpenContext(ctx));
         operator = instance;
+        batchApi = typeof instance.processBatch === "function";
       } catch (e) {
         throw report(e);
       } finally {
@@ -1310,12 +1572,24 @@ export function exportOperator(OperatorClass) {
       // loops over records. The loops count with it, so it costs nothing more.
       let i = -1;
       try {
-        const { data, keyEnds, valueEnds, flags, timestamps } = batch;
-        const n = valueEnds.length;
-        if (keyEnds.length !== n || flags.length !== n || timestamps.length !== n) {
+        const { data, flags } = batch;
+        const keyEnds = u32s(batch.keyEnds, "batch");
+        const valueEnds = u32s(batch.valueEnds, "batch");
+        const timestamps = s64Halves(batch.timestamps, "batch");
+        keySlots = u32s(keySlots, "key slots");
+        const n = flags.length;
+        if (keyEnds.length !== n || valueEnds.length !== n || timestamps.length !== 2 * n) {
           throw new WeirError("malformed batch: columns of different lengths");
         }
-        rt.begin(slotCount(keySlots, n));
+        const slots = slotCount(keySlots, n);
+        if (batchApi) {
+          const columns = new Batch(data, keyEnds, valueEnds, flags, timestamps, keySlots, slots);
+          rt.begin(slots, UNREAD, columns);
+          operator.processBatch(columns, out);
+          rt.finish();
+          return out._take();
+        }
+        rt.begin(slots);
         const record = new Record();
         record._data = data;
         record._buffer = data.buffer;
@@ -1341,7 +1615,7 @@ export function exportOperator(OperatorClass) {
             record._start = start;
             record._keyEnd = keyEnd;
             record._valueEnd = start = valueEnds[i];
-            record.timestamp = Number(timestamps[i]);
+            record.timestamp = s64At(timestamps, i);
             currentSlot = keySlots[i];
             operator.process(record, out);
           }
@@ -1353,7 +1627,7 @@ export function exportOperator(OperatorClass) {
             record._start = start;
             record._keyEnd = keyEnd;
             record._valueEnd = start = valueEnds[i];
-            record.timestamp = f & HAS_TIMESTAMP ? Number(timestamps[i]) : null;
+            record.timestamp = f & HAS_TIMESTAMP ? s64At(timestamps, i) : null;
             currentSlot = keySlots[i];
             operator.process(record, out);
           }
@@ -1364,7 +1638,7 @@ export function exportOperator(OperatorClass) {
       } catch (e) {
         rt.abort();
         out._reset();
-        throw failure(e, i >= 0 ? i : null);
+        throw failure(e, failedRecord(e, i));
       }
     },
 
@@ -1374,9 +1648,13 @@ export function exportOperator(OperatorClass) {
       }
       let i = -1;
       try {
-        const { domain, keys, keySlots, timestamps, tags, watermark } = timers;
+        const { domain, keys, watermark } = timers;
+        const keySlots = u32s(timers.keySlots, "timers");
+        const keyEnds = u32s(keys.ends, "timers");
+        const timestamps = s64Halves(timers.timestamps, "timers");
+        const tags = u32s(timers.tags, "timers");
         const n = keySlots.length;
-        if (keys.ends.length !== n || timestamps.length !== n || tags.length !== n) {
+        if (keyEnds.length !== n || timestamps.length !== 2 * n || tags.length !== n) {
           throw new WeirError("malformed timers: lists of different lengths");
         }
         const w = watermark === undefined || watermark === null ? null : Number(watermark);
@@ -1384,8 +1662,8 @@ export function exportOperator(OperatorClass) {
         const clock = domain === "event-time" ? "event" : "processing";
         let start = 0;
         for (i = 0; i < n; i++) {
-          const end = keys.ends[i];
-          const timer = new Timer(keys.data.slice(start, end), Number(timestamps[i]), tags[i] >>> 0, clock);
+          const end = keyEnds[i];
+          const timer = new Timer(keys.data.slice(start, end), s64At(timestamps, i), tags[i], clock);
           start = end;
           currentSlot = keySlots[i];
           operator.onTimer(timer, out);
@@ -1396,7 +1674,7 @@ export function exportOperator(OperatorClass) {
       } catch (e) {
         rt.abort();
         out._reset();
-        throw failure(e, i >= 0 ? i : null);
+        throw failure(e, failedRecord(e, i));
       }
     },
 

@@ -258,7 +258,7 @@ fn a_failure_names_its_record_and_leaves_nothing_behind_in_every_language() {
         );
         let trace = match language {
             "Python" => "Traceback (most recent call last):\n  File \"operator.py\", line ",
-            "JavaScript" => "\n    at process (operator.js:",
+            "JavaScript" => "\n    at processBatch (operator.js:",
             _ => "",
         };
         assert!(error.message.contains(trace), "{language}: {error}");

@@ -6,6 +6,9 @@
 //! map, removes map entries and clears the map, appends to and clears a list, and reads each
 //! of them back after writing in the same batch (read your writes) and in later batches; it
 //! also reads the map's size (Python `len(map)`, JavaScript `map.size`).
+//!
+//! The batch tour (`tests/guests/batch-tour-*`) does the same for the batch API: a running sum
+//! per key read and written for the whole batch at once, and records emitted many at a time.
 
 mod support;
 
@@ -121,4 +124,84 @@ fn the_python_sdk_state_tour_gives_the_expected_output() {
 #[test]
 fn the_javascript_sdk_state_tour_gives_the_expected_output() {
     tour_gives_the_expected_output(&repo().join("tests/guests/state-tour-js"));
+}
+
+/// `KEY NUMBER` lines over seven keys, with zeros among the numbers.
+fn numbers_input() -> String {
+    let mut text = String::new();
+    for i in 0..3_000i64 {
+        writeln!(text, "k{} {}", (i * 3 + i / 7) % 7, (i * 13) % 21 - 10).expect("write");
+    }
+    text
+}
+
+/// The batch tour's output lines, sorted: `KEY|sum before|sum after` per record.
+fn batch_expected(text: &str) -> Vec<String> {
+    let mut sums: HashMap<&str, i64> = HashMap::new();
+    let mut lines: Vec<String> = text
+        .lines()
+        .map(|line| {
+            let (key, number) = line.split_once(' ').expect("KEY NUMBER");
+            let sum = sums.entry(key).or_default();
+            let before = *sum;
+            *sum += number.parse::<i64>().expect("a number");
+            format!("{key}|{before}|{sum}")
+        })
+        .collect();
+    lines.sort();
+    lines
+}
+
+fn batch_tour_gives_the_expected_output(project: &Path) {
+    let component = toml_path(&built_operator(project));
+    let dir = tempfile::tempdir().expect("tempdir");
+    let text = numbers_input();
+    std::fs::write(dir.path().join("in.txt"), &text).expect("input");
+    let job = write_job(
+        dir.path(),
+        &format!(
+            r#"
+            [job]
+            name = "batch-tour"
+            batch_size = 64
+            [source]
+            kind = "text-lines"
+            path = "in.txt"
+            [[operators]]
+            name = "split"
+            component = {component}
+            config = {{ role = "split" }}
+            [[operators]]
+            name = "tour"
+            component = {component}
+            parallelism = 2
+            key_by = "key"
+            [sink]
+            kind = "file"
+            path = "out.txt"
+            [checkpoints]
+            store = "file://{store}"
+            interval_ms = 20
+            "#,
+            store = dir.path().join("store").display(),
+        ),
+    );
+    let out = weir(&["run", job.to_str().expect("utf-8"), "-q"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let want = batch_expected(&text);
+    let got = committed(dir.path());
+    assert_eq!(got.len(), want.len(), "line count differs");
+    if let Some((g, w)) = got.iter().zip(&want).find(|(g, w)| g != w) {
+        panic!("output differs: got {g:?}, expected {w:?}");
+    }
+}
+
+#[test]
+fn the_python_sdk_batch_api_gives_the_expected_output() {
+    batch_tour_gives_the_expected_output(&repo().join("tests/guests/batch-tour-python"));
+}
+
+#[test]
+fn the_javascript_sdk_batch_api_gives_the_expected_output() {
+    batch_tour_gives_the_expected_output(&repo().join("tests/guests/batch-tour-js"));
 }

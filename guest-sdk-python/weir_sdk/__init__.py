@@ -3,7 +3,10 @@
 An operator is a subclass of `Operator`: `open(ctx)` reads the configuration and declares
 keyed state, `process(record, out)` turns each input `Record` into any number of output
 records written to `out` (an `Emitter`), and `close(out)` may emit final records at the end
-of input. `export(cls)` turns the class into the `Processor` class that componentize-py
+of input. An operator may implement `process_batch(batch, out)` instead, which gets the whole
+`Batch` as columns, reads and writes the value state of all its keys in one call each
+(`ValueState.get_all`, `set_all`) and emits many records in one call
+(`Emitter.emit_columns`, `emit_many`): the faster way, as in a pandas or Arrow UDF. `export(cls)` turns the class into the `Processor` class that componentize-py
 exports as `weir:operator/processor`; the application module must bind it to the name
 `Processor`:
 
@@ -22,7 +25,7 @@ exports as `weir:operator/processor`; the application module must bind it to the
 
 Put the operator in `operator.py` and build it with `weir build` (which stages this SDK, the
 one of the `weir` binary, beside it, and checks the component against the world
-`weir:operator/operator@0.4.0`); `weir new --lang python NAME` starts a project.
+`weir:operator/operator@0.5.0`); `weir new --lang python NAME` starts a project.
 
 Like the Rust SDK, this one is built around the cost of the component boundary:
 
@@ -38,11 +41,12 @@ Like the Rust SDK, this one is built around the cost of the component boundary:
 - Output records are collected and joined into one flat batch when the call returns.
 
 Where the time goes (CPython compiled to WebAssembly, no JIT): every element of a WIT list
-other than `list<u8>` crosses the boundary as its own Python object (a `list<u8>` is one
-`bytes`, which is why the `apply` log is one). So the per-record loops below keep to list
-indexing and C-level builtins (`zip`, `map`, `bytes.join`, `itertools.accumulate`, `array`
-slices), build nothing per record that the batch does not need, and build the `apply` log and
-the output columns once per batch.
+other than `list<u8>` would cross the boundary as its own Python object, so the WIT carries
+every number column as little-endian bytes (`u32s`, `s64s`), one `bytes` each, which this SDK
+views as numbers with `memoryview.cast` without a copy. The per-record loops below keep to
+list indexing and C-level builtins (`zip`, `map`, `bytes.join`, `itertools.accumulate`,
+`array` slices), build nothing per record that the batch does not need, and build the `apply`
+log and the output columns once per batch.
 
 State values, map keys, map values and list items are stored as JSON text (compact, UTF-8):
 a count of 5 is stored as the bytes `5`. They must be JSON-serializable.
@@ -64,8 +68,8 @@ import logging
 import re
 from array import array
 from bisect import bisect_right
-from itertools import accumulate, compress, repeat
-from operator import length_hint
+from itertools import accumulate, chain, compress, count, repeat
+from operator import is_not, length_hint
 
 from componentize_py_types import Err
 from wit_world.imports import log as _log
@@ -79,6 +83,7 @@ __all__ = [
     "Operator",
     "OpenContext",
     "Record",
+    "Batch",
     "Emitter",
     "ValueState",
     "MapState",
@@ -105,7 +110,13 @@ _PAGE = 1024
 
 
 class WeirError(Exception):
-    """An error the SDK reports (bad batch, state misuse, a failed host call)."""
+    """An error the SDK reports (bad batch, state misuse, a failed host call), or an operator
+    raises. From `process_batch`, `record=i` tells the host that record `i` of the batch
+    failed (`process` needs no index: the SDK knows which record it was handling)."""
+
+    def __init__(self, message="", record=None):
+        super().__init__(message)
+        self.record = record
 
 
 # ---------------------------------------------------------------------------------------------
@@ -229,6 +240,98 @@ class Record:
         return f"Record(key={self.key!r}, value={self.value!r}, timestamp={self.timestamp!r})"
 
 
+def _u32s(column, what):
+    """The WIT `u32s` `column` (little-endian u32s in bytes) as a memoryview of ints: no copy
+    (WebAssembly is little-endian, and "I" is 4 bytes there)."""
+    try:
+        return memoryview(column).cast("I")
+    except TypeError:
+        raise WeirError(f"malformed {what}: {len(column)} bytes, not a whole number of u32s") from None
+
+
+def _s64s(column, what):
+    """The WIT `s64s` `column` (little-endian i64s in bytes) as a memoryview of ints."""
+    try:
+        return memoryview(column).cast("q")
+    except TypeError:
+        raise WeirError(f"malformed {what}: {len(column)} bytes, not a whole number of s64s") from None
+
+
+class Batch:
+    """The records of a batch as columns, given to `Operator.process_batch`; like an Arrow
+    binary column, keys and values are one buffer with offsets.
+
+    - `len(batch)`: the number of records.
+    - `keys()`, `values()`: lists of `bytes`, one per record (a record without key has the key
+      None); `records()`: the records as `Record`s.
+    - `slots`: a list with, per record, the index of its key among the batch's distinct keys,
+      in order of first appearance (the order of `ValueState.get_all`); records with equal
+      keys share one.
+    - The raw columns, views of the batch without a copy: `data` (`bytes`: key 0, value 0,
+      key 1, ...), `key_ends` and `value_ends` (memoryviews of ints: record `i`'s key is
+      `data[value_ends[i - 1]:key_ends[i]]`, from 0 for the first, and its value
+      `data[key_ends[i]:value_ends[i]]`), `flags` (`bytes`: bit 0 set if the record has a key,
+      bit 1 if it has a timestamp) and `timestamps` (memoryview of ints, milliseconds since
+      the Unix epoch, 0 where a record has none).
+
+    Valid during the `process_batch` call: copy what you keep (`bytes` slices are copies).
+    """
+
+    __slots__ = ("data", "key_ends", "value_ends", "flags", "timestamps", "slots", "_keys", "_ends")
+
+    def __init__(self, data, key_ends, value_ends, flags, timestamps, slots):
+        self.data = data
+        self.key_ends = key_ends
+        self.value_ends = value_ends
+        self.flags = flags
+        self.timestamps = timestamps
+        self.slots = slots
+        self._keys = None
+        self._ends = None
+
+    def _lists(self):
+        """The key ends and the value ends as lists: slicing with list items in a
+        comprehension runs faster than anything over the memoryviews."""
+        ends = self._ends
+        if ends is None:
+            ends = self._ends = (self.key_ends.tolist(), self.value_ends.tolist())
+        return ends
+
+    def __len__(self):
+        return len(self.flags)
+
+    def keys(self):
+        """Every record's key (`bytes`, None for a record without key); one list per batch,
+        made on the first call."""
+        keys = self._keys
+        if keys is None:
+            data, flags = self.data, self.flags
+            key_ends, value_ends = self._lists()
+            starts = [0]
+            starts += value_ends
+            keys = [data[start:end] for start, end in zip(starts, key_ends)]
+            if flags.count(HAS_KEY) + flags.count(HAS_KEY | HAS_TIMESTAMP) != len(flags):
+                for i, f in enumerate(flags):
+                    if not f & HAS_KEY:
+                        keys[i] = None
+            self._keys = keys
+        return keys
+
+    def values(self):
+        """Every record's value, as `bytes`."""
+        data = self.data
+        return [data[start:end] for start, end in zip(*self._lists())]
+
+    def records(self):
+        """The records one by one, as `Record`s (each a new object)."""
+        flags, timestamps = self.flags, self.timestamps
+        for i, (key, value) in enumerate(zip(self.keys(), self.values())):
+            yield Record(key, value, timestamps[i] if flags[i] & HAS_TIMESTAMP else None)
+
+    def __repr__(self):
+        return f"<Batch of {len(self)} records>"
+
+
 def _as_bytes(value, call="emit", arg="value"):
     """`str` as UTF-8; `bytes` as it is; any other bytes-like object (`bytearray`,
     `memoryview`) copied into `bytes`. Anything else is a TypeError naming `call` and its
@@ -305,6 +408,55 @@ class Emitter:
         """Emits a record whose value is `value` as (compact) JSON."""
         self.emit(key, json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode(), timestamp)
 
+    def emit_columns(self, keys, values, timestamps=None):
+        """Emits one record per item of the parallel sequences `keys` and `values` (and
+        `timestamps`, if given): the fast way to emit many. Items are what `emit` takes; when
+        every key and value is `bytes` (or every value `str`) and there are no timestamps,
+        the records are appended in C, with no Python code per record."""
+        if type(keys) is not list:
+            keys = list(keys)
+        if type(values) is not list:
+            values = list(values)
+        if len(keys) != len(values) or (timestamps is not None and len(timestamps) != len(keys)):
+            raise ValueError(
+                f"emit_columns: {len(keys)} keys, {len(values)} values"
+                + ("" if timestamps is None else f", {len(timestamps)} timestamps")
+                + "; give one of each per record"
+            )
+        if timestamps is None and set(map(type, keys)) <= {bytes}:
+            value_types = set(map(type, values))
+            if value_types == {str}:
+                values = list(map(str.encode, values))
+            if value_types <= {bytes, str}:
+                # Interleaved by slice assignment: pointer copies, in C.
+                parts = [None] * (2 * len(keys))
+                parts[0::2] = keys
+                parts[1::2] = values
+                if self._parts:
+                    self._parts += parts
+                else:
+                    self._parts = parts
+                return
+        emit = self.emit
+        if timestamps is None:
+            for key, value in zip(keys, values):
+                emit(key, value)
+        else:
+            for key, value, timestamp in zip(keys, values, timestamps):
+                emit(key, value, timestamp)
+
+    def emit_many(self, records):
+        """Emits every record of `records`, an iterable of `(key, value)` or
+        `(key, value, timestamp)` tuples, as `emit` would each."""
+        if type(records) is not list:
+            records = list(records)
+        if set(map(len, records)) <= {2} and set(map(type, chain.from_iterable(records))) <= {bytes}:
+            self._parts += chain.from_iterable(records)
+            return
+        emit = self.emit
+        for record in records:
+            emit(*record)
+
     def __len__(self):
         return len(self._parts) >> 1
 
@@ -315,13 +467,18 @@ class Emitter:
         if len(data) > 0xFFFFFFFF:
             self._discard()
             raise WeirError("the records emitted in one call exceed 4 GiB; emit less per batch")
-        ends = list(accumulate(map(len, parts)))
-        flags = bytearray(b"\x01") * n
-        timestamps = [0] * n
-        for i, f, timestamp in self._special:
-            flags[i] = f
-            timestamps[i] = timestamp
-        batch = _types.Batch(data, ends[0::2], ends[1::2], bytes(flags), timestamps)
+        ends = array(_WORDS, accumulate(map(len, parts)))
+        special = self._special
+        if special:
+            flags = bytearray(b"\x01") * n
+            timestamps = array("q", bytes(8 * n))
+            for i, f, timestamp in special:
+                flags[i] = f
+                timestamps[i] = timestamp
+            flags, timestamps = bytes(flags), timestamps.tobytes()
+        else:
+            flags, timestamps = b"\x01" * n, bytes(8 * n)
+        batch = _types.Batch(data, ends[0::2].tobytes(), ends[1::2].tobytes(), flags, timestamps)
         self._discard()
         return batch
 
@@ -366,7 +523,14 @@ class _Runtime:
     def __init__(self):
         self.in_batch = False
         self.in_open = False
-        self.all_slots = []
+        self.slot_count = 0
+        # `read-values`' argument for every slot of the batch: u32s 0, 1, 2, ... as bytes.
+        self.all_slots = b""
+        # In `process_batch`: the `Batch`, its distinct keys by slot and {key: slot}, each made
+        # when first needed.
+        self.batch = None
+        self.distinct = None
+        self.slot_of = None
         self.ops = array(_WORDS)
         self.data = bytearray()
         # Value states read or written in the current batch.
@@ -374,11 +538,39 @@ class _Runtime:
         # The watermark, read from the host at most once per batch.
         self.watermark = _UNREAD
 
-    def begin(self, slot_count, watermark=None):
-        if len(self.all_slots) != slot_count:
-            self.all_slots = list(range(slot_count))
+    def begin(self, slot_count, watermark=None, batch=None):
+        if self.slot_count != slot_count:
+            self.slot_count = slot_count
+            self.all_slots = array(_WORDS, range(slot_count)).tobytes()
         self.in_batch = True
+        self.batch = batch
+        self.distinct = None
+        self.slot_of = None
         self.watermark = _UNREAD if watermark is None else watermark
+
+    def batch_keys(self, name):
+        """In `process_batch`: the batch's distinct keys, by slot."""
+        distinct = self.distinct
+        if distinct is None:
+            batch = self.batch
+            if batch is None or not self.in_batch:
+                raise WeirError(
+                    f"state `{name}`: get_all, get_by_slot and set_all work in process_batch; "
+                    "in process, use get and set"
+                )
+            # {slot: key} keeps the slots in order of first appearance, which is their order
+            # (the host numbers them so), and hashes small ints rather than the keys.
+            by_slot = dict(zip(batch.slots, batch.keys()))
+            by_slot.pop(NO_SLOT, None)
+            distinct = self.distinct = list(by_slot.values())
+        return distinct
+
+    def batch_slots(self, name):
+        """In `process_batch`: {key: slot} for the batch's keys."""
+        slot_of = self.slot_of
+        if slot_of is None:
+            slot_of = self.slot_of = dict(zip(self.batch_keys(name), count()))
+        return slot_of
 
     def log(self, kind, state, slot, key, value):
         """Appends one write; `key` and `value` are encoded bytes or None."""
@@ -423,9 +615,17 @@ class _Runtime:
     def end(self):
         global _slot
         self.in_batch = False
+        self.batch = None
+        self.distinct = None
+        self.slot_of = None
         _slot = NO_SLOT
 
     def no_slot(self, name):
+        if self.batch is not None:
+            return WeirError(
+                f"state `{name}`: in process_batch, read and write value state for all keys at "
+                "once with get_all and set_all; map and list state and timers need process"
+            )
         if self.in_batch:
             return WeirError(
                 f"state `{name}`: state access needs a keyed record; key the stream with key_by "
@@ -464,14 +664,15 @@ class ValueState:
     """One JSON value per key. `get` returns None (or `default`) where the key has none.
 
     The first read in a batch fetches the values of every key of the batch in one host call;
-    writes stay in the SDK until the end of the batch."""
+    writes stay in the SDK until the end of the batch. In `process_batch`, `get_all` and
+    `set_all` read and write the values of all the batch's keys at once."""
 
     # Per batch, from the first use of the state in the batch: `_cache` holds each slot's value
     # (or _UNREAD, _ABSENT), `_dirty` the slots written (a dict used as an ordered set);
     # `_items` the reply of `read-values` once fetched. Outside of that, `_cache` is None:
     # `get` and `set` index it and fall to `_begin` on the TypeError (or on the IndexError of
     # NO_SLOT), which keeps checks out of their common path.
-    __slots__ = ("name", "_id", "_cache", "_dirty", "_items")
+    __slots__ = ("name", "_id", "_cache", "_dirty", "_items", "_given", "_decoded")
 
     def __init__(self, name):
         self.name = name
@@ -482,18 +683,96 @@ class ValueState:
         self._cache = None
         self._dirty = None
         self._items = None
+        self._given = None
+        # Whether `_fetch` decoded every slot (counters), leaving none _UNREAD.
+        self._decoded = False
 
     def _begin(self):
         """The cache of the current batch, made on the state's first use in the batch."""
         slot = _slot
         if slot == NO_SLOT or not _rt.in_batch:
             raise _rt.no_slot(self.name)
+        return self._cache_of_batch()
+
+    def _cache_of_batch(self):
         cache = self._cache
         if cache is None:
-            cache = self._cache = [_UNREAD] * len(_rt.all_slots)
+            cache = self._cache = [_UNREAD] * _rt.slot_count
             self._dirty = {}
             _rt.touched.append(self)
         return cache
+
+    def get_all(self, default=None):
+        """In `process_batch`: a dict of every key of the batch (`bytes`, in order of first
+        appearance) to its value, `default` where it has none. Fetched in one host call."""
+        return dict(zip(_rt.batch_keys(self.name), self.get_by_slot(default)))
+
+    def get_by_slot(self, default=None):
+        """In `process_batch`: the values of every key of the batch as a list indexed by slot
+        (`batch.slots[i]` is record `i`'s), `default` where a key has none: `get_all` without
+        hashing the keys, the fastest way. Fetched in one host call."""
+        if _rt.batch is None or not _rt.in_batch:
+            raise WeirError(
+                f"state `{self.name}`: get_all, get_by_slot and set_all work in process_batch; "
+                "in process, use get and set"
+            )
+        self._cache_of_batch()
+        if self._items is None:
+            self._fetch()
+        if not self._decoded:
+            read = self._read
+            for slot, value in enumerate(self._cache):
+                if value is _UNREAD:
+                    read(slot)
+            self._decoded = True
+        values = self._cache
+        if 0 in self._items[2]:
+            # Some key has no value (fewer than all: the common case checked in C).
+            values = [default if value is _ABSENT else value for value in values]
+        self._given = values
+        return values[:]
+
+    def set_all(self, values):
+        """In `process_batch`: sets the value of every key of `values`, a dict of keys of the
+        batch (as `get_all` gives them) or a list by slot (as `get_by_slot` gives); sent with
+        the batch's other writes. A value that is the very object `get_all` or `get_by_slot`
+        returned for its key is unchanged and not written."""
+        _rt.batch_keys(self.name)  # in process_batch, or an error saying where it works
+        given = self._given
+        if type(values) is list:
+            if len(values) != _rt.slot_count:
+                raise WeirError(
+                    f"state `{self.name}`: set_all takes one value per key of the batch "
+                    f"({_rt.slot_count}), not {len(values)}"
+                )
+            self._cache_of_batch()
+            if given is None:
+                given = self._cache
+            self._dirty.update(dict.fromkeys(compress(count(), map(is_not, values, given))))
+            self._cache = values[:]
+            return
+        if given is not None and len(values) == len(given) and list(values) == _rt.batch_keys(self.name):
+            # The dict `get_all` gave, with its keys as they were: its values are by slot.
+            new = list(values.values())
+            self._dirty.update(dict.fromkeys(compress(count(), map(is_not, new, given))))
+            self._cache = new
+            return
+        slot_of = _rt.batch_slots(self.name)
+        try:
+            slots = list(map(slot_of.__getitem__, values))
+        except KeyError as e:
+            raise WeirError(
+                f"state `{self.name}`: set_all: {e.args[0]!r} is not a key of this batch"
+            ) from None
+        new = list(values.values())
+        if given is not None:
+            changed = list(map(is_not, new, map(given.__getitem__, slots)))
+            slots = list(compress(slots, changed))
+            new = list(compress(new, changed))
+        cache = self._cache_of_batch()
+        for slot, value in zip(slots, new):
+            cache[slot] = value
+        self._dirty.update(dict.fromkeys(slots))
 
     def get(self, default=None):
         try:
@@ -533,24 +812,25 @@ class ValueState:
     def _fetch(self):
         """Reads the values of every slot of the batch; decodes them all at once when they are
         plain integers (counters), else leaves them to `_read`."""
-        slots = _rt.all_slots
         try:
-            values = _state.read_values(self._id, slots)
+            values = _state.read_values(self._id, _rt.all_slots)
         except Err as e:
             raise WeirError(f"state `{self.name}`: reading values: {e.value}") from None
-        data, ends, present = values.items.data, values.items.ends, values.present
-        n = len(slots)
+        data, present = values.items.data, values.present
+        ends = _u32s(values.items.ends, "reply from the host")
+        n = _rt.slot_count
         if len(present) != n or len(ends) != n:
             raise WeirError(f"state `{self.name}`: malformed reply from the host")
         items = self._items = (data, ends, present)
         if n and (data.isdigit() or not data):
+            ends = ends.tolist()
             starts = [0]
             starts += ends
             try:
                 # Only digits: every present value is a non-negative integer (an empty one is
                 # malformed JSON, which int() refuses too and `_read` reports).
-                if False not in present:
-                    decoded = list(map(int, map(data.__getitem__, map(slice, starts, ends))))
+                if 0 not in present:
+                    decoded = [int(data[start:end]) for start, end in zip(starts, ends)]
                 else:
                     numbers = iter(
                         list(map(int, map(data.__getitem__, map(slice, compress(starts, present), compress(ends, present)))))
@@ -562,6 +842,7 @@ class ValueState:
             for slot in self._dirty:
                 decoded[slot] = cache[slot]
             self._cache = decoded
+            self._decoded = True
         return items
 
     def _flush_into(self, ops, data):
@@ -785,7 +1066,7 @@ class Timer:
 
 def _blobs(blobs):
     """The byte strings of a WIT `blobs`."""
-    data, ends = blobs.data, blobs.ends
+    data, ends = blobs.data, _u32s(blobs.ends, "reply from the host")
     starts = [0]
     starts += ends
     return list(map(data.__getitem__, map(slice, starts, ends)))
@@ -831,7 +1112,14 @@ class Operator:
         pass
 
     def process(self, record, out):
-        raise NotImplementedError("an operator must implement process(record, out)")
+        raise NotImplementedError("an operator must implement process(record, out) or process_batch(batch, out)")
+
+    #: `process_batch(batch, out)`, if an operator defines it, is called once per batch
+    #: instead of `process` once per record: `batch` is a `Batch` (columns), the value state
+    #: of all its keys is read and written with `ValueState.get_all` and `set_all`, and
+    #: `out.emit_columns` or `out.emit_many` emit many records at once. Map and list state and
+    #: timers need a record's key: use `process` for them.
+    process_batch = None
 
     def on_timer(self, timer, out):
         """Handles a `Timer` that fired; state acts on `timer.key` here."""
@@ -944,21 +1232,33 @@ class _Batch:
         return cls.records - 1 - length_hint(slots)
 
 
+def _columns(batch, key_slots):
+    """The columns of the WIT `batch` and its `key_slots`, as views, their lengths checked."""
+    key_ends = _u32s(batch.key_ends, "batch")
+    value_ends = _u32s(batch.value_ends, "batch")
+    timestamps = _s64s(batch.timestamps, "batch")
+    slots = _u32s(key_slots, "key slots").tolist()
+    flags = batch.flags
+    n = len(flags)
+    if not (len(key_ends) == len(value_ends) == len(timestamps) == n):
+        raise WeirError("malformed batch: columns of different lengths")
+    return Batch(batch.data, key_ends, value_ends, flags, timestamps, slots)
+
+
 def _run(process, out, batch, key_slots):
     """Calls `process(record, out)` for every record of `batch`."""
     global _slot
-    data, key_ends, value_ends = batch.data, batch.key_ends, batch.value_ends
-    flags, timestamps = batch.flags, batch.timestamps
-    n = len(value_ends)
     _Batch.slots = None
-    if not (len(key_ends) == len(flags) == len(timestamps) == n):
-        raise WeirError("malformed batch: columns of different lengths")
+    columns = _columns(batch, key_slots)
+    data, key_ends, value_ends = columns.data, columns.key_ends, columns.value_ends
+    flags, timestamps, key_slots = columns.flags, columns.timestamps, columns.slots
+    n = len(flags)
     _rt.begin(_slot_count(key_slots, n))
     record = Record()
     record._data = data
     start = 0
     # Last in each `zip`: when `process` raises, the iterator has given exactly the slots of
-    # the records up to the current one.
+    # the records up to the current one (a list's iterator tells how many are left).
     slots = _Batch.slots = iter(key_slots)
     _Batch.records = n
     if flags.count(HAS_KEY) == n:
@@ -987,20 +1287,30 @@ def _run(process, out, batch, key_slots):
     _Batch.slots = None
 
 
+def _run_columns(process_batch, out, batch, key_slots):
+    """Calls `process_batch(batch, out)` with the whole batch as a `Batch`."""
+    _Batch.slots = None
+    columns = _columns(batch, key_slots)
+    _rt.begin(_slot_count(columns.slots, len(columns)), batch=columns)
+    process_batch(columns, out)
+
+
 def _run_timers(on_timer, out, timers):
     """Calls `on_timer(timer, out)` for every timer of the WIT `fired-timers`."""
     global _slot
-    key_slots = timers.key_slots
+    key_slots = _u32s(timers.key_slots, "timers")
+    timestamps = _s64s(timers.timestamps, "timers")
+    tags = _u32s(timers.tags, "timers")
     n = len(key_slots)
     _Batch.slots = None
-    if not (len(timers.keys.ends) == len(timers.timestamps) == len(timers.tags) == n):
+    if not (len(timers.keys.ends) == 4 * n and len(timestamps) == len(tags) == n):
         raise WeirError("malformed timers: lists of different lengths")
     _rt.begin(_slot_count(key_slots, n), timers.watermark)
     domain = "event" if timers.domain == _types.TimeDomain.EVENT_TIME else "processing"
-    slots = _Batch.slots = iter(key_slots)
+    slots = _Batch.slots = iter(key_slots.tolist())
     _Batch.records = n
     keys = _blobs(timers.keys)
-    for key, timestamp, tag, _slot in zip(keys, timers.timestamps, timers.tags, slots):
+    for key, timestamp, tag, _slot in zip(keys, timestamps, tags, slots):
         on_timer(Timer(key, timestamp, tag, domain), out)
     _Batch.slots = None
 
@@ -1030,6 +1340,9 @@ def export(operator_class):
 
         def process(self, batch, key_slots):
             operator = Processor._open_operator("process")
+            process_batch = operator.process_batch
+            if process_batch is not None:
+                return Processor._run_batch(_run_columns, process_batch, batch, key_slots)
             return Processor._run_batch(_run, operator.process, batch, key_slots)
 
         def on_timers(self, timers):
@@ -1055,6 +1368,8 @@ def export(operator_class):
                 return out._take()
             except Exception as e:
                 record = _Batch.record()
+                if record is None and isinstance(e, WeirError) and type(e.record) is int:
+                    record = e.record
                 _Batch.slots = None
                 _rt.abort()
                 out._discard()

@@ -5,25 +5,31 @@ use std::fmt;
 use serde::Serialize;
 
 use crate::bindings::weir::operator::types::Batch;
+use crate::numbers::{Number, S64s, U32s};
 use crate::record::{HAS_KEY, HAS_TIMESTAMP};
 use crate::{Error, Record, Result};
 
 /// Where an operator writes its output records.
 ///
-/// Records are appended to the five columns of the WIT `batch` as they are emitted, and the
-/// columns are handed to the host as they are when the call returns: emitting copies the key
-/// and value once and allocates nothing in the steady state (the buffers of the next batch are
-/// allocated once, with the sizes of the last one).
+/// Records are appended to the five columns of the WIT `batch` as they are emitted (the number
+/// columns as the little-endian bytes the WIT carries), and the columns are handed to the host
+/// as they are when the call returns: emitting copies the key and value once and allocates
+/// nothing in the steady state (the buffers of the next batch are allocated once, with the
+/// sizes of the last one).
 ///
 /// Output records are returned in emit order. If `process` or `close` returns an error, the
 /// records emitted during that call are discarded.
 #[derive(Debug, Default)]
 pub struct Emitter {
     data: Vec<u8>,
-    key_ends: Vec<u32>,
-    value_ends: Vec<u32>,
+    /// `u32s`: where each record's key ends in `data`.
+    key_ends: Vec<u8>,
+    /// `u32s`: where each record's value ends in `data`.
+    value_ends: Vec<u8>,
+    /// One byte per record: its `HAS_KEY` and `HAS_TIMESTAMP` bits.
     flags: Vec<u8>,
-    timestamps: Vec<i64>,
+    /// `s64s`: each record's timestamp, 0 where it has none.
+    timestamps: Vec<u8>,
     /// Set when `data` outgrew the `u32` offsets of the WIT batch; reported by `take_batch`.
     overflowed: bool,
 }
@@ -80,7 +86,7 @@ impl Emitter {
         timestamp: Option<i64>,
         write: impl FnOnce(&mut Vec<u8>) -> Result<()>,
     ) -> Result<()> {
-        let start = self.data.len();
+        let (start, key_ends) = (self.data.len(), self.key_ends.len());
         self.begin(key);
         match write(&mut self.data) {
             Ok(()) => {
@@ -89,7 +95,7 @@ impl Emitter {
             }
             Err(error) => {
                 self.data.truncate(start);
-                self.key_ends.pop();
+                self.key_ends.truncate(key_ends);
                 Err(error)
             }
         }
@@ -97,28 +103,35 @@ impl Emitter {
 
     /// How many records were emitted since the last batch was taken.
     pub fn len(&self) -> usize {
-        self.value_ends.len()
+        self.flags.len()
     }
 
     /// Whether no record was emitted since the last batch was taken.
     pub fn is_empty(&self) -> bool {
-        self.value_ends.is_empty()
+        self.flags.is_empty()
     }
 
     /// The records emitted since the last batch was taken, in order.
     pub fn records(&self) -> impl Iterator<Item = Record<'_>> + '_ {
         let mut start = 0;
-        (0..self.len()).map(move |i| {
-            // Offsets were written by `begin`/`end` in increasing order within `data`.
-            let (key_end, value_end) = (self.key_ends[i] as usize, self.value_ends[i] as usize);
-            let record = Record {
-                key: (self.flags[i] & HAS_KEY != 0).then(|| &self.data[start..key_end]),
-                value: &self.data[key_end..value_end],
-                timestamp: (self.flags[i] & HAS_TIMESTAMP != 0).then_some(self.timestamps[i]),
-            };
-            start = value_end;
-            record
-        })
+        let key_ends = U32s::whole(&self.key_ends).iter();
+        let value_ends = U32s::whole(&self.value_ends).iter();
+        let timestamps = S64s::whole(&self.timestamps).iter();
+        key_ends
+            .zip(value_ends)
+            .zip(&self.flags)
+            .zip(timestamps)
+            .map(move |(((key_end, value_end), &flags), timestamp)| {
+                // Offsets were written by `begin`/`end` in increasing order within `data`.
+                let (key_end, value_end) = (key_end as usize, value_end as usize);
+                let record = Record {
+                    key: (flags & HAS_KEY != 0).then(|| &self.data[start..key_end]),
+                    value: &self.data[key_end..value_end],
+                    timestamp: (flags & HAS_TIMESTAMP != 0).then_some(timestamp),
+                };
+                start = value_end;
+                record
+            })
     }
 
     /// Writes the key and records where it ends.
@@ -127,19 +140,19 @@ impl Emitter {
             self.data.extend_from_slice(key);
         }
         let key_end = self.offset();
-        self.key_ends.push(key_end);
+        key_end.push_le(&mut self.key_ends);
     }
 
     /// Records where the value ends and the record's flags and timestamp.
     fn end(&mut self, has_key: bool, timestamp: Option<i64>) {
         let value_end = self.offset();
-        self.value_ends.push(value_end);
+        value_end.push_le(&mut self.value_ends);
         let mut flags = if has_key { HAS_KEY } else { 0 };
         if timestamp.is_some() {
             flags |= HAS_TIMESTAMP;
         }
         self.flags.push(flags);
-        self.timestamps.push(timestamp.unwrap_or(0));
+        timestamp.unwrap_or(0).push_le(&mut self.timestamps);
     }
 
     fn offset(&mut self) -> u32 {
@@ -179,8 +192,8 @@ impl Emitter {
     }
 }
 
-/// Takes `buffer`, leaving an empty one with room for as many elements as it held.
-fn take_sized<T>(buffer: &mut Vec<T>) -> Vec<T> {
+/// Takes `buffer`, leaving an empty one with room for as many bytes as it held.
+fn take_sized(buffer: &mut Vec<u8>) -> Vec<u8> {
     let len = buffer.len();
     std::mem::replace(buffer, Vec::with_capacity(len))
 }
@@ -198,6 +211,7 @@ impl fmt::Write for ByteWriter<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::numbers::items;
     use crate::record::BatchRecords;
 
     #[test]
@@ -210,13 +224,14 @@ mod tests {
         out.emit_json(None, &serde_json::json!({"a": 1}))?;
         let batch = out.take_batch()?;
         assert_eq!(batch.data, b"kv1v2ww\t42{\"a\":1}");
-        assert_eq!(batch.key_ends, [1, 3, 5, 6, 10]);
-        assert_eq!(batch.value_ends, [3, 5, 5, 10, 17]);
+        assert_eq!(items::<u32>(&batch.key_ends), [1, 3, 5, 6, 10]);
+        assert_eq!(items::<u32>(&batch.value_ends), [3, 5, 5, 10, 17]);
         assert_eq!(
             batch.flags,
             [HAS_KEY, 0, HAS_KEY | HAS_TIMESTAMP, HAS_KEY, 0]
         );
-        assert_eq!(batch.timestamps, [0, 0, -3, 0, 0]);
+        assert_eq!(items::<i64>(&batch.timestamps), [0, 0, -3, 0, 0]);
+        assert_eq!((batch.key_ends.len(), batch.timestamps.len()), (20, 40));
 
         // What the emitter writes, the batch reader reads back.
         let read = BatchRecords::new(&batch)?.collect::<Result<Vec<_>>>()?;
@@ -264,7 +279,8 @@ mod tests {
         let first = out.take_batch()?;
         assert!(out.is_empty());
         assert!(out.data.capacity() >= first.data.len());
-        assert!(out.value_ends.capacity() >= 100);
+        assert!(out.value_ends.capacity() >= 4 * 100);
+        assert!(out.timestamps.capacity() >= 8 * 100);
         let data_ptr = out.data.as_ptr();
         for i in 0..100 {
             out.emit(Some(b"key"), format!("value {i}").as_bytes());
@@ -293,7 +309,8 @@ mod tests {
         );
         assert_eq!(out.len(), 1);
         assert_eq!(out.data, b"kv");
-        assert_eq!(out.key_ends, [1]);
+        assert_eq!(items::<u32>(&out.key_ends), [1]);
+        assert_eq!(out.key_ends.len(), 4, "no partial item left behind");
     }
 
     #[test]

@@ -8,6 +8,7 @@ use crate::bindings::exports::weir::operator::processor::{
     Batch, Context, Failure, FiredTimers, Guest,
 };
 use crate::bindings::weir::operator::types::TimeDomain as WitDomain;
+use crate::numbers::{S64s, U32s};
 use crate::record::BatchRecords;
 use crate::state::batch::{self, NO_SLOT};
 use crate::state::host::blob;
@@ -33,7 +34,7 @@ impl<T: Operator> Guest for Exports<T> {
         open::<T>(ctx).map_err(String::from)
     }
 
-    fn process(batch: Batch, key_slots: Vec<u32>) -> Result<Batch, Failure> {
+    fn process(batch: Batch, key_slots: Vec<u8>) -> Result<Batch, Failure> {
         with_instance::<T, _>(|operator, emitter| {
             Ok(process(operator, emitter, &batch, &key_slots))
         })
@@ -120,17 +121,19 @@ fn with_instance<T: Operator, R>(f: impl FnOnce(&mut T, &mut Emitter) -> Result<
 
 /// Runs one batch through the operator: every record with its key slot set, then one flush
 /// of the batch's state writes, then the emitted records. A failure in `process` names the
-/// record's index in the batch.
+/// record's index in the batch. `key_slots` is the WIT's `u32s`, read in place.
 fn process<T: Operator>(
     operator: &mut T,
     out: &mut Emitter,
     batch: &Batch,
-    key_slots: &[u32],
+    key_slots: &[u8],
 ) -> Result<Batch, Failed> {
     let records = BatchRecords::new(batch).map_err(Failed::outside_records)?;
+    let key_slots = U32s::new(key_slots, "key slots")
+        .map_err(|error| Failed::outside_records(error.context("malformed batch")))?;
     let slot_count = slot_count(key_slots, records.len()).map_err(Failed::outside_records)?;
     let scope = batch::begin(slot_count).map_err(Failed::outside_records)?;
-    for (index, (record, &slot)) in (0u32..).zip(records.zip(key_slots)) {
+    for (index, (record, slot)) in (0u32..).zip(records.zip(key_slots.iter())) {
         batch::set_current_slot(slot);
         let record = match record {
             Ok(record) => record,
@@ -161,13 +164,18 @@ fn on_timers<T: Operator>(
     out: &mut Emitter,
     timers: &FiredTimers,
 ) -> Result<Batch, Failed> {
-    let n = timers.key_slots.len();
-    if timers.keys.ends.len() != n || timers.timestamps.len() != n || timers.tags.len() != n {
+    let malformed = |error: Error| Failed::outside_records(error.context("malformed timers"));
+    let key_slots = U32s::new(&timers.key_slots, "key slots").map_err(malformed)?;
+    let timestamps = S64s::new(&timers.timestamps, "timestamps").map_err(malformed)?;
+    let tags = U32s::new(&timers.tags, "tags").map_err(malformed)?;
+    let key_ends = U32s::new(&timers.keys.ends, "key ends").map_err(malformed)?;
+    let n = key_slots.len();
+    if key_ends.len() != n || timestamps.len() != n || tags.len() != n {
         return Err(Failed::outside_records(Error::new(
             "malformed timers: their lists differ in length",
         )));
     }
-    let slot_count = slot_count(&timers.key_slots, n).map_err(Failed::outside_records)?;
+    let slot_count = slot_count(key_slots, n).map_err(Failed::outside_records)?;
     let scope = batch::begin(slot_count).map_err(Failed::outside_records)?;
     batch::with_runtime(|runtime| {
         runtime.watermark = Some(timers.watermark);
@@ -178,12 +186,13 @@ fn on_timers<T: Operator>(
         WitDomain::EventTime => TimeDomain::EventTime,
         WitDomain::ProcessingTime => TimeDomain::ProcessingTime,
     };
-    for index in 0..n {
-        batch::set_current_slot(timers.key_slots[index]);
+    let columns = key_slots.iter().zip(timestamps.iter()).zip(tags.iter());
+    for (index, ((slot, timestamp), tag)) in columns.enumerate() {
+        batch::set_current_slot(slot);
         let timer = blob(&timers.keys, index).map(|key| Timer {
             key,
-            timestamp: timers.timestamps[index],
-            tag: timers.tags[index],
+            timestamp,
+            tag,
             domain,
         });
         let result = timer.and_then(|timer| operator.on_timer(&timer, out));
@@ -205,7 +214,7 @@ fn on_timers<T: Operator>(
 /// The number of distinct keys of a batch, checking that `key_slots` is what the WIT says:
 /// one slot per record, numbered from 0 in order of first appearance (so below the record
 /// count), `u32::MAX` for records without key.
-fn slot_count(key_slots: &[u32], records: usize) -> Result<u32> {
+fn slot_count(key_slots: U32s<'_>, records: usize) -> Result<u32> {
     if key_slots.len() != records {
         return Err(Error::new(format!(
             "malformed batch: {} key slots for {records} records",
@@ -213,7 +222,7 @@ fn slot_count(key_slots: &[u32], records: usize) -> Result<u32> {
         )));
     }
     let mut count = 0;
-    for &slot in key_slots {
+    for slot in key_slots.iter() {
         if slot == NO_SLOT {
             continue;
         }
@@ -247,6 +256,7 @@ fn close<T: Operator>() -> Result<Batch> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::numbers::{column, items};
     use crate::record::{HAS_KEY, HAS_TIMESTAMP};
     use crate::state::fake::FakeHost;
     use crate::{Record, ValueState};
@@ -293,8 +303,8 @@ mod tests {
         }
     }
 
-    /// A batch of keyed records `(key, value)`, and its key slots.
-    fn batch(records: &[(Option<&str>, &str)]) -> (Batch, Vec<u32>) {
+    /// A batch of keyed records `(key, value)`, and its key slots (as the WIT's `u32s`).
+    fn batch(records: &[(Option<&str>, &str)]) -> (Batch, Vec<u8>) {
         let mut out = Emitter::new();
         let mut keys: Vec<&str> = Vec::new();
         let mut slots = Vec::new();
@@ -308,11 +318,11 @@ mod tests {
                 slot as u32
             }));
         }
-        (out.take_batch().expect("a small batch"), slots)
+        (out.take_batch().expect("a small batch"), column(slots))
     }
 
     /// `process` through the export, with its failure's message as the error.
-    fn call_process(batch: Batch, slots: Vec<u32>) -> Result<Batch, String> {
+    fn call_process(batch: Batch, slots: Vec<u8>) -> Result<Batch, String> {
         Exported::process(batch, slots).map_err(|failure| failure.message)
     }
 
@@ -424,9 +434,73 @@ mod tests {
             failure.record, None,
             "the SDK's handling of the batch, no one record's"
         );
-        assert!(call_process(input, vec![7]).is_err_and(|e| e.contains("key slot 7")));
-        assert_eq!(slot_count(&[0, NO_SLOT, 1, 0], 4), Ok(2));
-        assert_eq!(slot_count(&[NO_SLOT], 1), Ok(0));
+        assert!(
+            call_process(input.clone(), column([7u32])).is_err_and(|e| e.contains("key slot 7"))
+        );
+        let failure = Exported::process(input, vec![0, 0, 0]).expect_err("a partial slot");
+        assert_eq!(
+            failure.message,
+            "malformed batch: its key slots are 3 bytes, not a whole number of 4-byte items"
+        );
+        assert_eq!(failure.record, None);
+        let slots = |slots: &[u32]| column(slots.iter().copied());
+        let count = |slots: &[u8], records| slot_count(U32s::whole(slots), records);
+        assert_eq!(count(&slots(&[0, NO_SLOT, 1, 0]), 4), Ok(2));
+        assert_eq!(count(&slots(&[NO_SLOT]), 1), Ok(0));
+        Ok(())
+    }
+
+    /// Fired timers `(slot, key, timestamp, tag)`, as the host sends them.
+    fn fired(timers: &[(u32, &str, i64, u32)]) -> FiredTimers {
+        let mut keys = Emitter::new();
+        for &(_, key, _, _) in timers {
+            keys.emit(None, key.as_bytes());
+        }
+        let keys = keys.take_batch().expect("a small batch");
+        FiredTimers {
+            domain: WitDomain::EventTime,
+            keys: crate::bindings::weir::operator::types::Blobs {
+                data: keys.data,
+                ends: keys.value_ends,
+            },
+            key_slots: column(timers.iter().map(|t| t.0)),
+            timestamps: column(timers.iter().map(|t| t.2)),
+            tags: column(timers.iter().map(|t| t.3)),
+            watermark: Some(10),
+        }
+    }
+
+    #[test]
+    fn fired_timers_are_read_from_their_columns() -> Result<(), String> {
+        FakeHost::install();
+        Exported::open(context())?;
+        let failure = Exported::on_timers(fired(&[(0, "a", -5, 3)])).expect_err("no on_timer");
+        assert_eq!(
+            (failure.message.as_str(), failure.record),
+            (
+                "a timer fired (tag 3, at -5) but the operator does not implement on_timer",
+                Some(0)
+            )
+        );
+
+        let mut partial = fired(&[(0, "a", 1, 2), (1, "b", 3, 4)]);
+        partial.tags.pop();
+        let failure = Exported::on_timers(partial).expect_err("a partial tag");
+        assert_eq!(
+            (failure.message.as_str(), failure.record),
+            (
+                "malformed timers: its tags are 7 bytes, not a whole number of 4-byte items",
+                None
+            )
+        );
+        let mut short = fired(&[(0, "a", 1, 2), (1, "b", 3, 4)]);
+        short.timestamps.truncate(8);
+        let failure = Exported::on_timers(short).expect_err("a timestamp short");
+        assert!(
+            failure.message.contains("differ in length"),
+            "{}",
+            failure.message
+        );
         Ok(())
     }
 
@@ -436,15 +510,15 @@ mod tests {
         Exported::open(context())?;
         let mut input = empty_batch();
         input.data = b"kv".to_vec();
-        input.key_ends = vec![1];
-        input.value_ends = vec![2];
+        input.key_ends = column([1u32]);
+        input.value_ends = column([2u32]);
         input.flags = vec![HAS_KEY | HAS_TIMESTAMP];
-        input.timestamps = vec![42];
-        let output = call_process(input, vec![0])?;
+        input.timestamps = column([42i64]);
+        let output = call_process(input, column([0u32]))?;
         assert_eq!(values(&output), ["v=1"]);
         assert_eq!(
-            (output.flags[0], output.timestamps[0]),
-            (HAS_KEY | HAS_TIMESTAMP, 42)
+            (output.flags[0], items::<i64>(&output.timestamps)),
+            (HAS_KEY | HAS_TIMESTAMP, vec![42])
         );
         Ok(())
     }

@@ -11,7 +11,8 @@
 //! per allocation, not per byte:
 //!
 //! - Records arrive as a batch of flat columns and are handed to `process` as slices of it:
-//!   reading a record allocates nothing.
+//!   reading a record allocates nothing. The number columns (offsets, timestamps, key slots)
+//!   cross as little-endian bytes (the WIT's `u32s` and `s64s`) and are read in place.
 //! - Output records are appended to flat buffers laid out as the WIT `batch` and returned
 //!   as they are; their capacity is carried over from batch to batch.
 //! - State ([`ValueState`], [`MapState`], [`ListState`]) is typed (serde, stored as CBOR) and
@@ -24,6 +25,8 @@
 //! - `context.rs`: [`OpenContext`], what `open` receives.
 //! - `record.rs`: [`Record`], and reading records out of a WIT batch.
 //! - `emitter.rs`: [`Emitter`], writing records into a WIT batch.
+//! - `numbers`: the WIT's number columns (`u32s`, `s64s`:
+//!   little-endian bytes), viewed in place and appended to.
 //! - `state/`: the state handles (`value.rs`, `map.rs`, `list.rs`); `batch.rs` holds the
 //!   per-batch machinery (current key slot, value caches, flush), `op_log.rs` the log of
 //!   writes, `host.rs` the host's state functions (and `fake.rs` an in-memory host for unit
@@ -83,6 +86,7 @@ mod emitter;
 mod error;
 mod export;
 pub mod log;
+mod numbers;
 mod operator;
 mod record;
 pub mod state;

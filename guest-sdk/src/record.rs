@@ -3,6 +3,7 @@
 use serde::de::DeserializeOwned;
 
 use crate::bindings::weir::operator::types::Batch;
+use crate::numbers::{S64s, U32s};
 use crate::{Error, Result};
 
 /// Bit 0 of a record's flags: the record has a key.
@@ -52,38 +53,40 @@ impl<'a> Record<'a> {
 
 /// The records of a batch, in order, validated against the batch's own offsets.
 ///
-/// A malformed batch (columns of different lengths, offsets out of order or past the data)
-/// yields an error instead of a panic: it is a host bug, and the job should fail with a message.
+/// A malformed batch (columns of different lengths or with a partial item, offsets out of
+/// order or past the data) yields an error instead of a panic: it is a host bug, and the job
+/// should fail with a message. The number columns are read in place, not copied.
 pub(crate) struct BatchRecords<'a> {
     data: &'a [u8],
-    key_ends: &'a [u32],
-    value_ends: &'a [u32],
+    key_ends: U32s<'a>,
+    value_ends: U32s<'a>,
     flags: &'a [u8],
-    timestamps: &'a [i64],
+    timestamps: S64s<'a>,
     next: usize,
     start: usize,
 }
 
 impl<'a> BatchRecords<'a> {
     pub(crate) fn new(batch: &'a Batch) -> Result<Self> {
-        let len = batch.key_ends.len();
-        if batch.value_ends.len() != len
-            || batch.flags.len() != len
-            || batch.timestamps.len() != len
-        {
+        let malformed = |error: Error| error.context("malformed batch");
+        let key_ends = U32s::new(&batch.key_ends, "key ends").map_err(malformed)?;
+        let value_ends = U32s::new(&batch.value_ends, "value ends").map_err(malformed)?;
+        let timestamps = S64s::new(&batch.timestamps, "timestamps").map_err(malformed)?;
+        let len = key_ends.len();
+        if value_ends.len() != len || batch.flags.len() != len || timestamps.len() != len {
             return Err(Error::new(format!(
                 "malformed batch: {len} key ends, {} value ends, {} flags, {} timestamps",
-                batch.value_ends.len(),
+                value_ends.len(),
                 batch.flags.len(),
-                batch.timestamps.len()
+                timestamps.len()
             )));
         }
         Ok(Self {
             data: &batch.data,
-            key_ends: &batch.key_ends,
-            value_ends: &batch.value_ends,
+            key_ends,
+            value_ends,
             flags: &batch.flags,
-            timestamps: &batch.timestamps,
+            timestamps,
             next: 0,
             start: 0,
         })
@@ -91,13 +94,22 @@ impl<'a> BatchRecords<'a> {
 
     /// How many records the batch holds.
     pub(crate) fn len(&self) -> usize {
-        self.key_ends.len()
+        self.flags.len()
     }
 
     fn record(&mut self, index: usize) -> Result<Record<'a>> {
-        let key_end = self.key_ends[index] as usize;
-        let value_end = self.value_ends[index] as usize;
-        let flags = self.flags[index];
+        // `new` checked that every column has `len()` items, so none of these is `None`.
+        let (Some(key_end), Some(value_end), Some(&flags), Some(timestamp)) = (
+            self.key_ends.get(index),
+            self.value_ends.get(index),
+            self.flags.get(index),
+            self.timestamps.get(index),
+        ) else {
+            return Err(Error::new(format!(
+                "malformed batch: no record {index} in its columns"
+            )));
+        };
+        let (key_end, value_end) = (key_end as usize, value_end as usize);
         let (Some(key), Some(value)) = (
             self.data.get(self.start..key_end),
             self.data.get(key_end..value_end),
@@ -112,7 +124,7 @@ impl<'a> BatchRecords<'a> {
         Ok(Record {
             key: (flags & HAS_KEY != 0).then_some(key),
             value,
-            timestamp: (flags & HAS_TIMESTAMP != 0).then_some(self.timestamps[index]),
+            timestamp: (flags & HAS_TIMESTAMP != 0).then_some(timestamp),
         })
     }
 }
@@ -122,7 +134,6 @@ impl<'a> Iterator for BatchRecords<'a> {
 
     fn next(&mut self) -> Option<Self::Item> {
         let index = self.next;
-        // `new` checked that every column has `len()` elements, so indexing them cannot fail.
         (index < self.len()).then(|| {
             self.next += 1;
             self.record(index)
@@ -138,15 +149,16 @@ impl<'a> Iterator for BatchRecords<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::numbers::column;
 
     fn batch() -> Batch {
         // "k1" -> "v1" with ts 5, no key -> "", "" (empty key) -> "xyz"
         Batch {
             data: b"k1v1xyz".to_vec(),
-            key_ends: vec![2, 4, 4],
-            value_ends: vec![4, 4, 7],
+            key_ends: column([2u32, 4, 4]),
+            value_ends: column([4u32, 4, 7]),
             flags: vec![HAS_KEY | HAS_TIMESTAMP, 0, HAS_KEY],
-            timestamps: vec![5, 0, 0],
+            timestamps: column([5i64, 0, 0]),
         }
     }
 
@@ -188,7 +200,7 @@ mod tests {
         assert!(BatchRecords::new(&short).is_err());
 
         let mut past_end = batch();
-        past_end.value_ends[2] = 8;
+        past_end.value_ends = column([4u32, 4, 8]);
         let results: Vec<_> = BatchRecords::new(&past_end)?.collect();
         assert!(results[..2].iter().all(Result::is_ok));
         assert!(
@@ -198,14 +210,46 @@ mod tests {
         );
 
         let mut backwards = batch();
-        backwards.key_ends[0] = 3;
-        backwards.value_ends[0] = 1;
+        backwards.key_ends = column([3u32, 4, 4]);
+        backwards.value_ends = column([1u32, 4, 7]);
         assert!(
             BatchRecords::new(&backwards)?
                 .next()
                 .is_some_and(|r| r.is_err())
         );
         Ok(())
+    }
+
+    #[test]
+    fn a_column_with_a_partial_item_is_a_malformed_batch() {
+        let error = |edit: fn(&mut Batch)| {
+            let mut batch = batch();
+            edit(&mut batch);
+            BatchRecords::new(&batch)
+                .err()
+                .map(|e| e.message().to_owned())
+        };
+        assert_eq!(
+            error(|b| {
+                b.key_ends.pop();
+            })
+            .as_deref(),
+            Some("malformed batch: its key ends are 11 bytes, not a whole number of 4-byte items")
+        );
+        assert_eq!(
+            error(|b| b.value_ends.push(0)).as_deref(),
+            Some(
+                "malformed batch: its value ends are 13 bytes, not a whole number of 4-byte items"
+            )
+        );
+        assert_eq!(
+            error(|b| b.timestamps.truncate(20)).as_deref(),
+            Some(
+                "malformed batch: its timestamps are 20 bytes, not a whole number of 8-byte items"
+            )
+        );
+        // A whole item too many or too few is a length mismatch.
+        assert!(error(|b| b.timestamps.truncate(16)).is_some_and(|e| e.contains("2 timestamps")));
     }
 
     #[test]

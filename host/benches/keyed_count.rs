@@ -22,7 +22,7 @@ use weir_host::guest::{KeySlots, WasmOperatorFactory};
 use weir_host::operator::{
     FailureKind, OperatorError, OperatorFactory, OperatorInstance, SubtaskContext,
 };
-use weir_host::record::{RecordBatch, RecordRef};
+use weir_host::record::{Numbers, RecordBatch, RecordRef};
 use weir_host::state::{EntryHint, KeyedStateBackend, StateId, StateKind};
 
 /// The counter compiled into the host, doing what the component does per batch (the SDK's
@@ -34,7 +34,7 @@ struct NativeCounter {
     count: StateId,
     ctx: SubtaskContext,
     slots: KeySlots,
-    record_slots: Vec<u32>,
+    record_slots: Numbers<u32>,
     /// Per slot: the count, once read.
     counts: Vec<Option<u64>>,
     /// Per slot: where its entry was found, to write it back without a lookup.
@@ -84,7 +84,7 @@ impl OperatorInstance for NativeCounter {
         let mut value = Vec::with_capacity(32);
         for (i, record) in batch.iter().enumerate() {
             let key = record.key.ok_or_else(|| self.fail("no key"))?;
-            let count = &mut self.counts[self.record_slots[i] as usize];
+            let count = &mut self.counts[self.record_slots.get(i) as usize];
             let next = count.unwrap_or(0) + 1;
             *count = Some(next);
             value.clear();
@@ -138,7 +138,7 @@ impl OperatorFactory for NativeCounterFactory {
             count,
             ctx: ctx.clone(),
             slots: KeySlots::default(),
-            record_slots: Vec::new(),
+            record_slots: Numbers::default(),
             counts: Vec::new(),
             hints: Vec::new(),
             encoded: Vec::new(),

@@ -9,17 +9,17 @@ wasmtime::component::bindgen!({
 });
 
 /// The WIT package this host implements, as components name it.
-pub const PACKAGE: &str = "weir:operator@0.4.0";
+pub const PACKAGE: &str = "weir:operator@0.5.0";
 /// The world every operator component implements.
-pub const WORLD: &str = "weir:operator/operator@0.4.0";
+pub const WORLD: &str = "weir:operator/operator@0.5.0";
 /// The interface every operator component must export.
-pub const PROCESSOR_EXPORT: &str = "weir:operator/processor@0.4.0";
+pub const PROCESSOR_EXPORT: &str = "weir:operator/processor@0.5.0";
 /// The interfaces Weir provides to operators, besides WASI.
 pub const WEIR_IMPORTS: [&str; 4] = [
-    "weir:operator/types@0.4.0",
-    "weir:operator/state@0.4.0",
-    "weir:operator/time@0.4.0",
-    "weir:operator/log@0.4.0",
+    "weir:operator/types@0.5.0",
+    "weir:operator/state@0.5.0",
+    "weir:operator/time@0.5.0",
+    "weir:operator/log@0.5.0",
 ];
 
 #[cfg(test)]

@@ -36,7 +36,7 @@ use weir_host::job::router::Router;
 use weir_host::job::spec::{JobSpec, MAX_KEY_GROUPS, SourceSpec};
 use weir_host::operator::GuestLimits;
 use weir_host::partition::{KeyGroupRange, KeyGroups, hash_key};
-use weir_host::record::{RecordBatch, RecordRef};
+use weir_host::record::{Numbers, RecordBatch, RecordRef};
 use weir_host::serve::api::{CancelOptions, LogOptions, RestartOptions};
 use weir_host::serve::job_checkpoints::{Which, distinct_artifacts, summary};
 use weir_host::serve::protocol::{CheckpointDetail, SubmitRequest};
@@ -1261,8 +1261,8 @@ fn guest_apply(input: &[u8]) -> Found {
     } else {
         Vec::new()
     };
-    let hashes = &hashes[..hashes.len().min(wit.value_ends.len())];
-    let mut slots = Vec::new();
+    let hashes = &hashes[..hashes.len().min(wit.flags.len())];
+    let mut slots = Numbers::default();
     if flags & 1 != 0 {
         guest.keep_undo_log();
     }
@@ -1279,8 +1279,13 @@ fn guest_apply(input: &[u8]) -> Found {
         .collect();
     let word = |i: usize| words.get(i).copied().unwrap_or(0);
     for state in 0..5u32 {
-        let mut read_slots: Vec<u32> = slots.clone();
+        let mut read_slots = slots.clone();
         read_slots.push(word(0) % 10);
+        let mut read_slots = read_slots.into_bytes();
+        if word(1) % 7 == 0 {
+            // A partial item: the `u32s` of the slots cut short.
+            read_slots.pop();
+        }
         let _ = guest.read_values(state, read_slots);
         let slot = word(2) % 9;
         let _ = guest.map_get(
@@ -1490,22 +1495,38 @@ fn guest_apply_seeds() -> Vec<(String, Vec<u8>)> {
 // ----- the batches a guest returns -----------------------------------------------------------
 
 /// Input: flags (bits 0-1: the next edge keys by nothing, the record key, the JSON pointer
-/// `/user`, or the JSON pointer ``; bit 2: bad records set aside), the number of targets,
-/// then the columns, each a u16 LE count and its items: key ends (u32 LE), value ends (u32
-/// LE), flags (u8), timestamps (i64 LE), data (bytes).
+/// `/user`, or the JSON pointer ``; bit 2: bad records set aside; bits 3-4: the key ends (1),
+/// value ends (2) or timestamps (3) lose their last byte, leaving a partial item), the number
+/// of targets, then the columns, each a u16 LE count and its items: key ends (u32 LE), value
+/// ends (u32 LE), flags (u8), timestamps (i64 LE), data (bytes).
 fn guest_batch(input: &[u8]) -> Found {
     let mut r = Reader(input);
     let flags = r.u8();
     let targets = u32::from(r.u8() % 5);
     let n = usize::from(r.u16());
-    let key_ends = (0..n).map(|_| r.u32()).collect();
+    let mut key_ends = (0..n)
+        .map(|_| r.u32())
+        .collect::<Numbers<u32>>()
+        .into_bytes();
     let n = usize::from(r.u16());
-    let value_ends = (0..n).map(|_| r.u32()).collect();
+    let mut value_ends = (0..n)
+        .map(|_| r.u32())
+        .collect::<Numbers<u32>>()
+        .into_bytes();
     let n = usize::from(r.u16());
     let record_flags = (0..n).map(|_| r.u8()).collect();
     let n = usize::from(r.u16());
-    let timestamps = (0..n).map(|_| r.u64() as i64).collect();
+    let mut timestamps = (0..n)
+        .map(|_| r.u64() as i64)
+        .collect::<Numbers<i64>>()
+        .into_bytes();
     let data = r.0.to_vec();
+    match (flags >> 3) & 3 {
+        1 => key_ends.pop(),
+        2 => value_ends.pop(),
+        3 => timestamps.pop(),
+        _ => None,
+    };
     let batch = RecordBatch::from_wit(Batch {
         data,
         key_ends,
@@ -1549,7 +1570,7 @@ fn guest_batch(input: &[u8]) -> Found {
     }
     let (lent, columns) = batch.clone().lend();
     let mut slots = KeySlots::default();
-    let mut record_slots = Vec::new();
+    let mut record_slots = Numbers::default();
     slots.assign(&lent, columns.hashes(), &mut record_slots);
     check(record_slots.len() == batch.len(), || {
         "a slot per record".into()
@@ -1623,27 +1644,27 @@ impl Reader<'_> {
     }
 }
 
+/// The input of `guest_batch` for `batch`, whose number columns hold whole items (their
+/// bytes are the input's items, so they are copied as they are).
 fn batch_input(flags: u8, targets: u8, batch: Batch) -> Vec<u8> {
     let mut out = vec![flags, targets];
-    out.extend_from_slice(&(batch.key_ends.len() as u16).to_le_bytes());
-    batch
-        .key_ends
-        .iter()
-        .for_each(|e| out.extend_from_slice(&e.to_le_bytes()));
-    out.extend_from_slice(&(batch.value_ends.len() as u16).to_le_bytes());
-    batch
-        .value_ends
-        .iter()
-        .for_each(|e| out.extend_from_slice(&e.to_le_bytes()));
+    for (column, size) in [(&batch.key_ends, 4), (&batch.value_ends, 4)] {
+        out.extend_from_slice(&((column.len() / size) as u16).to_le_bytes());
+        out.extend_from_slice(column);
+    }
     out.extend_from_slice(&(batch.flags.len() as u16).to_le_bytes());
     out.extend_from_slice(&batch.flags);
-    out.extend_from_slice(&(batch.timestamps.len() as u16).to_le_bytes());
-    batch
-        .timestamps
-        .iter()
-        .for_each(|t| out.extend_from_slice(&t.to_le_bytes()));
+    out.extend_from_slice(&((batch.timestamps.len() / 8) as u16).to_le_bytes());
+    out.extend_from_slice(&batch.timestamps);
     out.extend_from_slice(&batch.data);
     out
+}
+
+/// Replaces item `i` of a `u32s` column with `f` of it.
+fn edit_u32(column: &mut [u8], i: usize, f: impl FnOnce(u32) -> u32) {
+    let item = &mut column[4 * i..4 * i + 4];
+    let old = u32::from_le_bytes([item[0], item[1], item[2], item[3]]);
+    item.copy_from_slice(&f(old).to_le_bytes());
 }
 
 const BATCH_VALUES: &[&[u8]] = &[
@@ -1674,20 +1695,21 @@ fn mutate_guest_batch(rng: &mut Rng, _input: &[u8]) -> Option<Vec<u8>> {
         });
     }
     let (mut wit, _) = batch.into_wit();
-    if rng.one_in(3) && !wit.value_ends.is_empty() {
-        let i = rng.below(wit.value_ends.len());
-        match rng.below(6) {
-            0 => wit.key_ends[i] = wit.key_ends[i].wrapping_add(1),
-            1 => wit.value_ends[i] = wit.value_ends[i].wrapping_sub(1),
-            2 => wit.value_ends[i] = u32::MAX,
+    let mut flags = rng.below(8) as u8;
+    if rng.one_in(3) && !wit.flags.is_empty() {
+        let i = rng.below(wit.flags.len());
+        match rng.below(7) {
+            0 => edit_u32(&mut wit.key_ends, i, |end| end.wrapping_add(1)),
+            1 => edit_u32(&mut wit.value_ends, i, |end| end.wrapping_sub(1)),
+            2 => edit_u32(&mut wit.value_ends, i, |_| u32::MAX),
             3 => wit.flags[i] = 0xff,
-            4 => {
-                wit.timestamps.pop();
-            }
+            4 => wit.timestamps.truncate(wit.timestamps.len() - 8),
+            // A partial item in one of the number columns (see `guest_batch`).
+            5 => flags |= (1 + rng.below(3) as u8) << 3,
             _ => wit.data.truncate(rng.below(wit.data.len() + 1)),
         }
     }
-    let mut out = batch_input(rng.below(8) as u8, rng.below(5) as u8, wit);
+    let mut out = batch_input(flags, rng.below(5) as u8, wit);
     if rng.one_in(5) {
         havoc(rng, &mut out, None);
     }

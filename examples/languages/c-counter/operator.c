@@ -59,7 +59,7 @@ static bool count_open(const weir_context_t *ctx, operator_string_t *err) {
   return weir_declare("count", WEIR_OPERATOR_STATE_STATE_KIND_VALUE, &count_state, err);
 }
 
-static bool count_process(const weir_batch_t *batch, const operator_list_u32_t *key_slots,
+static bool count_process(const weir_batch_t *batch, const weir_key_slots_t *key_slots,
                     uint32_t slot_count, weir_out_t *out, weir_ops_t *ops, operator_string_t *err) {
   weir_grow((void **)&counts, &slots_cap, slot_count, sizeof(uint64_t));
   dirty = (uint8_t *)realloc(dirty, slots_cap ? slots_cap : 1);
@@ -82,7 +82,7 @@ static bool count_process(const weir_batch_t *batch, const operator_list_u32_t *
     memset(dirty, 0, slot_count);
   }
 
-  for (size_t i = 0; i < batch->value_ends.len; i++) {
+  for (size_t i = 0; i < weir_batch_len(batch); i++) {
     weir_record_t record = weir_batch_record(batch, key_slots, i);
     if (!record.has_key) {
       return weir_fail(err,

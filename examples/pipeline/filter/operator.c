@@ -49,10 +49,10 @@ static bool keep(const uint8_t *value, size_t len) {
   return true;
 }
 
-static bool filter_process(const weir_batch_t *batch, const operator_list_u32_t *key_slots,
+static bool filter_process(const weir_batch_t *batch, const weir_key_slots_t *key_slots,
                     uint32_t slot_count, weir_out_t *out, weir_ops_t *ops, operator_string_t *err) {
   (void)slot_count, (void)ops, (void)err;
-  for (size_t i = 0; i < batch->value_ends.len; i++) {
+  for (size_t i = 0; i < weir_batch_len(batch); i++) {
     weir_record_t record = weir_batch_record(batch, key_slots, i);
     if (!keep(record.value, record.value_len)) continue;
     weir_out_begin(out, record.key, record.key_len, record.has_key);

@@ -19,7 +19,8 @@ use std::cell::{Cell, RefCell};
 use std::rc::Rc;
 
 use crate::bindings::weir::operator::state::{StateId, StateKind, Values};
-use crate::state::host::{StateHost, WitHost};
+use crate::numbers::Number;
+use crate::state::host::{self, StateHost, WitHost};
 use crate::state::op_log::OpLog;
 use crate::{Error, Result};
 
@@ -71,8 +72,9 @@ pub(crate) struct Runtime {
     values: Vec<ValueEntry>,
     /// Indices into `values` of the caches used in the current batch.
     touched: Vec<usize>,
-    /// `0 .. slot_count`: the `slots` argument of `read-values`, kept across batches.
-    all_slots: Vec<u32>,
+    /// `0 .. slot_count` as the WIT's `u32s`: the `slots` argument of `read-values`, kept
+    /// across batches.
+    all_slots: Vec<u8>,
     slot_count: u32,
     /// The watermark, read at most once per batch (a batch of timers brings it along).
     pub(crate) watermark: Option<Option<i64>>,
@@ -144,20 +146,26 @@ impl Runtime {
 
     /// The values of value state `state` for every slot of the batch: one `read-values`.
     pub(crate) fn read_values(&mut self, state: StateId) -> Result<Values> {
-        if self.all_slots.len() != self.slot_count as usize {
-            self.all_slots.clear();
-            self.all_slots.extend(0..self.slot_count);
+        // Slot `i` is item `i`, so the slots of a smaller batch are a prefix of a larger one's.
+        let count = self.slot_count as usize;
+        let have = self.all_slots.len() / u32::SIZE;
+        if have > count {
+            self.all_slots.truncate(count * u32::SIZE);
         }
-        let slots = &self.all_slots;
+        for slot in have..count {
+            // `count` came from a `u32`.
+            (slot as u32).push_le(&mut self.all_slots);
+        }
         let values = self
             .host
-            .read_values(state, slots)
+            .read_values(state, &self.all_slots)
             .map_err(|e| Error::new(format!("reading values: {e}")))?;
-        if values.present.len() != slots.len() || values.items.ends.len() != slots.len() {
+        let items = host::blob_count(&values.items)?;
+        if values.present.len() != count || items != count {
             return Err(Error::new(format!(
-                "malformed reply from the host: {} values for {} keys",
-                values.present.len(),
-                slots.len()
+                "malformed reply from the host: {items} values and {} presence flags for \
+                 {count} keys",
+                values.present.len()
             )));
         }
         Ok(values)

@@ -8,6 +8,7 @@ use std::rc::Rc;
 
 use crate::bindings::weir::operator::state::{Entries, OpKind, StateId, StateKind, Values};
 use crate::bindings::weir::operator::types::Blobs;
+use crate::numbers::{Number, U32s};
 use crate::state::host::StateHost;
 use crate::state::op_log;
 
@@ -51,7 +52,7 @@ fn blobs<'a>(items: impl IntoIterator<Item = &'a [u8]>) -> Blobs {
     };
     for item in items {
         blobs.data.extend_from_slice(item);
-        blobs.ends.push(blobs.data.len() as u32);
+        (blobs.data.len() as u32).push_le(&mut blobs.ends);
     }
     blobs
 }
@@ -71,18 +72,23 @@ impl StateHost for FakeHost {
         Ok(store.declared.len() as u32 - 1)
     }
 
-    fn read_values(&mut self, state: StateId, slots: &[u32]) -> Result<Values, String> {
+    fn read_values(&mut self, state: StateId, slots: &[u8]) -> Result<Values, String> {
+        let slots: Vec<u32> = U32s::new(slots, "slots")
+            .map_err(String::from)?
+            .iter()
+            .collect();
         let mut store = self.0.borrow_mut();
         store.calls.read_values += 1;
-        store.read_slots.push(slots.to_vec());
         let found: Vec<Option<&Vec<u8>>> = slots
             .iter()
             .map(|&slot| store.values.get(&(state, slot)))
             .collect();
-        Ok(Values {
+        let values = Values {
             items: blobs(found.iter().map(|v| v.map_or(&[][..], Vec::as_slice))),
-            present: found.iter().map(Option::is_some).collect(),
-        })
+            present: found.iter().map(|v| u8::from(v.is_some())).collect(),
+        };
+        store.read_slots.push(slots);
+        Ok(values)
     }
 
     fn apply(&mut self, ops: &[u8], data: &[u8]) -> Result<(), String> {

@@ -3,6 +3,7 @@
 
 use crate::bindings::weir::operator::state::{self as wit, Entries, StateId, StateKind, Values};
 use crate::bindings::weir::operator::types::Blobs;
+use crate::numbers::U32s;
 use crate::{Error, Result};
 
 /// The imported `weir:operator/state` interface, one method per WIT function.
@@ -10,7 +11,8 @@ use crate::{Error, Result};
 /// Errors are the host's messages; callers add which state failed.
 pub(crate) trait StateHost {
     fn declare(&mut self, name: &str, kind: StateKind) -> Result<StateId, String>;
-    fn read_values(&mut self, state: StateId, slots: &[u32]) -> Result<Values, String>;
+    /// `slots` is the WIT's `u32s`: the slots' little-endian bytes.
+    fn read_values(&mut self, state: StateId, slots: &[u8]) -> Result<Values, String>;
     /// `ops` is the encoded operation log (see [`super::op_log`]).
     fn apply(&mut self, ops: &[u8], data: &[u8]) -> Result<(), String>;
     fn map_get(
@@ -41,7 +43,7 @@ impl StateHost for WitHost {
         wit::declare(name, kind)
     }
 
-    fn read_values(&mut self, state: StateId, slots: &[u32]) -> Result<Values, String> {
+    fn read_values(&mut self, state: StateId, slots: &[u8]) -> Result<Values, String> {
         wit::read_values(state, slots)
     }
 
@@ -85,44 +87,63 @@ impl StateHost for WitHost {
     }
 }
 
+/// The number of items of `blobs`, or an error if its `ends` has a partial item.
+pub(crate) fn blob_count(blobs: &Blobs) -> Result<usize> {
+    Ok(ends(blobs)?.len())
+}
+
 /// Item `index` of `blobs`, or an error naming the malformed reply.
 pub(crate) fn blob(blobs: &Blobs, index: usize) -> Result<&[u8]> {
+    let ends = ends(blobs)?;
     let start = match index {
         0 => Some(0),
-        _ => blobs.ends.get(index - 1).map(|&end| end as usize),
+        _ => ends.get(index - 1).map(|end| end as usize),
     };
-    let end = blobs.ends.get(index).map(|&end| end as usize);
+    let end = ends.get(index).map(|end| end as usize);
     start
         .zip(end)
         .and_then(|(start, end)| blobs.data.get(start..end))
         .ok_or_else(|| {
             Error::new(format!(
                 "malformed reply from the host: item {index} of {} is outside its {} bytes",
-                blobs.ends.len(),
+                ends.len(),
                 blobs.data.len()
             ))
         })
 }
 
+/// The `ends` of `blobs`, read in place.
+fn ends(blobs: &Blobs) -> Result<U32s<'_>> {
+    U32s::new(&blobs.ends, "ends").map_err(|e| e.context("malformed reply from the host"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::numbers::column;
 
     #[test]
     fn blob_slices_items_back_to_back() -> Result<()> {
         let blobs = Blobs {
             data: b"abcdef".to_vec(),
-            ends: vec![1, 1, 6],
+            ends: column([1u32, 1, 6]),
         };
+        assert_eq!(blob_count(&blobs)?, 3);
         assert_eq!(blob(&blobs, 0)?, b"a");
         assert_eq!(blob(&blobs, 1)?, b"");
         assert_eq!(blob(&blobs, 2)?, b"bcdef");
         assert!(blob(&blobs, 3).is_err());
         let broken = Blobs {
             data: b"ab".to_vec(),
-            ends: vec![2, 1],
+            ends: column([2u32, 1]),
         };
         assert!(blob(&broken, 1).is_err());
+        let partial = Blobs {
+            data: b"ab".to_vec(),
+            ends: vec![2, 0, 0],
+        };
+        assert!(blob(&partial, 0).is_err_and(|e| e.message().contains("3 bytes")));
+        assert!(blob_count(&partial).is_err());
         Ok(())
     }
 }

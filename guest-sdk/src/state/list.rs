@@ -80,7 +80,7 @@ impl<T: Serialize + DeserializeOwned> ListState<T> {
                 .host
                 .list_read(self.id, slot)
                 .map_err(|e| Error::new(format!("reading: {e}")))?;
-            (0..blobs.ends.len())
+            (0..host::blob_count(&blobs)?)
                 .map(|index| codec::decode(host::blob(&blobs, index)?))
                 .collect()
         })

@@ -162,11 +162,12 @@ impl<K: Serialize + DeserializeOwned, V: Serialize + DeserializeOwned> MapState<
                     .host
                     .map_entries(self.id, slot, after.as_deref(), PAGE)
                     .map_err(|e| Error::new(format!("reading entries: {e}")))?;
-                let count = page.keys.ends.len();
-                if page.values.ends.len() != count || count > PAGE as usize {
+                let count = host::blob_count(&page.keys)?;
+                let values = host::blob_count(&page.values)?;
+                if values != count || count > PAGE as usize {
                     return Err(Error::new(format!(
-                        "malformed reply from the host: {count} keys and {} values for a page of {PAGE}",
-                        page.values.ends.len()
+                        "malformed reply from the host: {count} keys and {values} values for a \
+                         page of {PAGE}"
                     )));
                 }
                 for index in 0..count {

@@ -208,7 +208,12 @@ impl<T: Serialize + DeserializeOwned + 'static> ValueCache<T> {
             }
         };
         let index = slot as usize;
-        if !fetched.present.get(index).copied().unwrap_or(false) {
+        // `present` is one byte per slot: 1 where the key has a value, 0 where it has none.
+        if fetched
+            .present
+            .get(index)
+            .is_none_or(|&present| present == 0)
+        {
             return Ok(Cached::Absent);
         }
         let bytes = host::blob(&fetched.items, index)?;

@@ -34,6 +34,7 @@ use crate::bindings::weir::operator::types::Batch;
 use crate::ids::{OperatorName, SubtaskIndex};
 use crate::operator::GuestLimits;
 use crate::partition::KeyHash;
+use crate::record::Numbers;
 use crate::state::KeyedStateBackend;
 use crate::state::undo::UndoLog;
 
@@ -115,7 +116,12 @@ impl GuestState {
     /// Readies the state calls of a `process` call on `batch`: numbers its keys (each
     /// record's slot goes into `record_slots`; `hashes` are the records' key hashes, if the
     /// batch came through a keyed edge) and empties the undo log, if one is kept.
-    pub fn begin_batch(&mut self, batch: &Batch, hashes: &[KeyHash], record_slots: &mut Vec<u32>) {
+    pub fn begin_batch(
+        &mut self,
+        batch: &Batch,
+        hashes: &[KeyHash],
+        record_slots: &mut Numbers<u32>,
+    ) {
         self.slots.assign(batch, hashes, record_slots);
         if let Some(undo) = &mut self.undo {
             undo.clear();

@@ -9,7 +9,7 @@ use hashbrown::HashTable;
 
 use crate::bindings::weir::operator::types::Batch;
 use crate::partition::{KeyHash, hash_key};
-use crate::record::FLAG_HAS_KEY;
+use crate::record::{FLAG_HAS_KEY, Number, Numbers};
 use crate::state::{EntryHint, KeyRef, StateId};
 
 /// The slot of a record without key.
@@ -33,15 +33,20 @@ impl KeySlots {
     /// Numbers the keys of `batch` and writes each record's slot into `record_slots`.
     /// `hashes` holds the records' key hashes if the batch came through a keyed edge; keys of
     /// other batches are hashed here.
-    pub fn assign(&mut self, batch: &Batch, hashes: &[KeyHash], record_slots: &mut Vec<u32>) {
+    pub fn assign(&mut self, batch: &Batch, hashes: &[KeyHash], record_slots: &mut Numbers<u32>) {
         self.clear();
         record_slots.clear();
         let mut start = 0usize;
-        for i in 0..batch.value_ends.len() {
-            let key_end = batch.key_ends[i] as usize;
-            let key = &batch.data[start..key_end];
-            start = batch.value_ends[i] as usize;
-            if batch.flags[i] & FLAG_HAS_KEY == 0 {
+        let key_ends = batch.key_ends.chunks_exact(4).map(<u32 as Number>::from_le);
+        let value_ends = batch
+            .value_ends
+            .chunks_exact(4)
+            .map(<u32 as Number>::from_le);
+        let records = key_ends.zip(value_ends).zip(&batch.flags);
+        for (i, ((key_end, value_end), flags)) in records.enumerate() {
+            let key = &batch.data[start..key_end as usize];
+            start = value_end as usize;
+            if flags & FLAG_HAS_KEY == 0 {
                 record_slots.push(NO_SLOT);
                 continue;
             }
@@ -51,7 +56,11 @@ impl KeySlots {
     }
 
     /// Numbers `keys` (the keys of fired timers) and writes each one's slot into `slots`.
-    pub fn assign_keys<'k>(&mut self, keys: impl Iterator<Item = &'k [u8]>, slots: &mut Vec<u32>) {
+    pub fn assign_keys<'k>(
+        &mut self,
+        keys: impl Iterator<Item = &'k [u8]>,
+        slots: &mut Numbers<u32>,
+    ) {
         self.clear();
         slots.clear();
         for key in keys {
@@ -161,9 +170,12 @@ mod tests {
         batch.push(RecordRef::unkeyed(b"v"));
         let (wit, hashes) = batch.into_wit();
         let mut slots = KeySlots::default();
-        let mut record_slots = Vec::new();
+        let mut record_slots = Numbers::default();
         slots.assign(&wit, &hashes, &mut record_slots);
-        assert_eq!(record_slots, vec![0, 1, 0, 2, 1, NO_SLOT]);
+        assert_eq!(
+            record_slots.iter().collect::<Vec<_>>(),
+            [0, 1, 0, 2, 1, NO_SLOT]
+        );
         assert_eq!(slots.len(), 3);
         assert_eq!(slots.key(2).expect("slot").bytes, b"c");
         assert!(

@@ -6,6 +6,7 @@
 use super::GuestState;
 use crate::bindings::weir::operator::state::{self as wit, OpKind};
 use crate::bindings::weir::operator::types::Blobs;
+use crate::record::Numbers;
 use crate::state::undo::Write;
 use crate::state::{StateError, StateId, StateKind, TimeDomain, Timer};
 
@@ -63,13 +64,21 @@ impl wit::Host for GuestState {
             .map_err(|e| e.to_string())
     }
 
-    fn read_values(&mut self, state: wit::StateId, slots: Vec<u32>) -> Result<wit::Values, String> {
+    fn read_values(&mut self, state: wit::StateId, slots: Vec<u8>) -> Result<wit::Values, String> {
         self.guest_state(state)?;
+        let slots = Numbers::<u32>::from_bytes(slots);
+        if !slots.is_whole() {
+            return Err(format!(
+                "the slots are {} bytes, not a whole number of 4-byte u32s",
+                slots.as_bytes().len()
+            ));
+        }
+        let slots: Vec<u32> = slots.iter().collect();
         for &slot in &slots {
             self.slots.key(slot)?;
         }
         let mut data = Vec::new();
-        let mut ends = Vec::with_capacity(slots.len());
+        let mut ends = Numbers::<u32>::with_capacity(slots.len());
         let mut present = Vec::with_capacity(slots.len());
         let mut hints = Vec::with_capacity(slots.len());
         // Every slot was checked above, so none is skipped here.
@@ -80,14 +89,17 @@ impl wit::Host for GuestState {
                 if let Some(value) = value {
                     data.extend_from_slice(value);
                 }
-                present.push(value.is_some());
+                present.push(u8::from(value.is_some()));
                 ends.push(data.len() as u32);
                 hints.push(hint);
             });
         result.map_err(|e| self.describe(state, e))?;
         self.slots.set_hints(StateId(state), &slots, &hints);
         Ok(wit::Values {
-            items: Blobs { data, ends },
+            items: Blobs {
+                data,
+                ends: ends.into_bytes(),
+            },
             present,
         })
     }
@@ -215,26 +227,21 @@ impl wit::Host for GuestState {
             Ok(map) => map,
             Err(e) => return Err(self.describe(state, e)),
         };
-        let mut keys = Blobs {
-            data: Vec::new(),
-            ends: Vec::new(),
-        };
-        let mut values = Blobs {
-            data: Vec::new(),
-            ends: Vec::new(),
-        };
+        let mut keys = BlobsBuilder::default();
+        let mut values = BlobsBuilder::default();
         if let Some(map) = map {
             for (k, v) in map
                 .range_after(after.as_deref())
                 .take(limit.min(MAX_PAGE) as usize)
             {
-                keys.data.extend_from_slice(k);
-                keys.ends.push(keys.data.len() as u32);
-                values.data.extend_from_slice(v);
-                values.ends.push(values.data.len() as u32);
+                keys.push(k);
+                values.push(v);
             }
         }
-        Ok(wit::Entries { keys, values })
+        Ok(wit::Entries {
+            keys: keys.build(),
+            values: values.build(),
+        })
     }
 
     fn list_read(&mut self, state: wit::StateId, slot: u32) -> Result<Blobs, String> {
@@ -244,15 +251,35 @@ impl wit::Host for GuestState {
             Ok(items) => items,
             Err(e) => return Err(self.describe(state, e)),
         };
-        let mut blobs = Blobs {
+        let mut blobs = BlobsBuilder {
             data: Vec::with_capacity(items.iter().map(|i| i.len()).sum()),
-            ends: Vec::with_capacity(items.len()),
+            ends: Numbers::with_capacity(items.len()),
         };
         for item in items {
-            blobs.data.extend_from_slice(item);
-            blobs.ends.push(blobs.data.len() as u32);
+            blobs.push(item);
         }
-        Ok(blobs)
+        Ok(blobs.build())
+    }
+}
+
+/// Byte strings gathered into the WIT's `blobs`.
+#[derive(Default)]
+pub(super) struct BlobsBuilder {
+    pub(super) data: Vec<u8>,
+    pub(super) ends: Numbers<u32>,
+}
+
+impl BlobsBuilder {
+    pub(super) fn push(&mut self, item: &[u8]) {
+        self.data.extend_from_slice(item);
+        self.ends.push(self.data.len() as u32);
+    }
+
+    pub(super) fn build(self) -> Blobs {
+        Blobs {
+            data: self.data,
+            ends: self.ends.into_bytes(),
+        }
     }
 }
 
@@ -326,7 +353,7 @@ mod tests {
             batch.push(RecordRef::keyed(key.as_bytes(), b""));
         }
         let (wit, hashes) = batch.into_wit();
-        guest.begin_batch(&wit, &hashes, &mut Vec::new());
+        guest.begin_batch(&wit, &hashes, &mut Numbers::default());
         guest
     }
 
@@ -415,7 +442,7 @@ mod tests {
             .apply(log(&[[0, 2, 0, 0, 13]]), vec![0; 13])
             .expect_err("value-set on the timers' state");
         assert_eq!(e, "state operation 0: no state with id 2 was declared");
-        assert!(guest.read_values(2, vec![0]).is_err());
+        assert!(guest.read_values(2, vec![0; 4]).is_err());
         assert!(guest.map_get(2, 0, b"k".to_vec()).is_err());
         assert_eq!(guest.backend.timers_pending(), Ok((1, 0)));
     }

@@ -2,16 +2,17 @@
 
 use wasmtime::Store;
 
+use super::state_host::BlobsBuilder;
 use super::{GuestState, LogContext};
 use crate::bindings::Operator;
 use crate::bindings::weir::operator::types::{
-    Batch, Blobs, Context, Failure, FiredTimers, TimeDomain as WitTimeDomain,
+    Batch, Context, Failure, FiredTimers, TimeDomain as WitTimeDomain,
 };
 use crate::engine::{EPOCH_TICK, Engine, OperatorComponent};
 use crate::operator::{
     FailureKind, OperatorError, OperatorFactory, OperatorInstance, SubtaskContext,
 };
-use crate::record::RecordBatch;
+use crate::record::{Numbers, RecordBatch};
 use crate::state::{FiredTimer, KeyedStateBackend, TimeDomain};
 
 /// Instantiates one component per subtask.
@@ -48,7 +49,7 @@ pub struct WasmOperator {
     /// Epoch ticks one call may take.
     deadline_ticks: u64,
     /// Each record's key slot for the current batch; kept to reuse its allocation.
-    record_slots: Vec<u32>,
+    record_slots: Numbers<u32>,
 }
 
 impl WasmOperator {
@@ -87,7 +88,7 @@ impl WasmOperator {
             bindings,
             ctx: ctx.clone(),
             deadline_ticks,
-            record_slots: Vec::new(),
+            record_slots: Numbers::default(),
         };
         let context = Context {
             operator_name: ctx.operator.0.clone(),
@@ -200,7 +201,7 @@ impl OperatorInstance for WasmOperator {
             .begin_batch(&wit, columns.hashes(), &mut self.record_slots);
         self.start_call();
         let processor = self.bindings.weir_operator_processor();
-        let result = processor.call_process(&mut self.store, &wit, &self.record_slots);
+        let result = processor.call_process(&mut self.store, &wit, self.record_slots.as_wit());
         *batch = RecordBatch::returned(wit, columns);
         self.finish_call("process", result)
     }
@@ -217,23 +218,30 @@ impl OperatorInstance for WasmOperator {
         let data = self.store.data_mut();
         data.slots
             .assign_keys(timers.iter().map(|t| &t.key[..]), &mut self.record_slots);
-        let mut keys = Blobs {
+        let mut keys = BlobsBuilder {
             data: Vec::with_capacity(timers.iter().map(|t| t.key.len()).sum()),
-            ends: Vec::with_capacity(timers.len()),
+            ends: Numbers::with_capacity(timers.len()),
         };
         for timer in timers {
-            keys.data.extend_from_slice(&timer.key);
-            keys.ends.push(keys.data.len() as u32);
+            keys.push(&timer.key);
         }
         let fired = FiredTimers {
             domain: match domain {
                 TimeDomain::EventTime => WitTimeDomain::EventTime,
                 TimeDomain::ProcessingTime => WitTimeDomain::ProcessingTime,
             },
-            keys,
-            key_slots: std::mem::take(&mut self.record_slots),
-            timestamps: timers.iter().map(|t| t.at).collect(),
-            tags: timers.iter().map(|t| t.tag).collect(),
+            keys: keys.build(),
+            key_slots: std::mem::take(&mut self.record_slots).into_bytes(),
+            timestamps: timers
+                .iter()
+                .map(|t| t.at)
+                .collect::<Numbers<i64>>()
+                .into_bytes(),
+            tags: timers
+                .iter()
+                .map(|t| t.tag)
+                .collect::<Numbers<u32>>()
+                .into_bytes(),
             watermark: data.watermark,
         };
         if let Some(undo) = &mut data.undo {
@@ -242,7 +250,7 @@ impl OperatorInstance for WasmOperator {
         self.start_call();
         let processor = self.bindings.weir_operator_processor();
         let result = processor.call_on_timers(&mut self.store, &fired);
-        self.record_slots = fired.key_slots;
+        self.record_slots = Numbers::from_bytes(fired.key_slots);
         self.finish_call("on-timers", result)
     }
 

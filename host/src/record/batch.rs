@@ -8,6 +8,7 @@
 //! kept until a guest's output replaces the records, so that an operator failing on a record
 //! straight from the source can say where it came from.
 
+use super::Numbers;
 use crate::bindings::weir::operator::types::Batch;
 use crate::partition::KeyHash;
 
@@ -20,10 +21,10 @@ pub const FLAG_HAS_TIMESTAMP: u8 = 2;
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct RecordBatch {
     data: Vec<u8>,
-    key_ends: Vec<u32>,
-    value_ends: Vec<u32>,
+    key_ends: Numbers<u32>,
+    value_ends: Numbers<u32>,
     flags: Vec<u8>,
-    timestamps: Vec<i64>,
+    timestamps: Numbers<i64>,
     /// Key hashes, one per record, when the batch went through a keyed edge; empty otherwise.
     hashes: Vec<KeyHash>,
     /// Origins, one per record, when the records came from the source (see
@@ -79,30 +80,30 @@ impl RecordBatch {
     pub fn with_capacity(records: usize, bytes: usize) -> Self {
         Self {
             data: Vec::with_capacity(bytes),
-            key_ends: Vec::with_capacity(records),
-            value_ends: Vec::with_capacity(records),
+            key_ends: Numbers::with_capacity(records),
+            value_ends: Numbers::with_capacity(records),
             flags: Vec::with_capacity(records),
-            timestamps: Vec::with_capacity(records),
+            timestamps: Numbers::with_capacity(records),
             hashes: Vec::new(),
             origins: Vec::new(),
         }
     }
 
     pub fn len(&self) -> usize {
-        self.value_ends.len()
+        self.flags.len()
     }
 
     pub fn is_empty(&self) -> bool {
-        self.value_ends.is_empty()
+        self.flags.is_empty()
     }
 
     /// The latest timestamp of the batch's records, if any has one.
     pub fn max_timestamp(&self) -> Option<i64> {
         self.flags
             .iter()
-            .zip(&self.timestamps)
+            .zip(self.timestamps.iter())
             .filter(|(f, _)| **f & FLAG_HAS_TIMESTAMP != 0)
-            .map(|(_, t)| *t)
+            .map(|(_, t)| t)
             .max()
     }
 
@@ -110,8 +111,8 @@ impl RecordBatch {
     pub fn count_at_or_before(&self, watermark: i64) -> usize {
         self.flags
             .iter()
-            .zip(&self.timestamps)
-            .filter(|(f, t)| **f & FLAG_HAS_TIMESTAMP != 0 && **t <= watermark)
+            .zip(self.timestamps.iter())
+            .filter(|(f, t)| **f & FLAG_HAS_TIMESTAMP != 0 && *t <= watermark)
             .count()
     }
 
@@ -184,15 +185,15 @@ impl RecordBatch {
         let start = if index == 0 {
             0
         } else {
-            self.value_ends[index - 1] as usize
+            self.value_ends.get(index - 1) as usize
         };
-        let key_end = self.key_ends[index] as usize;
-        let value_end = self.value_ends[index] as usize;
+        let key_end = self.key_ends.get(index) as usize;
+        let value_end = self.value_ends.get(index) as usize;
         let flags = self.flags[index];
         RecordRef {
             key: (flags & FLAG_HAS_KEY != 0).then(|| &self.data[start..key_end]),
             value: &self.data[key_end..value_end],
-            timestamp: (flags & FLAG_HAS_TIMESTAMP != 0).then(|| self.timestamps[index]),
+            timestamp: (flags & FLAG_HAS_TIMESTAMP != 0).then(|| self.timestamps.get(index)),
         }
     }
 
@@ -249,6 +250,18 @@ impl RecordBatch {
     /// that stay inside the data and never go backwards. The error says what is wrong, about
     /// which record.
     pub fn validate(&self) -> Result<(), String> {
+        let columns = [
+            ("key ends", self.key_ends.as_bytes().len(), 4),
+            ("value ends", self.value_ends.as_bytes().len(), 4),
+            ("timestamps", self.timestamps.as_bytes().len(), 8),
+        ];
+        for (column, bytes, size) in columns {
+            if !bytes.is_multiple_of(size) {
+                return Err(format!(
+                    "its {column} are {bytes} bytes, not a whole number of {size}-byte items"
+                ));
+            }
+        }
         let n = self.value_ends.len();
         if self.key_ends.len() != n || self.flags.len() != n || self.timestamps.len() != n {
             return Err(format!(
@@ -261,7 +274,7 @@ impl RecordBatch {
         }
         let mut start = 0u32;
         for i in 0..n {
-            let (k, v) = (self.key_ends[i], self.value_ends[i]);
+            let (k, v) = (self.key_ends.get(i), self.value_ends.get(i));
             let len = self.data.len();
             if k < start {
                 return Err(format!(
@@ -291,10 +304,10 @@ impl RecordBatch {
         (
             Batch {
                 data: self.data,
-                key_ends: self.key_ends,
-                value_ends: self.value_ends,
+                key_ends: self.key_ends.into_bytes(),
+                value_ends: self.value_ends.into_bytes(),
                 flags: self.flags,
-                timestamps: self.timestamps,
+                timestamps: self.timestamps.into_bytes(),
             },
             self.hashes,
         )
@@ -329,10 +342,10 @@ impl RecordBatch {
     pub fn from_wit(batch: Batch) -> Self {
         Self {
             data: batch.data,
-            key_ends: batch.key_ends,
-            value_ends: batch.value_ends,
+            key_ends: Numbers::from_bytes(batch.key_ends),
+            value_ends: Numbers::from_bytes(batch.value_ends),
             flags: batch.flags,
-            timestamps: batch.timestamps,
+            timestamps: Numbers::from_bytes(batch.timestamps),
             hashes: Vec::new(),
             origins: Vec::new(),
         }
@@ -374,6 +387,10 @@ mod tests {
         let mut batch = RecordBatch::new();
         batch.push(RecordRef::keyed(b"k", b"v"));
         batch.push(RecordRef::keyed(b"k2", b"v2"));
+        // Sets item `i` of a `u32s` column.
+        fn set(column: &mut [u8], i: usize, value: u32) {
+            column[4 * i..4 * i + 4].copy_from_slice(&value.to_le_bytes());
+        }
         let broken = |edit: fn(&mut Batch)| {
             let (mut wit, _) = batch.clone().into_wit();
             edit(&mut wit);
@@ -382,20 +399,24 @@ mod tests {
                 .expect_err("malformed")
         };
         assert_eq!(
-            broken(|b| b.value_ends[1] = 99),
+            broken(|b| set(&mut b.value_ends, 1, 99)),
             "record 1: its value ends at byte 99, past the 6 bytes of data"
         );
         assert_eq!(
-            broken(|b| b.key_ends[0] = 3),
+            broken(|b| set(&mut b.key_ends, 0, 3)),
             "record 0: its value ends at byte 2, before its key ends at byte 3"
         );
         assert_eq!(
-            broken(|b| b.key_ends[1] = 1),
+            broken(|b| set(&mut b.key_ends, 1, 1)),
             "record 1: its key ends at byte 1, before it starts at byte 2 (where record 0 ends)"
         );
         assert_eq!(
             broken(|b| b.flags.push(0)),
             "its columns differ in length: 2 key ends, 2 value ends, 3 flags, 2 timestamps"
+        );
+        assert_eq!(
+            broken(|b| b.timestamps.pop().map_or((), drop)),
+            "its timestamps are 15 bytes, not a whole number of 8-byte items"
         );
     }
 

@@ -64,12 +64,13 @@ export const processor = {
 
   process(batch, keySlots) {
     if (!badBatch) return sdk.process(batch, keySlots);
+    // The number columns are little-endian bytes (`u32s`, `s64s`).
     return {
       data: new Uint8Array(0),
-      keyEnds: Uint32Array.of(3),
-      valueEnds: Uint32Array.of(0),
+      keyEnds: Uint8Array.of(3, 0, 0, 0),
+      valueEnds: Uint8Array.of(0, 0, 0, 0),
       flags: Uint8Array.of(1),
-      timestamps: new BigInt64Array(1),
+      timestamps: new Uint8Array(8),
     };
   },
 

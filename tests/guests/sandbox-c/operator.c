@@ -49,14 +49,14 @@ static bool probe_open(const weir_context_t *ctx, operator_string_t *err) {
   return true;
 }
 
-static bool probe_process(const weir_batch_t *batch, const operator_list_u32_t *key_slots,
+static bool probe_process(const weir_batch_t *batch, const weir_key_slots_t *key_slots,
                           uint32_t slot_count, weir_out_t *out, weir_ops_t *ops,
                           operator_string_t *err) {
   (void)slot_count;
   (void)ops;
   (void)err;
   char line[160];
-  for (size_t i = 0; i < batch->value_ends.len; i++) {
+  for (size_t i = 0; i < weir_batch_len(batch); i++) {
     weir_record_t record = weir_batch_record(batch, key_slots, i);
     printf("probe: printf\n");
     fflush(stdout);

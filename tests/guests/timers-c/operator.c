@@ -14,12 +14,12 @@ static bool reminders_open(const weir_context_t *ctx, operator_string_t *err) {
   return true;
 }
 
-static bool reminders_process(const weir_batch_t *batch, const operator_list_u32_t *key_slots,
+static bool reminders_process(const weir_batch_t *batch, const weir_key_slots_t *key_slots,
                               uint32_t slot_count, weir_out_t *out, weir_ops_t *ops,
                               operator_string_t *err) {
   (void)slot_count;
   (void)out;
-  for (size_t i = 0; i < batch->value_ends.len; i++) {
+  for (size_t i = 0; i < weir_batch_len(batch); i++) {
     weir_record_t record = weir_batch_record(batch, key_slots, i);
     if (!record.has_key || !record.has_timestamp) {
       return weir_fail(err, "records need a key and a timestamp");
@@ -40,14 +40,12 @@ static bool reminders_on_timers(const weir_fired_timers_t *timers, uint32_t slot
   int64_t watermark;
   char mark[24] = "none";
   if (weir_watermark(&watermark)) snprintf(mark, sizeof mark, "%lld", (long long)watermark);
-  for (size_t i = 0; i < timers->key_slots.len; i++) {
-    const uint8_t *key;
-    size_t len;
-    weir_timer_key(timers, i, &key, &len);
+  for (size_t i = 0; i < weir_timers_len(timers); i++) {
+    weir_timer_t timer = weir_timers_get(timers, i);
     char line[160];
-    int n = snprintf(line, sizeof line, "%.*s %lld %u %s", (int)len, (const char *)key,
-                     (long long)timers->timestamps.ptr[i], timers->tags.ptr[i], mark);
-    weir_out_emit(out, key, len, true, line, (size_t)n);
+    int n = snprintf(line, sizeof line, "%.*s %lld %u %s", (int)timer.key_len,
+                     (const char *)timer.key, (long long)timer.timestamp, timer.tag, mark);
+    weir_out_emit(out, timer.key, timer.key_len, true, line, (size_t)n);
   }
   return true;
 }

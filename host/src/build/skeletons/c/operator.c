@@ -25,7 +25,7 @@ static bool count_open(const weir_context_t *ctx, operator_string_t *err) {
 
 // Called for every batch: emits records to `out`, logs state writes in `ops` (sent when it
 // returns). Returning false (with weir_fail) fails the job.
-static bool count_process(const weir_batch_t *batch, const operator_list_u32_t *key_slots,
+static bool count_process(const weir_batch_t *batch, const weir_key_slots_t *key_slots,
                     uint32_t slot_count, weir_out_t *out, weir_ops_t *ops, operator_string_t *err) {
   weir_grow((void **)&counts, &counts_cap, slot_count, sizeof(uint64_t));
   weir_grow((void **)&changed, &changed_cap, slot_count, 1);
@@ -47,7 +47,7 @@ static bool count_process(const weir_batch_t *batch, const operator_list_u32_t *
     weir_operator_state_values_free(&values);
   }
 
-  for (size_t i = 0; i < batch->value_ends.len; i++) {
+  for (size_t i = 0; i < weir_batch_len(batch); i++) {
     weir_record_t record = weir_batch_record(batch, key_slots, i);
     if (!record.has_key) {
       return weir_fail(err, "records need a key: set key_by for this operator in the job file");
