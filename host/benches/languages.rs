@@ -1,14 +1,21 @@
 //! The same word-counting operator in Rust, Python, JavaScript and C, in one run: keyed-count
 //! throughput (the shared pipeline of `keyed/`: generator over 10 000 keys -> counter ->
-//! discard) with each one's ratio to the Rust guest, and start times.
+//! discard) with each one's ratio to the Rust guest, start times, and where a Python or
+//! JavaScript operator's time goes per record.
 //!
-//! - The operators: `examples/wordcount/counter` (Rust, the `guest` profile) and
+//! - The counters: `examples/wordcount/counter` (Rust, the `guest` profile) and
 //!   `examples/languages/{python,js,c}-counter`, built with `weir build` (componentize-py,
 //!   jco's QuickJS backend, clang with wasi-libc). Each keeps a per-key count in a value
 //!   state and emits `word<TAB>count`.
 //! - Start: loading the component (compiling it, or reading the precompiled artifact from the
 //!   component cache) plus instantiating it and calling `open`, as a subtask starts. Cold:
 //!   an empty cache; cached: the artifact the cold start left.
+//! - The breakdown: `benches/languages/{python,js}-modes`, one operator per language whose
+//!   config picks a layer: the bare binding returning nothing (`empty`) or the batch it got
+//!   (`echo`), the SDK passing records through one at a time (`sdk_record`) or as a batch
+//!   (`sdk_batch`), and the per-record word counter (`count_record`); the example counter is
+//!   `count`. Each as microseconds per record, the whole pipeline included (the Rust
+//!   counter's figure bounds what the pipeline itself costs).
 //!
 //! Python and JavaScript run fewer records than Rust and C (records/s is what is compared).
 //!
@@ -22,15 +29,19 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Instant;
 
-use keyed::{measure, median};
+use keyed::{measure, measure_with, median};
 use weir_host::engine::{ComponentCache, Engine, EngineOptions};
 use weir_host::guest::{WasmOperator, WasmOperatorFactory};
 use weir_host::operator::SubtaskContext;
 use weir_host::partition::KeyGroups;
 
 const KEYS: u64 = 10_000;
-const ROUNDS: usize = 3;
+const ROUNDS: usize = 5;
 const CACHED_STARTS: usize = 5;
+/// The layers of `benches/languages/*-modes`, as their config names them.
+const MODES: [&str; 5] = ["empty", "echo", "sdk-record", "sdk-batch", "count-record"];
+/// Records per breakdown run.
+const MODE_RECORDS: u64 = 300_000;
 
 struct Language {
     name: &'static str,
@@ -65,18 +76,26 @@ fn main() {
         Language {
             name: "python",
             component: support::built_operator(&examples.join("python-counter")),
-            records: 200_000,
+            records: 400_000,
         },
         Language {
             name: "js",
             component: support::built_operator(&examples.join("js-counter")),
-            records: 200_000,
+            records: 400_000,
         },
         Language {
             name: "c",
             component: support::built_operator(&examples.join("c-counter")),
             records: 2_000_000,
         },
+    ];
+    let benches = support::repo().join("host/benches/languages");
+    let modes = [
+        (
+            "python",
+            support::built_operator(&benches.join("python-modes")),
+        ),
+        ("js", support::built_operator(&benches.join("js-modes"))),
     ];
 
     let mut cached_max: f64 = 0.0;
@@ -103,13 +122,11 @@ fn main() {
         .enable_all()
         .build()
         .expect("runtime");
-    let factories: Vec<_> = languages
-        .iter()
-        .map(|l| {
-            let component = engine.load(&l.component).expect("load");
-            Arc::new(WasmOperatorFactory::new(engine.clone(), component))
-        })
-        .collect();
+    let factory = |component: &Path| {
+        let loaded = engine.load(component).expect("load");
+        Arc::new(WasmOperatorFactory::new(engine.clone(), loaded))
+    };
+    let factories: Vec<_> = languages.iter().map(|l| factory(&l.component)).collect();
     // Warm-up, then rounds interleaved so that a slow phase of the machine hits every
     // language; medians.
     let mut rates = vec![Vec::new(); languages.len()];
@@ -135,4 +152,34 @@ fn main() {
         );
     }
     println!("bench: cached_start_ms_max = {cached_max:.2} ms");
+
+    // The breakdown, per language: each layer's median over the rounds.
+    for ((name, component), (language, rate)) in
+        modes.iter().zip(languages.iter().zip(&rates).skip(1))
+    {
+        assert_eq!(*name, language.name);
+        let factory = factory(component);
+        for mode in MODES {
+            let config = format!(r#"{{"mode": "{mode}"}}"#);
+            let rate = median(
+                (0..ROUNDS)
+                    .map(|_| {
+                        let emitted = if mode == "empty" { 0 } else { MODE_RECORDS };
+                        measure_with(
+                            &runtime,
+                            factory.clone(),
+                            MODE_RECORDS,
+                            KEYS,
+                            &config,
+                            emitted,
+                        )
+                    })
+                    .collect(),
+            );
+            let mode = mode.replace('-', "_");
+            println!("bench: {name}_{mode}_us_per_record = {:.3} us", 1e6 / rate);
+        }
+        println!("bench: {name}_count_us_per_record = {:.3} us", 1e6 / rate);
+    }
+    println!("bench: rust_count_us_per_record = {:.3} us", 1e6 / rates[0]);
 }
