@@ -1036,6 +1036,21 @@ const rt = new Runtime();
 const UNREAD = Symbol("unread");
 const ABSENT = Symbol("absent");
 
+/** The state value `items[start, end)`: plain integers (counters) decoded here, without the
+ * text and the JSON parser `decode` needs for anything else. */
+function decodeValue(items, start, end) {
+  let n = 0;
+  let i = start;
+  if (end - start <= 15) {
+    for (; i < end; i++) {
+      const d = items[i] - 48;
+      if (d < 0 || d > 9) break;
+      n = n * 10 + d;
+    }
+  }
+  return i === end && end > start ? n : decode(items, start, end);
+}
+
 function declare(name, kind) {
   if (!rt.inOpen) throw new WeirError(`state \`${name}\` must be declared in open`);
   return host(`declaring ${kind} state \`${name}\``, () => stateApi.declare(name, kind));
@@ -1091,21 +1106,7 @@ export class ValueState {
       const end = ends[slot];
       let value = cache[slot];
       if (value === UNREAD) {
-        // As in `get`: plain integers decoded inline.
-        if (present[slot] === 0) {
-          value = ABSENT;
-        } else {
-          let number = 0;
-          let i = start;
-          if (end - start <= 15) {
-            for (; i < end; i++) {
-              const d = items[i] - 48;
-              if (d < 0 || d > 9) break;
-              number = number * 10 + d;
-            }
-          }
-          value = i === end && end > start ? number : decode(items, start, end);
-        }
+        value = present[slot] === 0 ? ABSENT : decodeValue(items, start, end);
         cache[slot] = value;
       }
       values[slot] = value === ABSENT ? dflt : value;
@@ -1170,23 +1171,11 @@ export class ValueState {
     }
     let value = cache[slot];
     if (value === UNREAD) {
-      // The first read of the slot in the batch (`decode`, inlined for plain integers).
+      // The first read of the slot in the batch.
       if (this._items === null) this._fetch();
       if (this._present[slot]) {
-        const items = this._items;
         const ends = this._ends;
-        const start = slot ? ends[slot - 1] : 0;
-        const end = ends[slot];
-        let n = 0;
-        let i = start;
-        if (end - start <= 15) {
-          for (; i < end; i++) {
-            const d = items[i] - 48;
-            if (d < 0 || d > 9) break;
-            n = n * 10 + d;
-          }
-        }
-        value = i === end && end > start ? n : decode(items, start, end);
+        value = decodeValue(this._items, slot ? ends[slot - 1] : 0, ends[slot]);
       } else {
         value = ABSENT;
       }

@@ -72,11 +72,12 @@ fn expected(text: &str) -> Vec<String> {
     lines
 }
 
-fn tour_gives_the_expected_output(project: &Path) {
+/// Runs the tour operator of `project` (a split stage, then the tour keyed by key over two
+/// subtasks, with checkpoints) over `text` and checks its output against `expected`'s.
+fn tour_gives_the_expected_output(project: &Path, text: &str, expected: fn(&str) -> Vec<String>) {
     let component = toml_path(&built_operator(project));
     let dir = tempfile::tempdir().expect("tempdir");
-    let text = input();
-    std::fs::write(dir.path().join("in.txt"), &text).expect("input");
+    std::fs::write(dir.path().join("in.txt"), text).expect("input");
     let job = write_job(
         dir.path(),
         &format!(
@@ -108,7 +109,7 @@ fn tour_gives_the_expected_output(project: &Path) {
     );
     let out = weir(&["run", job.to_str().expect("utf-8"), "-q"]);
     assert!(out.status.success(), "{}", stderr(&out));
-    let want = expected(&text);
+    let want = expected(text);
     let got = committed(dir.path());
     assert_eq!(got.len(), want.len(), "line count differs");
     if let Some((g, w)) = got.iter().zip(&want).find(|(g, w)| g != w) {
@@ -118,12 +119,20 @@ fn tour_gives_the_expected_output(project: &Path) {
 
 #[test]
 fn the_python_sdk_state_tour_gives_the_expected_output() {
-    tour_gives_the_expected_output(&repo().join("tests/guests/state-tour-python"));
+    tour_gives_the_expected_output(
+        &repo().join("tests/guests/state-tour-python"),
+        &input(),
+        expected,
+    );
 }
 
 #[test]
 fn the_javascript_sdk_state_tour_gives_the_expected_output() {
-    tour_gives_the_expected_output(&repo().join("tests/guests/state-tour-js"));
+    tour_gives_the_expected_output(
+        &repo().join("tests/guests/state-tour-js"),
+        &input(),
+        expected,
+    );
 }
 
 /// `KEY NUMBER` lines over seven keys, with zeros among the numbers.
@@ -152,56 +161,20 @@ fn batch_expected(text: &str) -> Vec<String> {
     lines
 }
 
-fn batch_tour_gives_the_expected_output(project: &Path) {
-    let component = toml_path(&built_operator(project));
-    let dir = tempfile::tempdir().expect("tempdir");
-    let text = numbers_input();
-    std::fs::write(dir.path().join("in.txt"), &text).expect("input");
-    let job = write_job(
-        dir.path(),
-        &format!(
-            r#"
-            [job]
-            name = "batch-tour"
-            batch_size = 64
-            [source]
-            kind = "text-lines"
-            path = "in.txt"
-            [[operators]]
-            name = "split"
-            component = {component}
-            config = {{ role = "split" }}
-            [[operators]]
-            name = "tour"
-            component = {component}
-            parallelism = 2
-            key_by = "key"
-            [sink]
-            kind = "file"
-            path = "out.txt"
-            [checkpoints]
-            store = "file://{store}"
-            interval_ms = 20
-            "#,
-            store = dir.path().join("store").display(),
-        ),
-    );
-    let out = weir(&["run", job.to_str().expect("utf-8"), "-q"]);
-    assert!(out.status.success(), "{}", stderr(&out));
-    let want = batch_expected(&text);
-    let got = committed(dir.path());
-    assert_eq!(got.len(), want.len(), "line count differs");
-    if let Some((g, w)) = got.iter().zip(&want).find(|(g, w)| g != w) {
-        panic!("output differs: got {g:?}, expected {w:?}");
-    }
-}
-
 #[test]
 fn the_python_sdk_batch_api_gives_the_expected_output() {
-    batch_tour_gives_the_expected_output(&repo().join("tests/guests/batch-tour-python"));
+    tour_gives_the_expected_output(
+        &repo().join("tests/guests/batch-tour-python"),
+        &numbers_input(),
+        batch_expected,
+    );
 }
 
 #[test]
 fn the_javascript_sdk_batch_api_gives_the_expected_output() {
-    batch_tour_gives_the_expected_output(&repo().join("tests/guests/batch-tour-js"));
+    tour_gives_the_expected_output(
+        &repo().join("tests/guests/batch-tour-js"),
+        &numbers_input(),
+        batch_expected,
+    );
 }

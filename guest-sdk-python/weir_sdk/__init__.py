@@ -5,8 +5,9 @@ keyed state, `process(record, out)` turns each input `Record` into any number of
 records written to `out` (an `Emitter`), and `close(out)` may emit final records at the end
 of input. An operator may implement `process_batch(batch, out)` instead, which gets the whole
 `Batch` as columns, reads and writes the value state of all its keys in one call each
-(`ValueState.get_all`, `set_all`) and emits many records in one call
-(`Emitter.emit_columns`, `emit_many`): the faster way, as in a pandas or Arrow UDF. `export(cls)` turns the class into the `Processor` class that componentize-py
+(`ValueState.get_all` or `get_by_slot`, `set_all`) and emits many records in one call
+(`Emitter.emit_columns`, `emit_many`): the faster way, as in a pandas or Arrow UDF.
+`export(cls)` turns the class into the `Processor` class that componentize-py
 exports as `weir:operator/processor`; the application module must bind it to the name
 `Processor`:
 
@@ -427,7 +428,8 @@ class Emitter:
             value_types = set(map(type, values))
             if value_types == {str}:
                 values = list(map(str.encode, values))
-            if value_types <= {bytes, str}:
+                value_types = {bytes}
+            if value_types <= {bytes}:
                 # Interleaved by slice assignment: pointer copies, in C.
                 parts = [None] * (2 * len(keys))
                 parts[0::2] = keys
@@ -624,7 +626,8 @@ class _Runtime:
         if self.batch is not None:
             return WeirError(
                 f"state `{name}`: in process_batch, read and write value state for all keys at "
-                "once with get_all and set_all; map and list state and timers need process"
+                "once with get_all (or get_by_slot) and set_all; map and list state and timers "
+                "need process"
             )
         if self.in_batch:
             return WeirError(
@@ -664,8 +667,9 @@ class ValueState:
     """One JSON value per key. `get` returns None (or `default`) where the key has none.
 
     The first read in a batch fetches the values of every key of the batch in one host call;
-    writes stay in the SDK until the end of the batch. In `process_batch`, `get_all` and
-    `set_all` read and write the values of all the batch's keys at once."""
+    writes stay in the SDK until the end of the batch. In `process_batch`, `get_all` (a dict)
+    or `get_by_slot` (a list) and `set_all` read and write the values of all the batch's keys
+    at once."""
 
     # Per batch, from the first use of the state in the batch: `_cache` holds each slot's value
     # (or _UNREAD, _ABSENT), `_dirty` the slots written (a dict used as an ordered set);

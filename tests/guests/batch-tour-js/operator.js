@@ -23,6 +23,7 @@ class Tour extends Operator {
       out.emitMany(keys, values);
       return;
     }
+    misuse(this.sum);
     const sums = this.sum.getAll(0);
     const firstOf = new Map();
     const keys = batch.keys();
@@ -40,6 +41,25 @@ class Tour extends Operator {
     }
     this.sum.setAll(sums);
     out.emitMany(keys, lines);
+  }
+}
+
+/** The per-record state calls and arrays of the wrong length are refused, saying why. */
+function misuse(state) {
+  const cases = [
+    [() => state.get(), "in processBatch, read and write value state"],
+    [() => state.setAll(new Array(10000).fill(0)), "one value per key of the batch"],
+  ];
+  for (const [call, needs] of cases) {
+    let message = null;
+    try {
+      call();
+    } catch (e) {
+      message = String(e.message);
+    }
+    if (message === null || !message.includes(needs)) {
+      throw new WeirError(`expected an error with ${JSON.stringify(needs)}, got ${message}`);
+    }
   }
 }
 

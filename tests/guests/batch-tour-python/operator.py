@@ -4,8 +4,9 @@
 With `config = { role = "split" }`, each input line `KEY NUMBER` becomes a record keyed by KEY
 with the value NUMBER (`emit_many` of pairs). Otherwise, for each record, the value state
 `sum` of its key goes up by NUMBER and the operator emits `KEY|sum before|sum after`
-(`get_all`, `set_all`, `emit_columns` with `str` values). A record whose NUMBER is 0 leaves
-its key's sum as it was: a key whose records of the batch are all 0 gets no write.
+(`get_all`, `set_all`, `emit_columns` with `str` and `bytes` values). A record whose NUMBER
+is 0 leaves its key's sum as it was: a key whose records of the batch are all 0 gets no
+write.
 
 It also checks what the SDK promises: `batch.slots` indexes the keys in the order `get_all`
 gives them, and `keys()`, `values()` and `records()` agree with the raw columns (the split
@@ -27,19 +28,36 @@ class Tour(weir_sdk.Operator):
         if self.split:
             out.emit_many([tuple(value.split(b" ", 1)) for value in values])
             return
+        self.misuse()
         sums = self.sum.get_all(0)
         order = list(sums)
         lines = []
-        for key, value, slot in zip(keys, values, batch.slots):
+        for i, (key, value, slot) in enumerate(zip(keys, values, batch.slots)):
             if order[slot] != key:
                 raise weir_sdk.WeirError(f"slot {slot} is {order[slot]!r}, not {key!r}")
             before = sums[key]
             number = int(value)
             if number:
                 sums[key] = before + number
-            lines.append(f"{key.decode()}|{before}|{sums[key]}")
+            line = f"{key.decode()}|{before}|{sums[key]}"
+            # `str` and `bytes` values mixed.
+            lines.append(line if i % 2 else line.encode())
         self.sum.set_all(sums)
         out.emit_columns(keys, lines)
+
+    def misuse(self):
+        """The per-record state calls and keys of another batch are refused, saying why."""
+        for call, needs in [
+            (lambda: self.sum.get(), "in process_batch, read and write value state"),
+            (lambda: self.sum.set_all({b"not-a-key": 1}), "is not a key of this batch"),
+            (lambda: self.sum.set_all([0] * 10_000), "one value per key of the batch"),
+        ]:
+            try:
+                call()
+            except weir_sdk.WeirError as e:
+                assert needs in str(e), str(e)
+            else:
+                raise AssertionError(f"no error, expected one with {needs!r}")
 
     @staticmethod
     def check(batch, keys, values):
