@@ -1079,9 +1079,14 @@ export class ValueState {
     this._present = null;
   }
 
-  /** Makes the cache of the current batch, on the state's first use in the batch. */
+  /** Checks that a record with a key is being processed, and makes the batch's cache. */
   _begin() {
     if (currentSlot === NO_SLOT || !rt.inBatch) throw rt.noSlot(this.name);
+    this._cacheOfBatch();
+  }
+
+  /** The cache of the current batch, made on the state's first use in the batch. */
+  _cacheOfBatch() {
     if (this._cache === null) {
       const n = rt.slotCount;
       this._cache = new Array(n).fill(UNREAD);
@@ -1151,13 +1156,7 @@ export class ValueState {
         `state \`${this.name}\`: ${call} works in processBatch; in process, use get and set`,
       );
     }
-    if (this._cache === null) {
-      const n = rt.slotCount;
-      this._cache = new Array(n).fill(UNREAD);
-      this._dirty = [];
-      this._isDirty = new Uint8Array(n);
-      rt.touched.push(this);
-    }
+    this._cacheOfBatch();
     if (this._items === null) this._fetch();
   }
 

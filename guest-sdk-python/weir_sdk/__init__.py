@@ -695,7 +695,7 @@ class ValueState:
         """The cache of the current batch, made on the state's first use in the batch."""
         slot = _slot
         if slot == NO_SLOT or not _rt.in_batch:
-            raise _rt.no_slot(self.name)
+            raise _rt.no_slot(self.name) from None  # not the lookup that led here
         return self._cache_of_batch()
 
     def _cache_of_batch(self):

@@ -105,9 +105,14 @@ impl KeySlots {
     }
 
     /// Remembers where the entries of `slots` were found for `state` in this batch.
-    pub fn set_hints(&mut self, state: StateId, slots: &[u32], found: &[Option<EntryHint>]) {
+    pub fn set_hints(
+        &mut self,
+        state: StateId,
+        slots: impl Iterator<Item = u32>,
+        found: &[Option<EntryHint>],
+    ) {
         let mut hints = vec![None; self.len()];
-        for (&slot, &hint) in slots.iter().zip(found) {
+        for (slot, &hint) in slots.zip(found) {
             if let Some(h) = hints.get_mut(slot as usize) {
                 *h = hint;
             }

@@ -73,8 +73,7 @@ impl wit::Host for GuestState {
                 slots.as_bytes().len()
             ));
         }
-        let slots: Vec<u32> = slots.iter().collect();
-        for &slot in &slots {
+        for slot in slots.iter() {
             self.slots.key(slot)?;
         }
         let mut data = Vec::new();
@@ -82,7 +81,7 @@ impl wit::Host for GuestState {
         let mut present = Vec::with_capacity(slots.len());
         let mut hints = Vec::with_capacity(slots.len());
         // Every slot was checked above, so none is skipped here.
-        let keys = slots.iter().filter_map(|&slot| self.slots.key(slot).ok());
+        let keys = slots.iter().filter_map(|slot| self.slots.key(slot).ok());
         let result = self
             .backend
             .value_get_many(StateId(state), keys, |_, value, hint| {
@@ -94,7 +93,7 @@ impl wit::Host for GuestState {
                 hints.push(hint);
             });
         result.map_err(|e| self.describe(state, e))?;
-        self.slots.set_hints(StateId(state), &slots, &hints);
+        self.slots.set_hints(StateId(state), slots.iter(), &hints);
         Ok(wit::Values {
             items: Blobs {
                 data,

@@ -120,7 +120,7 @@ impl<T: Number> Numbers<T> {
         self.bytes.clear();
     }
 
-    pub fn iter(&self) -> impl Iterator<Item = T> + '_ {
+    pub fn iter(&self) -> impl Iterator<Item = T> + Clone + '_ {
         self.bytes.chunks_exact(T::SIZE).map(T::from_le)
     }
 }
