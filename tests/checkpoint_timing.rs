@@ -271,6 +271,7 @@ fn in_front_of_a_slow_operator_the_barrier_waits_behind_a_fraction_of_the_interv
         sink: Box::new(DiscardSink),
         dead_letters: Vec::new(),
         watermarks: None,
+        leases: Vec::new(),
         checkpointing: Some(Checkpointing {
             store: store.clone(),
             interval,

@@ -58,6 +58,8 @@
 //!   partitions shared by the processes of a consumer group ([`kafka::run_group`]).
 //! - [`serve`]: `weir serve`, a long-running host running many jobs submitted over HTTP, and
 //!   its web console (rates, backpressure, checkpoint history, logs; DESIGN.md §15).
+//! - [`lease`]: one run at a time per job and per output: a lease object with a token and
+//!   an expiry, renewed while the run lasts and checked before every commit.
 //! - [`ids`]: identifier newtypes shared across modules.
 //!
 //! # Design notes
@@ -117,6 +119,7 @@ pub mod guest;
 pub mod ids;
 pub mod job;
 pub mod kafka;
+pub mod lease;
 pub mod operator;
 pub mod partition;
 pub mod record;

@@ -55,6 +55,7 @@ pub fn one_stage(
         dead_letters: Vec::new(),
         checkpointing: None,
         watermarks,
+        leases: Vec::new(),
     }
 }
 

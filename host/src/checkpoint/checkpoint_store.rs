@@ -6,6 +6,7 @@
 //! <store prefix>/<job>/state/<operator>/<subtask>/chk-…07-<run>.inc artifacts, by their owner
 //! <store prefix>/<job>/sink/chk-…07.out                           staged output (Kafka sink)
 //! <store prefix>/<job>/partitions/<p>/…                           the same, per input partition
+//! <store prefix>/<job>/lease/<generation>                         the lease of the run that owns it
 //! ```
 //!
 //! Each subtask writes under its own prefix and only it deletes there, so that cleanup and
@@ -92,6 +93,27 @@ impl CheckpointStore {
     pub fn staging_path(&self, output: &str, checkpoint: CheckpointId) -> Path {
         self.staging_folder(output)
             .join(format!("chk-{:020}.out", checkpoint.0))
+    }
+
+    /// The job's folder, `<store prefix>/<job>` (a partition's, for a partition's pipeline).
+    pub fn folder(&self) -> &Path {
+        &self.root
+    }
+
+    /// Whether `path` is a lease's (`<job>/lease/…`, `<job>/partitions/<p>/lease/…`): the
+    /// lease guards the folder and is no checkpoint object.
+    fn is_lease(&self, path: &Path) -> bool {
+        let Some(parts) = path.prefix_match(&self.root) else {
+            return false;
+        };
+        let parts: Vec<_> = parts.collect();
+        match parts.as_slice() {
+            [first, _] => first.as_ref() == "lease",
+            [partitions, _, lease, _] => {
+                partitions.as_ref() == "partitions" && lease.as_ref() == "lease"
+            }
+            _ => false,
+        }
     }
 
     pub fn object_store(&self) -> &Arc<dyn ObjectStore> {
@@ -246,7 +268,8 @@ impl CheckpointStore {
 
     /// Deletes every object of the job, metadata first: a crash part way leaves fewer
     /// complete checkpoints and orphaned artifacts (which the next run sweeps), never a
-    /// checkpoint whose artifacts are gone. Returns how many objects were deleted.
+    /// checkpoint whose artifacts are gone. The lease of the run that asks stays. Returns
+    /// how many objects were deleted.
     pub async fn delete_all(&self) -> Result<usize, StorageError> {
         /// Deletes in flight at once: enough to hide a remote store's latency.
         const CONCURRENT_DELETES: usize = 16;
@@ -255,7 +278,7 @@ impl CheckpointStore {
             .list(&self.root)
             .await?
             .into_iter()
-            .filter(|path| !metadata.contains(path))
+            .filter(|path| !metadata.contains(path) && !self.is_lease(path))
             .collect();
         let mut deleted = 0;
         for batch in [metadata, artifacts] {
@@ -269,9 +292,11 @@ impl CheckpointStore {
         Ok(deleted)
     }
 
-    /// Every object of the job, for inspection and tests.
+    /// Every checkpoint object of the job (its leases aside), for inspection and tests.
     pub async fn list_all(&self) -> Result<Vec<Path>, StorageError> {
-        self.list(&self.root).await
+        let mut all = self.list(&self.root).await?;
+        all.retain(|path| !self.is_lease(path));
+        Ok(all)
     }
 
     async fn list(&self, prefix: &Path) -> Result<Vec<Path>, StorageError> {

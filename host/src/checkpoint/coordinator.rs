@@ -50,6 +50,7 @@ use super::protocol::{Ack, Barrier, BarrierReport, Notification, StagedOutput};
 use super::subtask_checkpoints::SnapshotCounters;
 use crate::connectors::SourcePosition;
 use crate::ids::CheckpointId;
+use crate::lease::LeaseCheck;
 
 /// How long the coordinator keeps writing metadata whose write failed, while the store does
 /// not take it; then the job fails. Each attempt after the first may take
@@ -108,6 +109,9 @@ pub struct CoordinatorSetup {
     pub retained: Vec<CheckpointId>,
     /// Every subtask's snapshot counters: the artifacts they deleted, for the log.
     pub subtasks: Vec<Arc<SnapshotCounters>>,
+    /// The leases of the run (its checkpoint folder's, its outputs'), checked before each
+    /// checkpoint's metadata is written.
+    pub leases: Vec<LeaseCheck>,
 }
 
 /// The checkpoint in flight.
@@ -479,14 +483,25 @@ impl Coordinator {
         let metadata = self.metadata(&done);
         let failure = match done.failure.clone() {
             Some(f) => Some(f),
-            None => match self.store_metadata(&metadata, &done).await {
-                Ok(()) => None,
-                // Neither completing nor aborting is safe: the job stops and restarts from
-                // what the store holds.
-                Err(f) => {
-                    let duration = done.started.elapsed().as_micros() as u64;
-                    self.counters.history.failed(id, duration, f.to_string());
-                    return Outcome::Failed(f);
+            None => match self.check_leases(id) {
+                // The lease was not renewed lately: this checkpoint fails, the next may pass.
+                Err(f) if !f.is_deterministic() => Some(f),
+                checked => {
+                    let stored = match checked {
+                        Ok(()) => self.store_metadata(&metadata, &done).await,
+                        Err(f) => Err(f),
+                    };
+                    match stored {
+                        Ok(()) => None,
+                        // Another run took the job over, or the metadata write is in doubt
+                        // (neither completing nor aborting is safe): the job stops, before
+                        // it commits anything more.
+                        Err(f) => {
+                            let duration = done.started.elapsed().as_micros() as u64;
+                            self.counters.history.failed(id, duration, f.to_string());
+                            return Outcome::Failed(f);
+                        }
+                    }
                 }
             },
         };
@@ -618,6 +633,15 @@ impl Coordinator {
             earliest_retained,
         });
         Outcome::Completed { last: done.last }
+    }
+
+    /// Whether this run may still commit: every lease it holds (its checkpoint folder's,
+    /// its outputs') allows it.
+    fn check_leases(&self, checkpoint: CheckpointId) -> Result<(), CheckpointError> {
+        LeaseCheck::check_all(&self.setup.leases).map_err(|e| CheckpointError::Lease {
+            checkpoint,
+            source: Arc::new(e),
+        })
     }
 
     /// Writes `done`'s metadata, within what is left of its time. A write that fails or times
@@ -782,6 +806,7 @@ mod tests {
             next: CheckpointId(1),
             retained: Vec::new(),
             subtasks: Vec::new(),
+            leases: Vec::new(),
         };
         let counters = Arc::new(CheckpointCounters::default());
         let coordinator = Coordinator::new(

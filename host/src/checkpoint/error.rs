@@ -77,6 +77,13 @@ pub enum CheckpointError {
         tolerable: u32,
         last: Box<CheckpointError>,
     },
+    /// The run may not commit: another run took over its lease (it must stop), or the lease
+    /// was not renewed lately (this checkpoint fails; the next may pass).
+    #[error("checkpoint {checkpoint}: {source}")]
+    Lease {
+        checkpoint: CheckpointId,
+        source: Arc<crate::lease::LeaseError>,
+    },
     /// Work on the checkpoint path outside any one checkpoint (an orphan sweep, a task that
     /// panicked).
     #[error("{0}")]
@@ -141,7 +148,8 @@ impl CheckpointError {
             | Self::Incompatible { checkpoint, .. }
             | Self::Task { checkpoint, .. }
             | Self::Timeout { checkpoint, .. }
-            | Self::Metadata { checkpoint, .. } => Some(*checkpoint),
+            | Self::Metadata { checkpoint, .. }
+            | Self::Lease { checkpoint, .. } => Some(*checkpoint),
             Self::TooManyFailures { last, .. } => last.checkpoint(),
             Self::Other(_) => None,
         }
@@ -149,6 +157,11 @@ impl CheckpointError {
 
     /// The same failure will happen again: retrying cannot help.
     pub fn is_deterministic(&self) -> bool {
-        matches!(self, Self::Damaged { .. } | Self::Incompatible { .. })
+        match self {
+            Self::Damaged { .. } | Self::Incompatible { .. } => true,
+            // Another run holds the job now: a restart would compete with it.
+            Self::Lease { source, .. } => source.is_other_run(),
+            _ => false,
+        }
     }
 }

@@ -2,6 +2,7 @@
 //!
 //! - [`Source`]: reads batches of records; [`lines`] (text and JSON lines) and [`generator`].
 //! - [`Sink`]: writes the values of the records it receives; [`sinks`] (stdout, file, discard).
+//!   [`LeasedSink`] lets any sink stage and commit only while the run holds its leases.
 //! - Kafka's source and sink live in `crate::kafka`, with the scale-out they bring.
 //!
 //! Both are synchronous: the runtime runs each on a blocking thread, so file I/O never stalls
@@ -9,6 +10,7 @@
 
 pub mod generator;
 pub mod json_records;
+pub mod leased_sink;
 pub mod lines;
 pub mod sinks;
 pub mod timestamps;
@@ -18,6 +20,7 @@ use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
 
 pub use generator::GeneratorSource;
+pub use leased_sink::LeasedSink;
 pub use lines::{JsonLinesSource, TextLinesSource};
 pub use sinks::{DiscardSink, FileSink, StdoutSink};
 
@@ -59,6 +62,10 @@ pub enum ConnectorError {
     /// this one still ran): it must stop, not retry.
     #[error("{what}: another process took it over; this one lets go")]
     TakenOver { what: String },
+    /// The run may not commit to the output: another run holds or took its lease, or the
+    /// lease was not renewed lately.
+    #[error(transparent)]
+    Lease(#[from] crate::lease::LeaseError),
     /// A restored position does not fit the source: a corrupt checkpoint, or an input that
     /// changed since the checkpoint was taken.
     #[error("{source_name}: cannot resume from the checkpointed position: {message}")]
@@ -66,6 +73,17 @@ pub enum ConnectorError {
         source_name: String,
         message: String,
     },
+}
+
+impl ConnectorError {
+    /// Another run writes the output now: this one must let go, not retry.
+    pub fn is_taken_over(&self) -> bool {
+        match self {
+            ConnectorError::TakenOver { .. } => true,
+            ConnectorError::Lease(e) => e.is_other_run(),
+            _ => false,
+        }
+    }
 }
 
 /// How far a source has read, for progress display.

@@ -143,6 +143,8 @@ struct Marker {
 
 const OPEN_PART: &str = "open.part";
 const MARKER: &str = "committed";
+/// The output's lease folder (`crate::lease`), in the staging folder.
+const LEASE: &str = "lease";
 
 impl FileSink {
     /// A sink writing to `path`. Touches nothing on disk until `recover` or the first write.
@@ -154,15 +156,26 @@ impl FileSink {
                 message,
             )));
         };
-        let mut staging = OsString::from(".");
-        staging.push(name);
-        staging.push(".weir-staging");
         Ok(Self {
             path: path.to_owned(),
-            staging: path.with_file_name(staging),
+            staging: Self::staging_folder(path, name),
             open: None,
             staged_len: 0,
         })
+    }
+
+    /// `.<name>.weir-staging/` beside the output `path` named `name`: what the sink stages,
+    /// and the output's lease (`crate::lease`), which outlives a start from scratch.
+    fn staging_folder(path: &Path, name: &std::ffi::OsStr) -> PathBuf {
+        let mut staging = OsString::from(".");
+        staging.push(name);
+        staging.push(".weir-staging");
+        path.with_file_name(staging)
+    }
+
+    /// The folder of the output `path`'s lease, the staging folder.
+    pub fn lease_folder(path: &Path) -> Option<PathBuf> {
+        Some(Self::staging_folder(path, path.file_name()?))
     }
 
     fn part_path(&self, checkpoint: u64) -> PathBuf {
@@ -363,9 +376,20 @@ impl FileSink {
 
     /// A fresh job: nothing staged, nothing committed, an empty output.
     fn start_empty(&self) -> Result<(), ConnectorError> {
-        match std::fs::remove_dir_all(&self.staging) {
-            Err(e) if e.kind() != ErrorKind::NotFound => return Err(io(&self.staging)(e)),
-            _ => {}
+        let entries = match std::fs::read_dir(&self.staging) {
+            Ok(entries) => entries.collect::<Result<Vec<_>, _>>(),
+            Err(e) if e.kind() == ErrorKind::NotFound => Ok(Vec::new()),
+            Err(e) => Err(e),
+        }
+        .map_err(io(&self.staging))?;
+        // Everything but the lease this run holds.
+        for entry in entries.iter().filter(|e| e.file_name() != LEASE) {
+            let path = entry.path();
+            let removed = match entry.file_type() {
+                Ok(kind) if kind.is_dir() => std::fs::remove_dir_all(&path),
+                _ => std::fs::remove_file(&path),
+            };
+            removed.map_err(io(&path))?;
         }
         File::create(&self.path).map_err(io(&self.path))?;
         self.create_staging()?;

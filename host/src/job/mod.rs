@@ -38,6 +38,7 @@ pub mod pipeline;
 pub mod progress;
 mod restore_latch;
 pub mod router;
+mod run_leases;
 mod run_options;
 pub mod runtime;
 mod sink_task;

@@ -8,12 +8,13 @@ use super::spec::{JobSpec, KeyBy, RecordPolicy, SinkSpec, SourceSpec, source_pol
 use crate::checkpoint::CheckpointStore;
 use crate::checkpoint::storage::StorageError;
 use crate::connectors::{
-    ConnectorError, DiscardSink, FileSink, GeneratorSource, JsonLinesSource, Sink, Source,
-    StdoutSink, TextLinesSource,
+    ConnectorError, DiscardSink, FileSink, GeneratorSource, JsonLinesSource, LeasedSink, Sink,
+    Source, StdoutSink, TextLinesSource,
 };
 use crate::engine::{Engine, LoadError};
 use crate::guest::WasmOperatorFactory;
 use crate::kafka::{KafkaSink, PartitionSource};
+use crate::lease::LeaseCheck;
 use crate::operator::{GuestLimits, OperatorFactory};
 use crate::partition::KeyGroups;
 
@@ -58,6 +59,9 @@ pub struct Pipeline {
     pub checkpointing: Option<Checkpointing>,
     /// How the source makes watermarks; `None`: only the end of input's.
     pub watermarks: Option<WatermarkPolicy>,
+    /// The leases the run holds (`crate::lease`), checked before every commit; empty for a
+    /// pipeline run without them (benchmarks, tests).
+    pub leases: Vec<LeaseCheck>,
 }
 
 /// Why a job could not be prepared.
@@ -97,19 +101,14 @@ impl Pipeline {
                 on_bad_record: op.on_bad_record.clone(),
             });
         }
+        let store = checkpoint_store(spec).map_err(PrepareError::Store)?;
         let checkpointing = spec
             .checkpoints
             .as_ref()
-            .map(|c| {
+            .zip(store)
+            .map(|(c, store)| {
                 Ok(Checkpointing {
-                    store: {
-                        let store = CheckpointStore::open(&c.store, &spec.name)
-                            .map_err(PrepareError::Store)?;
-                        match &spec.input_partition {
-                            Some(input) => store.partition(input.partition),
-                            None => store,
-                        }
-                    },
+                    store,
                     interval: c.interval,
                     timeout: c.timeout,
                     tolerable_failures: c.tolerable_failures,
@@ -221,6 +220,42 @@ impl Pipeline {
             stages,
             sink,
             dead_letters,
+            leases: Vec::new(),
         })
     }
+
+    /// Lets the pipeline commit only while `leases` allow it: its coordinator checks them
+    /// before it writes a checkpoint's metadata, its sinks before they stage or commit.
+    pub fn guarded_by(&mut self, leases: Vec<LeaseCheck>) {
+        let sink = std::mem::replace(&mut self.sink, Box::new(DiscardSink));
+        self.sink = Box::new(LeasedSink::new(sink, leases.clone()));
+        for output in &mut self.dead_letters {
+            let sink = std::mem::replace(&mut output.sink, Box::new(DiscardSink));
+            output.sink = Box::new(LeasedSink::new(sink, leases.clone()));
+        }
+        self.leases = leases;
+    }
+}
+
+/// Where the job's checkpoints live: the job file's store, and in it the job's folder (a
+/// Kafka partition's pipeline: its partition's folder). `None` for a job that keeps none.
+pub fn checkpoint_store(spec: &JobSpec) -> Result<Option<CheckpointStore>, StorageError> {
+    let Some(checkpoints) = &spec.checkpoints else {
+        return Ok(None);
+    };
+    let store = CheckpointStore::open(&checkpoints.store, &spec.name)?;
+    Ok(Some(match &spec.input_partition {
+        Some(input) => store.partition(input.partition),
+        None => store,
+    }))
+}
+
+/// The files the job writes, its output's and its dead letters', each of which one run at a
+/// time may own.
+pub fn file_outputs(spec: &JobSpec) -> Vec<std::path::PathBuf> {
+    let sink = match &spec.sink {
+        SinkSpec::File { path } => Some(path.clone()),
+        _ => None,
+    };
+    sink.into_iter().chain(spec.dead_letter_files()).collect()
 }

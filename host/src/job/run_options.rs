@@ -34,6 +34,10 @@ pub struct RunOptions {
     /// Where to keep the guests' log lines besides the host's log (`weir serve` keeps them
     /// in the job's folder, for `weir job ID --logs`).
     pub guest_log: Option<Arc<GuestLogFile>>,
+    /// How long to wait for a lease another run holds on the job's folder or an output
+    /// (`crate::lease`) before giving up; zero refuses at once. A Kafka partition's pipeline
+    /// waits for the process that had the partition to let go of it.
+    pub lease_wait: Duration,
 }
 
 impl Default for RunOptions {
@@ -46,6 +50,7 @@ impl Default for RunOptions {
             checkpoint_now: CheckpointRequest::default(),
             metrics: None,
             guest_log: None,
+            lease_wait: Duration::ZERO,
         }
     }
 }

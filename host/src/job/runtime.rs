@@ -71,6 +71,7 @@ pub async fn run(
         dead_letters,
         checkpointing,
         watermarks,
+        leases,
     } = pipeline;
     let metrics = options.metrics.clone().unwrap_or_else(|| {
         Arc::new(JobMetrics::new(
@@ -320,6 +321,7 @@ pub async fn run(
                 .flat_map(|o| &o.subtasks)
                 .map(|s| s.snapshots.clone())
                 .collect(),
+            leases,
         },
         trigger_tx,
         ack_rx,

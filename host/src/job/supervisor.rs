@@ -7,7 +7,8 @@
 //! ([`StartFrom::Restart`]). Restoring any newer checkpoint in the store instead, one of an
 //! earlier run of the same job, would resume that run into an output this run replaced.
 
-use super::pipeline::{Pipeline, PrepareError};
+use super::pipeline::{Pipeline, PrepareError, checkpoint_store};
+use super::run_leases::RunLeases;
 use super::runtime::{JobError, RunOptions, run};
 use super::spec::OnLimit;
 use super::{JobSpec, RunSummary};
@@ -15,6 +16,7 @@ use crate::checkpoint::start::StartError;
 use crate::checkpoint::{CheckpointError, CheckpointStore, JobStart, StartFrom};
 use crate::connectors::ConnectorError;
 use crate::engine::Engine;
+use crate::lease::{LeaseCheck, LeaseError};
 
 /// Why a job could not run to its end.
 #[derive(Debug, thiserror::Error)]
@@ -28,6 +30,9 @@ pub enum SupervisorError {
     Start(#[from] StartError),
     #[error("job `{0}` keeps no checkpoints: add a [checkpoints] section to restore it")]
     NotCheckpointed(String),
+    /// Another run owns the job's checkpoints or one of its outputs (DESIGN.md §16).
+    #[error(transparent)]
+    Lease(#[from] LeaseError),
     #[error("{error}{}", restarts_note(*.restarts))]
     Failed { error: JobError, restarts: u32 },
 }
@@ -75,7 +80,31 @@ pub async fn run_job_in(
     options: RunOptions,
     store: Option<CheckpointStore>,
 ) -> Result<RunSummary, SupervisorError> {
-    let mut from = from.into();
+    let from = from.into();
+    let store = match (&spec.checkpoints, store) {
+        (None, _) => None,
+        (Some(_), Some(store)) => Some(store),
+        (Some(_), None) => checkpoint_store(spec).map_err(PrepareError::Store)?,
+    };
+    if store.is_none() && matches!(from, StartFrom::Restore(_)) {
+        return Err(SupervisorError::NotCheckpointed(spec.name.clone()));
+    }
+    // Taken before anything is read or written, held across restarts.
+    let leases = RunLeases::acquire(spec, store.as_ref(), options.lease_wait).await?;
+    let result = supervise(spec, engine, from, options, store, leases.checks()).await;
+    leases.release().await;
+    result
+}
+
+/// Runs and restarts the job while the run holds its `leases`.
+async fn supervise(
+    spec: &JobSpec,
+    engine: &Engine,
+    mut from: StartFrom,
+    options: RunOptions,
+    store: Option<CheckpointStore>,
+    leases: Vec<LeaseCheck>,
+) -> Result<RunSummary, SupervisorError> {
     let attempts = spec.checkpoints.as_ref().map_or(0, |c| c.restart_attempts);
     let on_limit = spec
         .checkpoints
@@ -89,7 +118,7 @@ pub async fn run_job_in(
         // The output lost what the checkpoint covers: every restore would find the same.
         JobError::Sink(ConnectorError::OutputLost { .. }) => false,
         // Another process owns the output now: restarting would take it back.
-        JobError::Sink(ConnectorError::TakenOver { .. }) => false,
+        JobError::Sink(e) if e.is_taken_over() => false,
         JobError::Operator(e) if e.kind.is_limit() => on_limit == OnLimit::Restart,
         _ => true,
     };
@@ -102,11 +131,9 @@ pub async fn run_job_in(
         if let (Some(checkpointing), Some(store)) = (&mut pipeline.checkpointing, &store) {
             checkpointing.store = store.clone();
         }
+        pipeline.guarded_by(leases.clone());
         let start = match &pipeline.checkpointing {
             Some(c) => JobStart::plan(&c.store, &spec.name, &from, &damaged).await?,
-            None if matches!(from, StartFrom::Restore(_)) => {
-                return Err(SupervisorError::NotCheckpointed(spec.name.clone()));
-            }
             None => JobStart::fresh(),
         };
         if let Some(restored) = &start.restored {

@@ -198,6 +198,9 @@ impl Shared {
             progress: false,
             metrics: Some(view.metrics.clone()),
             checkpoint_now: view.checkpoint_now.clone(),
+            // The process that had the partition lets go of it before it acknowledges the
+            // revocation; one cut off from the group holds it until its lease expires.
+            lease_wait: 2 * crate::lease::DEFAULT_TTL,
             ..self.options.clone()
         };
         self.view.lock().insert(partition, view);
@@ -248,10 +251,13 @@ impl Shared {
             // Another process claimed the partition (this one's revocation came late, or the
             // other's did). Forget it: if the group still gives it to this process, the
             // member's next look at its assignment starts it again, and claims it back.
-            Ok(Err(SupervisorError::Failed {
-                error: JobError::Sink(ConnectorError::TakenOver { .. }),
-                ..
-            })) => {
+            Ok(Err(
+                SupervisorError::Failed {
+                    error: JobError::Sink(ConnectorError::TakenOver { .. }),
+                    ..
+                }
+                | SupervisorError::Lease(_),
+            )) => {
                 tracing::warn!(
                     partition,
                     "partition taken over by another process: letting go"

@@ -26,6 +26,7 @@ use crate::checkpoint::{CheckpointStore, JobStart, RestoreFrom, StartFrom};
 use crate::engine::Engine;
 use crate::guest::{GuestLogFile, LogLine};
 use crate::ids::CheckpointId;
+use crate::job::pipeline::file_outputs;
 use crate::job::spec::{SinkSpec, SourceSpec};
 use crate::job::{
     CheckpointRequest, JobMetrics, JobSpec, Pipeline, RunOptions, StopSignal, run_job,
@@ -96,6 +97,9 @@ struct HostedJob {
     /// Its rates, sampled every second while it runs (`rates::sample_every`); locked by the
     /// sampler and by the API's readers, each for a moment.
     rates: Mutex<RateHistory>,
+    /// The files it writes (output and dead letters), resolved: no other job of the host
+    /// may write them while it runs.
+    outputs: Vec<PathBuf>,
 }
 
 /// The jobs of one host.
@@ -132,6 +136,7 @@ impl Registry {
         let dir = self.data_dir.join("jobs").join(&id);
         let prepared = prepare(&dir, &request)
             .and_then(|spec| self.outside_data_dir(spec))
+            .and_then(|spec| self.outputs_free(spec))
             .and_then(|spec| {
                 // A Kafka job is checked as one partition's pipeline: the group runs those.
                 let pipeline = match &spec.source {
@@ -424,6 +429,28 @@ impl Registry {
         Ok(spec)
     }
 
+    /// Refuses a job that would write a file a running job of this host writes (one writer
+    /// per output). A file another process writes is refused by its lease when the job
+    /// starts (`crate::lease`).
+    fn outputs_free(&self, spec: JobSpec) -> Result<JobSpec, SubmitError> {
+        let jobs = self.jobs();
+        for output in file_outputs(&spec) {
+            let output = resolved(&output);
+            let writer = jobs
+                .values()
+                .find(|job| job.status() == JobStatus::Running && job.outputs.contains(&output));
+            if let Some(writer) = writer {
+                return Err(SubmitError(format!(
+                    "{} is written by job {} (`{}`), which is running: one job at a time                      writes an output; cancel it first, or choose another path",
+                    output.display(),
+                    writer.id,
+                    writer.name
+                )));
+            }
+        }
+        Ok(spec)
+    }
+
     /// Asks a job for a checkpoint now.
     pub fn checkpoint(&self, id: &str) -> Option<JobInfo> {
         let job = self.jobs().get(id).cloned()?;
@@ -580,6 +607,7 @@ fn hosted(
         rates: Mutex::new(RateHistory::new(
             spec.operators.iter().map(|o| o.name.as_str()),
         )),
+        outputs: file_outputs(spec).iter().map(|p| resolved(p)).collect(),
     })
 }
 
