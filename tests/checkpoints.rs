@@ -251,7 +251,7 @@ async fn over_a_hundred_checkpoints_cleanup_keeps_the_store_bounded_and_never_de
     );
 
     // Who deleted what: artifacts only by the subtask that owns them (their prefix), once;
-    // the coordinator only metadata.
+    // the coordinator only metadata, the lease only its own objects.
     let log = stats.delete_log();
     let mut per_path: HashMap<String, u32> = HashMap::new();
     for (path, actor) in &log {
@@ -266,6 +266,11 @@ async fn over_a_hundred_checkpoints_cleanup_keeps_the_store_bounded_and_never_de
             Some(Actor::Coordinator) => assert!(
                 relative.starts_with("checkpoints/"),
                 "the coordinator deleted {relative}"
+            ),
+            // A run's lease deletes its own older generations.
+            Some(Actor::Lease) => assert!(
+                relative.starts_with("lease/"),
+                "the lease deleted {relative}"
             ),
             None => panic!("{relative} was deleted by an unknown task"),
         }

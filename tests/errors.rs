@@ -218,3 +218,106 @@ fn a_missing_job_file_and_bad_arguments_fail_cleanly() {
     assert!(!support::stderr(&out).contains("panicked"));
     assert_eq!(out.status.code(), Some(2), "clap's usage error");
 }
+
+/// A job of page views in JSON lines whose `ts` are milliseconds, read with `timestamp_line`.
+fn page_views_job(dir: &std::path::Path, timestamp_line: &str) -> std::path::PathBuf {
+    let lines: String = (0..50)
+        .map(|i| {
+            format!(
+                "{{\"page\": \"p{}\", \"ts\": {}}}\n",
+                i % 3,
+                1_764_633_609_660i64 + i
+            )
+        })
+        .collect();
+    std::fs::write(dir.join("views.jsonl"), lines).expect("write");
+    write_job(
+        dir,
+        &format!(
+            r#"
+            [job]
+            name = "views"
+            [source]
+            kind = "json-lines"
+            path = "views.jsonl"
+            key_pointer = "/page"
+            {timestamp_line}
+            on_bad_timestamp = "skip"
+            [[operators]]
+            name = "count"
+            component = {counter}
+            key_by = "key"
+            [sink]
+            kind = "file"
+            path = "out.txt"
+            "#,
+            counter = toml_path(&component("weir-example-counter")),
+        ),
+    )
+}
+
+#[test]
+fn timestamps_in_another_unit_than_the_format_fail_at_the_first_record_naming_the_setting() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    // Milliseconds read as seconds would put every window 56 000 years ahead; skipping bad
+    // timestamps does not hide a wrong setting.
+    let job = page_views_job(
+        dir.path(),
+        r#"timestamp = { json_pointer = "/ts", format = "s" }"#,
+    );
+    let out = weir(&["run", job.to_str().expect("utf-8")]);
+    assert_clean_failure(
+        &out,
+        &[
+            "views.jsonl line 1",
+            "[source] timestamp",
+            "format = \"s\"",
+            "these look like milliseconds: set format = \"ms\"",
+        ],
+    );
+    // The right unit runs.
+    let job = page_views_job(
+        dir.path(),
+        r#"timestamp = { json_pointer = "/ts", format = "ms" }"#,
+    );
+    let out = weir(&["run", job.to_str().expect("utf-8"), "-q"]);
+    assert!(out.status.success(), "{}", support::stderr(&out));
+}
+
+#[test]
+fn weir_run_is_quiet_by_default_says_more_with_v_and_only_errors_with_q() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let job = page_views_job(dir.path(), r#"timestamp = { json_pointer = "/ts" }"#);
+    let job = job.to_str().expect("utf-8");
+    std::fs::write(
+        dir.path().join("job.toml"),
+        std::fs::read_to_string(job).expect("read") + "[checkpoints]\ninterval_ms = 5\n",
+    )
+    .expect("write");
+    // As a user runs it: no RUST_LOG.
+    let run = |args: &[&str]| {
+        support::weir_command()
+            .env_remove("RUST_LOG")
+            .arg("run")
+            .arg(job)
+            .args(args)
+            .output()
+            .expect("weir runs")
+    };
+    let out = run(&["--fresh"]);
+    assert!(out.status.success(), "{}", support::stderr(&out));
+    let err = support::stderr(&out);
+    assert!(!err.contains("INFO"), "no info lines by default:\n{err}");
+    assert!(err.contains("job `views` finished"), "the summary:\n{err}");
+
+    let out = run(&["--fresh", "-v"]);
+    let err = support::stderr(&out);
+    assert!(
+        err.contains("INFO") && err.contains("checkpoint complete"),
+        "-v says what the host does:\n{err}"
+    );
+
+    let out = run(&["--fresh", "-q"]);
+    assert!(out.status.success(), "{}", support::stderr(&out));
+    assert_eq!(support::stderr(&out), "", "-q prints only errors");
+}

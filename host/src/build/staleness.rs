@@ -75,6 +75,18 @@ pub fn stale_components(spec: &JobSpec) -> Vec<StaleComponent> {
 /// folder holds, or, outside a project, build the operator (the examples' script).
 pub fn missing_component_hint(component: &Path) -> String {
     match project_of(component) {
+        // Built already: the job file names it wrongly.
+        Some((folder, project))
+            if project.dir().join("operator.wasm").is_file()
+                && component.file_name() != Some("operator.wasm".as_ref()) =>
+        {
+            format!(
+                "; {} holds a {} operator project built into {}: did you mean that?",
+                folder.display(),
+                project.language(),
+                folder.join("operator.wasm").display()
+            )
+        }
         Some((folder, project)) => format!(
             "; {} holds a {} operator project: build it with `weir build {}`",
             folder.display(),
@@ -165,5 +177,20 @@ mod tests {
         assert!(hint.contains("C operator project"), "{hint}");
         let elsewhere = missing_component_hint(&dir.path().join("nowhere/op.wasm"));
         assert!(elsewhere.contains("scripts/build-guests"), "{elsewhere}");
+    }
+
+    #[test]
+    fn a_mistyped_component_beside_a_built_project_names_the_built_one() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        write_at(&dir.path().join("counter/operator.py"), Duration::ZERO);
+        write_at(&dir.path().join("counter/operator.wasm"), Duration::ZERO);
+        let hint = missing_component_hint(&dir.path().join("counter/opertor.wasm"));
+        let built = dir.path().join("counter/operator.wasm");
+        assert!(
+            hint.contains(&format!("built into {}", built.display()))
+                && hint.contains("did you mean")
+                && !hint.contains("weir build"),
+            "{hint}"
+        );
     }
 }

@@ -14,7 +14,12 @@ tokio::task_local! {
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum Actor {
     Coordinator,
-    Subtask { operator: String, subtask: u32 },
+    Subtask {
+        operator: String,
+        subtask: u32,
+    },
+    /// A run's lease (`crate::lease`): it writes and deletes only in the folder's `lease/`.
+    Lease,
 }
 
 /// Runs `future` as `actor`.

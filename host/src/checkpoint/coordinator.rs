@@ -390,7 +390,7 @@ impl Coordinator {
     fn trigger(&mut self, last: bool) -> Result<InFlight, CheckpointError> {
         let pending = self.new_checkpoint(last, true);
         self.counters.history.triggered(pending.id, unix_ms());
-        tracing::info!(job = %self.setup.job, checkpoint = pending.id.0, last, "checkpoint triggered");
+        tracing::debug!(job = %self.setup.job, checkpoint = pending.id.0, last, "checkpoint triggered");
         self.triggers
             .send(Barrier::new(pending.id, last))
             .map_err(|_| CheckpointError::Other("the source stopped".to_owned()))?;

@@ -27,6 +27,28 @@ use clap::{Parser, Subcommand};
 pub struct Cli {
     #[command(subcommand)]
     command: Command,
+    /// Say more: `-v` what the host does (checkpoints, restores, cleanup), `-vv` its details.
+    /// `RUST_LOG` overrides both.
+    #[arg(short, long, global = true, action = clap::ArgAction::Count)]
+    verbose: u8,
+    /// Say less: errors only (and `weir run` prints no summary).
+    #[arg(short, long, global = true, conflicts_with = "verbose")]
+    quiet: bool,
+}
+
+impl Cli {
+    /// What goes to standard error when `RUST_LOG` does not say: warnings and errors, and the
+    /// guests' own lines (their `print`, `logging`, `console`), which are the user's; a
+    /// long-running host (`serve`) also says what it does.
+    fn log_filter(&self) -> &'static str {
+        let serving = matches!(self.command, Command::Serve(_));
+        match (self.quiet, self.verbose, serving) {
+            (true, _, _) => "error",
+            (false, 0, false) => "warn,weir::guest=info",
+            (false, 0, true) | (false, 1, _) => "warn,weir=info",
+            (false, _, _) => "warn,weir=debug",
+        }
+    }
 }
 
 #[derive(Debug, Subcommand)]
@@ -91,11 +113,11 @@ pub fn main() -> ExitCode {
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn,weir=info")),
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(cli.log_filter())),
         )
         .init();
     let result = match cli.command {
-        Command::Run(args) => run::run(args),
+        Command::Run(args) => run::run(args, cli.quiet),
         Command::Validate { component } => validate::validate(&component),
         Command::Build(args) => build::build(args),
         Command::New(args) => new::new(args),

@@ -30,15 +30,15 @@ pub struct RunArgs {
     /// Do not show a progress line, even on a terminal.
     #[arg(long)]
     no_progress: bool,
-    /// Do not print the summary at the end.
-    #[arg(long, short)]
-    quiet: bool,
 }
 
-pub fn run(args: RunArgs) -> Result<(), Failure> {
+/// Runs the job; `quiet`: print errors only, no summary.
+pub fn run(args: RunArgs, quiet: bool) -> Result<(), Failure> {
     let mut spec = JobSpec::load(&args.job).map_err(Failure::input)?;
     for stale in crate::build::stale_components(&spec) {
-        eprintln!("warning: {stale}");
+        if !quiet {
+            eprintln!("warning: {stale}");
+        }
     }
     if let Some(url) = args.checkpoint_store {
         let checkpoints = spec.checkpoints.as_mut().ok_or_else(|| {
@@ -77,7 +77,7 @@ pub fn run(args: RunArgs) -> Result<(), Failure> {
                 spec.name
             )));
         }
-        return run_kafka(&spec, &engine, &runtime, options, args.quiet);
+        return run_kafka(&spec, &engine, &runtime, options, quiet);
     }
     let from = match (args.fresh, args.restore) {
         (true, _) => StartFrom::Fresh,
@@ -89,7 +89,7 @@ pub fn run(args: RunArgs) -> Result<(), Failure> {
             let input = e.is_input_error();
             job_failure(&spec.name, e, input)
         })?;
-    if !args.quiet {
+    if !quiet {
         eprintln!("{summary}");
     }
     Ok(())

@@ -1,7 +1,7 @@
 //! [`JsonDecoder`]: how a source makes a record of one JSON value (a JSON-lines line, a Kafka
 //! message): its key from a JSON pointer, its event time from another, or why it cannot.
 
-use super::timestamps::{TimestampPolicy, TimestampSpec, read_timestamp};
+use super::timestamps::{TimestampPolicy, TimestampSpec, implausible_unit, read_timestamp};
 
 /// What a source takes from each JSON value besides the value itself.
 #[derive(Clone, Debug, Default)]
@@ -14,6 +14,8 @@ pub struct JsonDecoder {
     pub on_bad_timestamp: TimestampPolicy,
     /// The last key read, reused.
     key: Vec<u8>,
+    /// The first timestamp was read and its unit found plausible.
+    unit_checked: bool,
 }
 
 /// One JSON value, decoded.
@@ -28,6 +30,9 @@ pub enum Decoded<'a> {
     SkippedForTimestamp,
     /// Not a record, and why.
     Bad(String),
+    /// The first timestamp shows that the `timestamp` setting does not fit the data (its
+    /// unit): the job fails, whatever the policies for bad records say.
+    Misconfigured(String),
 }
 
 impl JsonDecoder {
@@ -41,6 +46,7 @@ impl JsonDecoder {
             timestamp,
             on_bad_timestamp,
             key: Vec::new(),
+            unit_checked: false,
         }
     }
 
@@ -53,6 +59,14 @@ impl JsonDecoder {
         let timestamp = match &self.timestamp {
             None => None,
             Some(spec) => match read_timestamp(spec, &value) {
+                Ok(t) if !self.unit_checked => {
+                    let now = crate::guest::state_host::processing_time_now();
+                    if let Some(problem) = implausible_unit(spec, t, now) {
+                        return Decoded::Misconfigured(format!("[source] timestamp: {problem}"));
+                    }
+                    self.unit_checked = true;
+                    Some(t)
+                }
                 Ok(t) => Some(t),
                 Err(message) => {
                     return match self.on_bad_timestamp {

@@ -253,6 +253,13 @@ impl Source for JsonLinesSource {
                     continue;
                 }
                 Decoded::Bad(problem) => problem,
+                Decoded::Misconfigured(message) => {
+                    return Err(ConnectorError::BadRecord {
+                        path: self.lines.path.clone(),
+                        line: number,
+                        message,
+                    });
+                }
             };
             match &mut self.rejected {
                 Some(rejected) => rejected.push(Rejected {

@@ -61,6 +61,62 @@ pub fn read_timestamp(spec: &TimestampSpec, value: &serde_json::Value) -> Result
     }
 }
 
+/// A century, in milliseconds: how far from now a first timestamp may lie.
+const CENTURY_MS: i64 = 36_525 * 86_400_000;
+/// 2000-01-01T00:00:00Z in seconds since the Unix epoch.
+const YEAR_2000_S: i64 = 946_684_800;
+/// 1971-01-01T00:00:00Z in milliseconds.
+const YEAR_1971_MS: i64 = 365 * 86_400_000;
+
+/// Why the first timestamp a source read, `ms` (milliseconds since the Unix epoch as `spec`
+/// reads it), says that `spec`'s `format` does not fit the data, or `None` if it may. A
+/// wrong unit is a setting, not one bad record: it would put every window 56,000 years
+/// ahead (seconds that are milliseconds) or into January 1970 (the reverse).
+pub fn implausible_unit(spec: &TimestampSpec, ms: i64, now_ms: i64) -> Option<String> {
+    let found = |what: &str| {
+        format!(
+            "the first timestamp at {:?}, read with format = {:?}, is {}: {what}",
+            spec.json_pointer,
+            spec.format.name(),
+            describe_ms(ms)
+        )
+    };
+    match spec.format {
+        TimestampFormat::S if ms > now_ms.saturating_add(CENTURY_MS) => Some(found(
+            "more than a century from now; these look like milliseconds: set format = \"ms\"",
+        )),
+        TimestampFormat::Ms if ms > now_ms.saturating_add(CENTURY_MS) => Some(found(
+            "more than a century from now; these look like microseconds or nanoseconds: \
+             convert them to milliseconds",
+        )),
+        TimestampFormat::Ms if (0..YEAR_1971_MS).contains(&ms) && ms >= YEAR_2000_S => Some(found(
+            "in January 1970; these look like seconds: set format = \"s\"",
+        )),
+        TimestampFormat::Ms | TimestampFormat::S if ms < 0 => Some(found(
+            "before 1970; a timestamp counts from 1970-01-01 (the Unix epoch)",
+        )),
+        _ => None,
+    }
+}
+
+/// `1764633609660000 ms (the year 57889)`.
+fn describe_ms(ms: i64) -> String {
+    const YEAR_MS: f64 = 365.2425 * 86_400_000.0;
+    let year = 1970.0 + ms as f64 / YEAR_MS;
+    format!("{ms} ms (the year {})", year.floor() as i64)
+}
+
+impl TimestampFormat {
+    /// As the job file writes it.
+    pub fn name(self) -> &'static str {
+        match self {
+            TimestampFormat::Ms => "ms",
+            TimestampFormat::S => "s",
+            TimestampFormat::Rfc3339 => "rfc3339",
+        }
+    }
+}
+
 /// Milliseconds since the Unix epoch of an RFC 3339 date and time, with `Z` or an offset.
 fn rfc3339_ms(text: &str) -> Option<i64> {
     // humantime reads UTC (`Z`) only: an offset is taken off first and applied after.
@@ -132,5 +188,37 @@ mod tests {
             &json!({}),
         );
         assert_eq!(none, Err("no timestamp at \"/at\"".into()));
+    }
+
+    #[test]
+    fn a_first_timestamp_in_another_unit_than_the_format_says_is_named() {
+        let now = 1_764_633_609_660;
+        let spec = |format| TimestampSpec {
+            json_pointer: "/ts".into(),
+            format,
+        };
+        // Milliseconds read as seconds: the year 57890.
+        let seconds = spec(TimestampFormat::S);
+        let message = implausible_unit(&seconds, now * 1000, now).expect("implausible");
+        assert!(
+            message.contains("format = \"s\"")
+                && message.contains("(the year 5788")
+                && message.contains("set format = \"ms\""),
+            "{message}"
+        );
+        // Seconds read as milliseconds: January 1970.
+        let millis = spec(TimestampFormat::Ms);
+        let message = implausible_unit(&millis, now / 1000, now).expect("implausible");
+        assert!(message.contains("set format = \"s\""), "{message}");
+        assert!(implausible_unit(&millis, -5, now).is_some(), "before 1970");
+        // Plausible: now, a century ahead, and small numbers (toy clocks start at 0).
+        assert_eq!(implausible_unit(&millis, now, now), None);
+        assert_eq!(implausible_unit(&seconds, now, now), None);
+        assert_eq!(implausible_unit(&millis, 0, now), None);
+        assert_eq!(implausible_unit(&millis, 120_000, now), None);
+        assert_eq!(
+            implausible_unit(&spec(TimestampFormat::Rfc3339), now * 1000, now),
+            None
+        );
     }
 }

@@ -626,6 +626,19 @@ impl Checker<'_> {
                 "a Kafka source keeps its offsets in checkpoints: add a [checkpoints] section",
             ));
         }
+        if let (SinkSpec::File { path: output }, SourceSpec::TextLines { path: input, .. })
+        | (SinkSpec::File { path: output }, SourceSpec::JsonLines { path: input, .. }) =
+            (&sink, &source)
+            && same_file(output, input)
+        {
+            return Err(self.invalid(
+                "[sink] path",
+                format!(
+                    "{} is the source's input: the output would overwrite it",
+                    output.display()
+                ),
+            ));
+        }
         self.check_dead_letters(&source, &operators, &sink)?;
         let checkpoints = file
             .checkpoints
@@ -816,6 +829,39 @@ impl Checker<'_> {
     }
 
     fn check_source(&self, source: SourceSpec) -> Result<SourceSpec, SpecError> {
+        let (SourceSpec::TextLines { watermark, .. }
+        | SourceSpec::JsonLines { watermark, .. }
+        | SourceSpec::Kafka(KafkaSourceSpec { watermark, .. })
+        | SourceSpec::Generator { watermark, .. }) = &source;
+        if watermark.is_some_and(|w| w.idle_ms == Some(0)) {
+            return Err(self.invalid(
+                "[source] watermark.idle_ms",
+                "must be at least 1: an input idle at once would never hold the watermark back",
+            ));
+        }
+        let (SourceSpec::JsonLines {
+            timestamp,
+            on_bad_timestamp,
+            ..
+        }
+        | SourceSpec::Kafka(KafkaSourceSpec {
+            timestamp,
+            on_bad_timestamp,
+            ..
+        })) = &source
+        else {
+            return self.check_source_kind(source);
+        };
+        if timestamp.is_none() && *on_bad_timestamp != TimestampPolicy::default() {
+            return Err(self.invalid(
+                "[source] on_bad_timestamp",
+                "applies to the timestamps `timestamp` reads, and the source has no timestamp",
+            ));
+        }
+        self.check_source_kind(source)
+    }
+
+    fn check_source_kind(&self, source: SourceSpec) -> Result<SourceSpec, SpecError> {
         Ok(match source {
             SourceSpec::TextLines { path, watermark } => SourceSpec::TextLines {
                 path: self
@@ -830,6 +876,14 @@ impl Checker<'_> {
                 on_bad_timestamp,
                 watermark,
             } => {
+                if watermark.is_some() && timestamp.is_none() {
+                    return Err(self.invalid(
+                        "[source] watermark",
+                        "json-lines records have no event time without a timestamp: add \
+                         timestamp = { json_pointer = \"/ts\", format = \"ms\" } (where each \
+                         line's time is), or remove the watermark",
+                    ));
+                }
                 let pointers = [
                     ("[source] key_pointer", key_pointer.as_ref()),
                     (
@@ -1005,6 +1059,18 @@ impl Checker<'_> {
         if limits.memory_bytes < 1 << 20 {
             return Err(self.invalid(format!("{at} limits.memory_mb"), "must be at least 1"));
         }
+        if limits.cpu_time_per_call.is_zero() {
+            return Err(self.invalid(
+                format!("{at} limits.cpu_ms_per_call"),
+                "must be at least 1: every call would be stopped at once",
+            ));
+        }
+        if limits.state_bytes == Some(0) {
+            return Err(self.invalid(
+                format!("{at} limits.state_mb"),
+                "must be at least 1: no state could be written",
+            ));
+        }
         if key_by.is_none() && op.on_bad_record != RecordPolicy::Fail {
             return Err(self.invalid(
                 format!("{at} on_bad_record"),
@@ -1022,6 +1088,15 @@ impl Checker<'_> {
             on_bad_record: self.check_policy(&format!("{at} on_bad_record"), op.on_bad_record)?,
         })
     }
+}
+
+/// Whether two paths name one file: the same path, or the same file through links.
+fn same_file(a: &Path, b: &Path) -> bool {
+    a == b
+        || std::fs::canonicalize(a)
+            .ok()
+            .zip(std::fs::canonicalize(b).ok())
+            .is_some_and(|(a, b)| a == b)
 }
 
 #[cfg(test)]
@@ -1245,5 +1320,69 @@ mod tests {
             let err = parse(&GOOD.replace(from, to), dir.path()).expect_err(to);
             assert!(err.contains(expected), "{to}: {err}");
         }
+    }
+
+    /// Settings that parse but would make the job silently wrong are refused where they are
+    /// written.
+    #[test]
+    fn settings_that_would_make_the_job_silently_wrong_are_refused() {
+        let dir = fixture();
+        std::fs::write(dir.path().join("in.jsonl"), "{}\n").expect("write");
+        let json = |source_lines: &str| {
+            GOOD.replace(
+                "kind = \"text-lines\"\n        path = \"in.txt\"",
+                &format!("kind = \"json-lines\"\n        path = \"in.jsonl\"\n{source_lines}"),
+            )
+        };
+        let cases = [
+            (
+                json("watermark = { max_out_of_order_ms = 100 }"),
+                "[source] watermark: json-lines records have no event time without a timestamp",
+            ),
+            (
+                json("on_bad_timestamp = \"skip\""),
+                "[source] on_bad_timestamp: applies to the timestamps",
+            ),
+            (
+                GOOD.replace(
+                    "path = \"in.txt\"",
+                    "path = \"in.txt\"\nwatermark = { idle_ms = 0 }",
+                ),
+                "[source] watermark.idle_ms: must be at least 1",
+            ),
+            (
+                GOOD.replace("path = \"out.txt\"", "path = \"in.txt\""),
+                "[sink] path",
+            ),
+            (
+                GOOD.replace(
+                    "key_by = \"key\"",
+                    "key_by = \"key\"\nlimits = { cpu_ms_per_call = 0 }",
+                ),
+                "limits.cpu_ms_per_call: must be at least 1",
+            ),
+            (
+                GOOD.replace(
+                    "key_by = \"key\"",
+                    "key_by = \"key\"\nlimits = { state_mb = 0 }",
+                ),
+                "limits.state_mb: must be at least 1",
+            ),
+        ];
+        for (text, expected) in cases {
+            let err = parse(&text, dir.path()).expect_err(expected);
+            assert!(err.contains(expected), "{expected}: {err}");
+        }
+        let err = parse(
+            &GOOD.replace("path = \"out.txt\"", "path = \"in.txt\""),
+            dir.path(),
+        )
+        .expect_err("output over input");
+        assert!(err.contains("the output would overwrite it"), "{err}");
+        // With a timestamp, a watermark is what it should be.
+        let timed = json(
+            "timestamp = { json_pointer = \"/ts\" }\nwatermark = { max_out_of_order_ms = 100 }",
+        );
+        parse(&timed, dir.path()).expect("valid");
     }
 }

@@ -328,6 +328,13 @@ impl MessageReader {
                     return Ok(false);
                 }
                 Decoded::Bad(problem) => problem,
+                Decoded::Misconfigured(message) => {
+                    return Err(ConnectorError::BadRecord {
+                        path: self.name.clone().into(),
+                        line: origin,
+                        message: format!("{message} (offset {offset})"),
+                    });
+                }
             },
         };
         match &mut self.rejected {

@@ -34,8 +34,14 @@ use object_store::path::Path;
 use object_store::{ObjectStore, ObjectStoreExt, PutMode, PutOptions, PutPayload};
 use serde::{Deserialize, Serialize};
 
+use crate::checkpoint::actor::{Actor, acting};
+
 /// How long a lease lives without renewal, by default.
 pub const DEFAULT_TTL: Duration = Duration::from_secs(10);
+
+/// How often taking a lease is tried while the store fails (a flaky store is not another
+/// run): about 20 s of pauses in all.
+const STORE_ATTEMPTS: u32 = 12;
 
 /// How a lease is taken and kept.
 #[derive(Clone, Debug)]
@@ -200,6 +206,38 @@ impl Lease {
     /// Takes the lease of `folder` in `store` for this process, or says who holds it.
     /// `what` names what the lease guards, in messages.
     pub async fn acquire(
+        store: Arc<dyn ObjectStore>,
+        folder: &Path,
+        what: &str,
+        options: &LeaseOptions,
+    ) -> Result<Self, LeaseError> {
+        let acquiring = Self::acquire_once(store, folder, what, options);
+        acting(Actor::Lease, acquiring).await
+    }
+
+    /// [`Lease::acquire`], trying again, with a pause that doubles, while the store fails:
+    /// up to [`STORE_ATTEMPTS`] times.
+    async fn acquire_once(
+        store: Arc<dyn ObjectStore>,
+        folder: &Path,
+        what: &str,
+        options: &LeaseOptions,
+    ) -> Result<Self, LeaseError> {
+        let mut pause = Duration::from_millis(50);
+        let mut attempts = 1;
+        loop {
+            match Self::try_acquire(store.clone(), folder, what, options).await {
+                Err(LeaseError::Store { .. }) if attempts < STORE_ATTEMPTS => {
+                    attempts += 1;
+                    tokio::time::sleep(pause).await;
+                    pause = (pause * 2).min(Duration::from_secs(2));
+                }
+                result => return result,
+            }
+        }
+    }
+
+    async fn try_acquire(
         store: Arc<dyn ObjectStore>,
         folder: &Path,
         what: &str,
@@ -400,7 +438,7 @@ impl Lease {
         let lease = Arc::new(self);
         let renewing = lease.clone();
         let every = lease.ttl / 4;
-        let task = tokio::spawn(async move {
+        let task = tokio::spawn(acting(Actor::Lease, async move {
             loop {
                 tokio::time::sleep(every).await;
                 match renewing.renew().await {
@@ -412,7 +450,7 @@ impl Lease {
                     Err(e) => tracing::warn!("cannot renew a lease: {e}"),
                 }
             }
-        });
+        }));
         HeldLease {
             lease,
             renewal: task,
@@ -422,6 +460,10 @@ impl Lease {
     /// Lets go of the lease, so that the next run takes it at once. Does nothing when the
     /// lease was lost.
     pub async fn release(&self) {
+        acting(Actor::Lease, self.release_here()).await;
+    }
+
+    async fn release_here(&self) {
         holder::let_go_here(&self.holder.token);
         let state = &self.check.state;
         if state.lost.get().is_some() {
