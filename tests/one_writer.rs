@@ -229,3 +229,79 @@ fn a_served_job_and_a_local_run_never_write_one_output_together() {
     assert!(local.wait().expect("wait").success());
     assert!(committed(dir.path()) == expected);
 }
+
+/// A run whose lease another run took over (it stalled past the lease's expiry) commits
+/// nothing: its sink refuses to recover, and its coordinator to write a checkpoint's
+/// metadata; the job fails saying why, and neither the store nor the output holds anything
+/// of it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_that_lost_its_lease_commits_nothing() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use weir_host::checkpoint::{CheckpointStore, JobStart, StartFrom};
+    use weir_host::engine::{ComponentCache, Engine, EngineOptions};
+    use weir_host::job::{JobError, JobSpec, Pipeline, RunOptions, run};
+    use weir_host::lease::{Clock, Lease, LeaseOptions};
+
+    let dir = tempfile::tempdir().expect("tempdir");
+    write_input(dir.path(), 2_000);
+    let spec = JobSpec::load(&word_count(dir.path(), "lost", "store")).expect("job");
+    let engine = Engine::new(EngineOptions {
+        cache: Some(ComponentCache::new(cache_dir())),
+    })
+    .expect("engine");
+    let store = CheckpointStore::open(
+        &spec.checkpoints.as_ref().expect("checkpoints").store,
+        "lost",
+    )
+    .expect("store");
+    let now = Arc::new(AtomicU64::new(1_000_000));
+    let options = LeaseOptions {
+        clock: Clock::Manual(now.clone()),
+        ..LeaseOptions::default()
+    };
+    let take = || {
+        Lease::acquire(
+            store.object_store().clone(),
+            store.folder(),
+            "job `lost`",
+            &options,
+        )
+    };
+    let stalled = take().await.expect("the first run's lease");
+    now.fetch_add(11_000, Ordering::SeqCst);
+    let _other = take().await.expect("taken over after its expiry");
+    stalled
+        .renew()
+        .await
+        .expect_err("the stalled run finds it lost");
+
+    for guard_the_sink in [true, false] {
+        let mut pipeline = Pipeline::from_spec(&spec, &engine).expect("pipeline");
+        if guard_the_sink {
+            pipeline.guarded_by(vec![stalled.check()]);
+        } else {
+            pipeline.leases = vec![stalled.check()];
+        }
+        let start = JobStart::plan(&store, "lost", &StartFrom::New, &[])
+            .await
+            .expect("plan");
+        let error = run(pipeline, start, RunOptions::default())
+            .await
+            .expect_err("a run without its lease fails");
+        let message = error.to_string();
+        assert!(message.contains("another run took it over"), "{message}");
+        match error {
+            JobError::Sink(e) => assert!(guard_the_sink && e.is_taken_over(), "{e}"),
+            JobError::Checkpoint(e) => assert!(!guard_the_sink && e.is_deterministic(), "{e}"),
+            other => panic!("not a lease failure: {other}"),
+        }
+        assert!(store.completed().await.expect("list").is_empty());
+        let output = std::fs::read_to_string(dir.path().join("out.txt")).unwrap_or_default();
+        assert!(
+            output.is_empty(),
+            "committed output: {} bytes",
+            output.len()
+        );
+    }
+}
