@@ -211,13 +211,13 @@ impl Lease {
         what: &str,
         options: &LeaseOptions,
     ) -> Result<Self, LeaseError> {
-        let acquiring = Self::acquire_once(store, folder, what, options);
+        let acquiring = Self::acquire_retrying(store, folder, what, options);
         acting(Actor::Lease, acquiring).await
     }
 
     /// [`Lease::acquire`], trying again, with a pause that doubles, while the store fails:
     /// up to [`STORE_ATTEMPTS`] times.
-    async fn acquire_once(
+    async fn acquire_retrying(
         store: Arc<dyn ObjectStore>,
         folder: &Path,
         what: &str,
