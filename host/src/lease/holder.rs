@@ -13,6 +13,8 @@ use std::sync::Mutex;
 
 use serde::{Deserialize, Serialize};
 
+use crate::serve::job_checkpoints::utc;
+
 /// The tokens of the leases this process holds: a lease whose holder is this very process
 /// but whose token is not here was dropped without a release, and is free.
 static HELD: Mutex<Option<HashSet<String>>> = Mutex::new(None);
@@ -78,7 +80,7 @@ impl Holder {
             "pid {} on host {} since {}",
             self.pid,
             self.host,
-            utc_time(self.since_ms)
+            utc(self.since_ms)
         )
     }
 }
@@ -130,33 +132,6 @@ fn process_start(pid: u32) -> Option<u64> {
     after_name.split_whitespace().nth(19)?.parse().ok()
 }
 
-/// `2026-12-03 08:41:03 UTC`.
-pub fn utc_time(ms: u64) -> String {
-    let secs = ms / 1000;
-    let (days, rest) = (secs / 86_400, secs % 86_400);
-    let (year, month, day) = civil_from_days(days as i64);
-    format!(
-        "{year:04}-{month:02}-{day:02} {:02}:{:02}:{:02} UTC",
-        rest / 3600,
-        rest % 3600 / 60,
-        rest % 60
-    )
-}
-
-/// The calendar date of a day count since 1970-01-01 (Howard Hinnant's `civil_from_days`).
-fn civil_from_days(days: i64) -> (i64, u32, u32) {
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = (doy - (153 * mp + 2) / 5 + 1) as u32;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    (year, month, day)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -192,11 +167,5 @@ mod tests {
         );
         holder.machine = None;
         assert!(!holder.is_gone());
-    }
-
-    #[test]
-    fn times_are_shown_in_utc() {
-        assert_eq!(utc_time(0), "1970-01-01 00:00:00 UTC");
-        assert_eq!(utc_time(1_764_751_263_000), "2025-12-03 08:41:03 UTC");
     }
 }

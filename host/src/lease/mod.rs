@@ -23,7 +23,7 @@
 
 mod holder;
 
-pub use holder::{Holder, utc_time};
+pub use holder::Holder;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
