@@ -70,6 +70,7 @@
 import * as stateApi from "weir:operator/state@0.5.0";
 import * as timeApi from "weir:operator/time@0.5.0";
 import * as logApi from "weir:operator/log@0.5.0";
+import * as metricsApi from "weir:operator/metrics@0.5.0";
 
 /** The key slot of a record without key (and the slot outside of `process`). */
 export const NO_SLOT = 0xffffffff;
@@ -176,6 +177,12 @@ function writeUtf8(buf, str) {
 }
 
 /** The UTF-8 bytes of `str`, as a new Uint8Array. */
+/** Counts `records` dropped as too late for event time into the host's per-operator count
+ * (the run summary, `/metrics`, the console). The windows library calls it. */
+export function countDroppedLate(records) {
+  metricsApi.countDroppedLate(records);
+}
+
 export function utf8Encode(str) {
   const buf = new ByteBuffer(str.length * 3);
   writeUtf8(buf, str);

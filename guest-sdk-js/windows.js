@@ -80,7 +80,7 @@
 // `watermark`); from records `key`, `timestamp` and `valueJson()`; from timers `key`,
 // `timestamp`, `tag` and `domain`.
 
-import { WeirError, utf8Decode, utf8Encode } from "./weir.js";
+import { WeirError, countDroppedLate, utf8Decode, utf8Encode } from "./weir.js";
 
 /** The first timer tag reserved for windows; the operator's own timers keep below it. */
 export const TAG_BASE = 0xffff0000;
@@ -327,7 +327,10 @@ class AlignedWindows extends Windows {
     }
     // Too late for all of its windows; or, between sliding windows (slideMs > sizeMs), in
     // none: not late, not counted.
-    if (!accepted && late) this.droppedLate++;
+    if (!accepted && late) {
+      this.droppedLate++;
+      countDroppedLate(1);
+    }
     return accepted;
   }
 
@@ -400,6 +403,7 @@ class SessionWindows extends Windows {
     }
     if (watermark !== null && watermark >= end - 1 + lateness) {
       this.droppedLate++;
+      countDroppedLate(1);
       return false;
     }
     const value = this._value(record);

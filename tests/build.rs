@@ -169,7 +169,9 @@ fn python_syntax_error_fails_with_pythons_message() {
         "python",
         "operator.py",
         "\ndef broken(:\n    pass\n",
-        &["SyntaxError", "operator.py"],
+        // Found by the local Python before componentize-py starts (build/python_check.rs):
+        // the file and line, and which Python judged.
+        &["SyntaxError", "operator.py\", line", "found by Python 3."],
     );
 }
 

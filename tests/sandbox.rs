@@ -168,6 +168,9 @@ fn python_prints_logs_reads_clocks_draws_random_imports_lazily_and_is_refused_th
     let probed = probe("python");
     probed.assert_common();
     assert_year(&probed, "datetime");
+    // The version `weir build` checks syntax for (build/python_check.rs) is the component's.
+    let (major, minor) = weir_host::build::GUEST_PYTHON;
+    assert_eq!(probed.result("python_version"), format!("{major}.{minor}"));
     assert_eq!(probed.result("random_module"), "True");
     assert_eq!(probed.result("uuid"), "4");
     assert_eq!(probed.result("lazy_import"), "2");
@@ -181,8 +184,18 @@ fn python_prints_logs_reads_clocks_draws_random_imports_lazily_and_is_refused_th
     assert_eq!(probed.result("environ"), "0");
     probed.logged("probe: printed to stdout", "INFO", Some("stdout"));
     probed.logged("probe: printed to stderr", "WARN", Some("stderr"));
-    probed.logged("WARNING:root:probe: logging.warning", "WARN", None);
-    probed.logged("ERROR:root:probe: logging.error", "ERROR", None);
+    // `logging` at every level, the level carried once (by the log line, not in its text).
+    probed.logged("probe: logging.info", "INFO", None);
+    probed.logged("probe: logging.warning", "WARN", None);
+    probed.logged("probe: logging.error", "ERROR", None);
+    probed.logged("probe.named: logging.getLogger", "WARN", None);
+    assert!(!probed.log.contains("WARNING:root"), "{}", probed.log);
+    assert_eq!(
+        probed.log.matches("probe: logging.info").count(),
+        1,
+        "{}",
+        probed.log
+    );
     probed.logged("probe: weir_sdk.info", "INFO", None);
 }
 

@@ -115,8 +115,10 @@ struct Model {
     windows: BTreeMap<String, Vec<ModelWindow>>,
     watermark: Option<i64>,
     out: Vec<(String, ModelWindow)>,
-    /// Records at or before the watermark when they came, and timers registered.
+    /// Records at or before the watermark when they came, those of them dropped as late for
+    /// all their windows, and timers registered.
     late_records: u64,
+    dropped_late: u64,
     timers: u64,
 }
 
@@ -128,6 +130,7 @@ impl Model {
             watermark: None,
             out: Vec::new(),
             late_records: 0,
+            dropped_late: 0,
             timers: 0,
         }
     }
@@ -143,6 +146,7 @@ impl Model {
     /// A click into the window `[start, end)` of `key` (tumbling: found by start).
     fn tumbling(&mut self, key: &str, start: i64, end: i64, page: &'static str) {
         if self.late(end) {
+            self.dropped_late += 1;
             return;
         }
         let due = self.due(end);
@@ -185,6 +189,7 @@ impl Model {
             .watermark
             .is_some_and(|w| merged_end - 1 + self.lateness <= w)
         {
+            self.dropped_late += 1;
             return;
         }
         let (meeting, rest): (Vec<_>, Vec<_>) =
@@ -333,7 +338,7 @@ fn windows_job(
             path = "clicks.jsonl"
             key_pointer = "{key}"
             timestamp = {{ json_pointer = "/ts", format = "ms" }}
-            watermark = {{ max_out_of_order_ms = {OUT_OF_ORDER_MS} }}
+            watermark = {{ max_out_of_order_ms = {OUT_OF_ORDER_MS}, interval_ms = 0 }}
             [[operators]]
             name = "{name}"
             component = {component}
@@ -393,11 +398,13 @@ fn page_counts_in_rust_and_javascript_equal_the_expectation() {
         );
         let out = support::weir(&["run", job.to_str().expect("utf-8")]);
         assert!(out.status.success(), "{}", stderr(&out));
-        // The host counted the late records and the timers the windows used.
+        // The host counted the late records, those the windows dropped, and their timers.
         let summary = format!("{}{}", String::from_utf8_lossy(&out.stdout), stderr(&out));
+        assert!(model.dropped_late > 0, "nothing dropped (seed {seed})");
         let line = format!(
-            "event time at pages: {} late records, {} timers fired (this run)",
-            model.late_records, model.timers
+            "event time at pages (this run): {} records behind the watermark, {} of them \
+             dropped as too late; {} timers fired",
+            model.late_records, model.dropped_late, model.timers
         );
         assert!(summary.contains(&line), "no {line:?} in\n{summary}");
         let got = committed(dir.path());
@@ -419,6 +426,11 @@ fn page_counts_in_rust_and_javascript_equal_the_expectation() {
 fn sessions_in_python_equal_the_expectation() {
     let seed = seed();
     let clicks = clicks(20_000, seed);
+    let dropped_late = Model::new(0)
+        .run(&clicks, |m, c| {
+            m.session(&c.user, c.ts, SESSION_GAP_MS, c.page)
+        })
+        .dropped_late;
     let expected = expected_sessions(&clicks);
     let users: std::collections::BTreeSet<&str> = clicks.iter().map(|c| c.user.as_str()).collect();
     assert!(
@@ -437,7 +449,14 @@ fn sessions_in_python_equal_the_expectation() {
         &format!("{{ gap_ms = {SESSION_GAP_MS} }}"),
         "interval_ms = 100",
     );
-    let got = run_clean(&job, dir.path());
+    let out = support::weir(&["run", job.to_str().expect("utf-8")]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    // Python's windows count their drops into the host's counter too.
+    let summary = format!("{}{}", String::from_utf8_lossy(&out.stdout), stderr(&out));
+    assert!(dropped_late > 0, "nothing dropped (seed {seed})");
+    let dropped = format!("{dropped_late} of them dropped as too late");
+    assert!(summary.contains(&dropped), "no {dropped:?} in\n{summary}");
+    let got = committed(dir.path());
     assert_eq!(
         got.len(),
         expected.len(),

@@ -5,7 +5,7 @@
 // exits non-zero on a failure. `weir.js` imports the component's bindings
 // (`weir:operator/...`), which exist only inside a component: a module loader hook (Node's
 // `module.register`) gives `windows.js` a stub `./weir.js` with the few exports it uses
-// (`WeirError`, `utf8Encode`, `utf8Decode`), and loads `windows.js` as an ES module. The SDK
+// (`WeirError`, `utf8Encode`, `utf8Decode`, `countDroppedLate`), and loads `windows.js` as an ES module. The SDK
 // pieces windows use are faked: a context whose map states keep JSON text per key and honour a
 // current key, a timer registry in which the test moves the watermark and which calls
 // `onTimer` for the due timers in (timestamp, key, tag) order, and an emitter that keeps what
@@ -18,6 +18,8 @@ import assert from "node:assert/strict";
 
 const STUB = `
 export class WeirError extends Error {}
+export let droppedLateCounted = 0;
+export function countDroppedLate(records) { droppedLateCounted += records; }
 export function utf8Encode(text) { return new TextEncoder().encode(text); }
 export function utf8Decode(bytes, start = 0, end = bytes.length) {
   return new TextDecoder("utf-8", { fatal: true }).decode(bytes.subarray(start, end));
@@ -40,7 +42,8 @@ export async function load(url, context, next) {
 `;
 register(`data:text/javascript,${encodeURIComponent(LOADER)}`);
 const windows = await import(new URL("../windows.js", import.meta.url).href);
-const { WeirError } = await import("weir-stub:weir.js");
+const stub = await import("weir-stub:weir.js");
+const { WeirError } = stub;
 
 // ---------------------------------------------------------------------------------------------
 // Helpers
@@ -467,6 +470,7 @@ function runScenario(seed, specs) {
     else models[name] = new SessionModel(name, params.gapMs, lateness, result);
   }
   const op = new TestOperator(libSpecs);
+  const countedBefore = stub.droppedLateCounted;
   const driver = new Driver(op);
   const userTimers = new Set(); // registered, not fired yet: "key|ts"
   const userTimersFired = [];
@@ -514,6 +518,11 @@ function runScenario(seed, specs) {
     }
   });
   for (const w of op.sets) assert.equal(w.droppedLate, models[w.name].dropped, w.name);
+  // Each drop also went to the host's counter, once.
+  assert.equal(
+    stub.droppedLateCounted - countedBefore,
+    Object.values(models).reduce((sum, m) => sum + m.dropped, 0),
+  );
   // The end of time: nothing is left, neither state nor timers; every user timer reached the
   // operator, once per registration before it fired.
   assert.equal(driver.rt.timers.size, 0);

@@ -33,6 +33,12 @@ def _import_windows():
             pass
 
         package.WeirError = WeirError
+        package.dropped_late_counted = 0
+
+        def count_dropped_late(records):
+            package.dropped_late_counted += records
+
+        package._count_dropped_late = count_dropped_late
         sys.modules["weir_sdk"] = package
     import weir_sdk.windows
 
@@ -418,6 +424,7 @@ class WindowsAgainstBruteForce(unittest.TestCase):
             else:
                 models[name] = SessionModel(name, params["gap_ms"], lateness, result)
         op = Operator(lib_specs)
+        counted_before = sys.modules["weir_sdk"].dropped_late_counted
         driver = Driver(op)
         user_timers = set()  # registered, not fired yet: (key, ts)
         user_timers_fired = []
@@ -463,6 +470,11 @@ class WindowsAgainstBruteForce(unittest.TestCase):
             emitted += len(got)
         for w in op.sets:
             self.assertEqual(w.dropped_late, models[w.name].dropped, w.name)
+        # Each drop also went to the host's counter, once.
+        self.assertEqual(
+            sys.modules["weir_sdk"].dropped_late_counted - counted_before,
+            sum(m.dropped for m in models.values()),
+        )
         # The end of time: nothing is left, neither state nor timers; every user timer reached
         # the operator, once per registration before it fired.
         self.assertEqual(driver.rt.timers, set())

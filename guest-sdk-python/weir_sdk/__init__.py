@@ -65,7 +65,6 @@ batch in its own attributes either.
 """
 
 import json
-import logging
 import re
 from array import array
 from bisect import bisect_right
@@ -74,6 +73,9 @@ from operator import is_not, length_hint
 
 from componentize_py_types import Err
 from wit_world.imports import log as _log
+from wit_world.imports import metrics as _metrics
+
+from . import _logging
 from struct import Struct
 
 from wit_world.imports import state as _state
@@ -162,40 +164,14 @@ def error(message):
     _log.log(_log.Level.ERROR, str(message))
 
 
-class _LogHandler(logging.Handler):
-    """`logging`'s records into the guest log at their own level. It is the handler of last
-    resort (for a logger when nothing is configured) and the one `logging.basicConfig` adds
-    when given no stream, file or handlers, as `logging.warning()` and its siblings do on
-    their first call: `logging` works as in any Python, `basicConfig(level=logging.INFO)`
-    included, and each record keeps its level."""
-
-    def emit(self, record):
-        try:
-            if record.levelno >= logging.ERROR:
-                level = _log.Level.ERROR
-            elif record.levelno >= logging.WARNING:
-                level = _log.Level.WARN
-            elif record.levelno >= logging.INFO:
-                level = _log.Level.INFO
-            else:
-                level = _log.Level.DEBUG
-            _log.log(level, self.format(record))
-        except Exception:
-            self.handleError(record)
+def _count_dropped_late(records):
+    """Counts `records` dropped as too late for event time into the host's per-operator count
+    (the run summary, `/metrics`, the console). `weir_sdk.windows` calls it."""
+    _metrics.count_dropped_late(records)
 
 
-_basic_config = logging.basicConfig
-
-
-def _basic_config_into_the_log(**kwargs):
-    if not any(kwargs.get(name) for name in ("stream", "filename", "handlers")):
-        kwargs["handlers"] = [_LogHandler()]
-    _basic_config(**kwargs)
-
-
-_basic_config_into_the_log.__doc__ = _basic_config.__doc__
-logging.basicConfig = _basic_config_into_the_log
-logging.lastResort = _LogHandler(logging.WARNING)
+# `logging` at every level, into the guest log (guest-sdk-python/weir_sdk/_logging.py).
+_logging.install()
 
 
 # ---------------------------------------------------------------------------------------------

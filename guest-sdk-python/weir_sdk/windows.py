@@ -77,7 +77,7 @@ alike are refused in `open` (rename one).
 import builtins
 import operator as _op
 
-from . import WeirError
+from . import WeirError, _count_dropped_late
 
 __all__ = [
     "TAG_BASE",
@@ -330,6 +330,7 @@ class _AlignedWindows(Windows):
             # none: not late, not counted.
             if late:
                 self.dropped_late += 1
+                _count_dropped_late(1)
             return False
         return True
 
@@ -400,6 +401,7 @@ class _SessionWindows(Windows):
             end = builtins.max(end, merged[-1][2][0])
         if watermark is not None and watermark >= end - 1 + lateness:
             self.dropped_late += 1
+            _count_dropped_late(1)
             return False
         value = self._value(record)
         combine = self._combine

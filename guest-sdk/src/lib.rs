@@ -86,6 +86,7 @@ mod emitter;
 mod error;
 mod export;
 pub mod log;
+pub mod metrics;
 mod numbers;
 mod operator;
 mod record;

@@ -51,7 +51,8 @@
 //! - [`Windows::allowed_lateness`] keeps a window's state until the watermark reaches
 //!   `end - 1 + lateness`. A record that comes after its window fired but within the lateness
 //!   updates the window, which fires again at once (from [`Windows::add`]). A record late for
-//!   all its windows is dropped and counted ([`Windows::dropped_late`], in memory only).
+//!   all its windows is dropped and counted: in [`Windows::dropped_late`] (in memory only) and
+//!   in the host's count ([`crate::metrics`]), which the run summary and `/metrics` show.
 //!
 //! State and timers: a window set named `name` keeps its open windows in the map state
 //! `window:{name}` (as the Python and JavaScript libraries do), one entry per window under
@@ -499,6 +500,7 @@ impl<A: Aggregate> Windows<A> {
         };
         if !added {
             self.dropped_late += 1;
+            crate::metrics::count_dropped_late(1);
         }
         Ok(added)
     }

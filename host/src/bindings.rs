@@ -1,6 +1,6 @@
 //! The host side of the WIT world in `wit/`: the one `bindgen!` call.
 //!
-//! Imports (`state`, `time`, `log`) are implemented in [`crate::guest`]; the export (`processor`) is
+//! Imports (`state`, `time`, `log`, `metrics`) are implemented in [`crate::guest`]; the export (`processor`) is
 //! called by [`crate::guest::WasmOperator`].
 
 wasmtime::component::bindgen!({
@@ -15,11 +15,12 @@ pub const WORLD: &str = "weir:operator/operator@0.5.0";
 /// The interface every operator component must export.
 pub const PROCESSOR_EXPORT: &str = "weir:operator/processor@0.5.0";
 /// The interfaces Weir provides to operators, besides WASI.
-pub const WEIR_IMPORTS: [&str; 4] = [
+pub const WEIR_IMPORTS: [&str; 5] = [
     "weir:operator/types@0.5.0",
     "weir:operator/state@0.5.0",
     "weir:operator/time@0.5.0",
     "weir:operator/log@0.5.0",
+    "weir:operator/metrics@0.5.0",
 ];
 
 #[cfg(test)]

@@ -22,6 +22,8 @@
 //!   `weir toolchain install`: `$WEIR_HOME/toolchains`, then `tools/` next to the binary,
 //!   then `PATH`) and running it.
 //! - `rust.rs`, `python.rs`, `javascript.rs`, `c.rs`: one language's build each;
+//!   `python_check.rs`: a Python project's syntax checked by a local CPython first (seconds
+//!   before componentize-py would report it);
 //!   `rust_sdk.rs`: the Rust SDK compiled into the binary, staged for Rust projects.
 //! - `skeleton.rs`: `weir new`, a small working operator per language (files in
 //!   `skeletons/`).
@@ -32,6 +34,7 @@ mod c;
 mod javascript;
 mod project;
 mod python;
+mod python_check;
 mod rust;
 mod rust_sdk;
 mod skeleton;
@@ -43,6 +46,7 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 pub use project::{Language, Project};
+pub use python_check::GUEST_PYTHON;
 pub use rust_sdk::STAGED_SDK;
 pub use skeleton::{NewError, create_skeleton};
 pub use staleness::{StaleComponent, missing_component_hint, stale_components};
@@ -89,6 +93,12 @@ pub enum BuildError {
         what: &'static str,
         path: PathBuf,
         source: std::io::Error,
+    },
+    #[error("the Python build failed on a syntax error, found by {python}:\n{report}{caveat}")]
+    PythonSyntax {
+        python: String,
+        report: String,
+        caveat: String,
     },
     #[error(transparent)]
     Check(#[from] LoadError),

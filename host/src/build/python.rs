@@ -13,27 +13,26 @@
 //! importing the standard library and the project's own modules
 //! (`guest-sdk-python/weir_sdk/_preload.py`), so that an operator may import them anywhere.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
-use super::staging::{PYTHON_PRELOAD, PYTHON_SDK, PYTHON_WINDOWS, Staging, WORLD};
-use super::{BuildError, Language, Project, Tool};
+use super::staging::{PYTHON_SDK, Staging, WORLD};
+use super::{BuildError, Language, Project, Tool, python_check};
 
 /// The name `operator.py` is componentized under.
 const MODULE: &str = "weir_operator";
 
 pub(super) fn build(project: &Project, staging: &Staging, out: &Path) -> Result<(), BuildError> {
     let tool = Tool::ComponentizePy.find()?;
+    let modules = project_modules(project.dir())?;
+    python_check::check_syntax(project.dir(), &source_files(project.dir(), &modules)?)?;
     let wit = staging.write_wit()?;
-    staging.write("weir_sdk/__init__.py", PYTHON_SDK)?;
-    staging.write("weir_sdk/_preload.py", PYTHON_PRELOAD)?;
-    staging.write("weir_sdk/windows.py", PYTHON_WINDOWS)?;
+    for (path, text) in PYTHON_SDK {
+        staging.write(path, text)?;
+    }
     let marker = project.marker();
     let source =
         std::fs::read_to_string(&marker).map_err(BuildError::io("cannot read", &marker))?;
-    staging.write(
-        &format!("{MODULE}.py"),
-        &with_preload(&source, &project_modules(project.dir())?),
-    )?;
+    staging.write(&format!("{MODULE}.py"), &with_preload(&source, &modules))?;
     let mut command = tool.command();
     command
         .arg("-d")
@@ -103,6 +102,44 @@ fn project_modules(dir: &Path) -> Result<Vec<String>, BuildError> {
     }
     modules.sort();
     Ok(modules)
+}
+
+/// The Python files of the operator, relative to the project folder: `operator.py`, and
+/// those of `modules` (a module's file, or every file of a package).
+fn source_files(dir: &Path, modules: &[String]) -> Result<Vec<PathBuf>, BuildError> {
+    fn package_files(
+        dir: &Path,
+        relative: &Path,
+        files: &mut Vec<PathBuf>,
+    ) -> Result<(), BuildError> {
+        let path = dir.join(relative);
+        let mut entries: Vec<_> = std::fs::read_dir(&path)
+            .map_err(BuildError::io("cannot read", &path))?
+            .filter_map(Result::ok)
+            .collect();
+        entries.sort_by_key(|e| e.file_name());
+        for entry in entries {
+            let name = entry.file_name();
+            let child = relative.join(&name);
+            if entry.path().is_dir() {
+                if name != "__pycache__" && !name.to_string_lossy().starts_with('.') {
+                    package_files(dir, &child, files)?;
+                }
+            } else if name.to_string_lossy().ends_with(".py") {
+                files.push(child);
+            }
+        }
+        Ok(())
+    }
+    let mut files = vec![PathBuf::from("operator.py")];
+    for module in modules {
+        if dir.join(module).is_dir() {
+            package_files(dir, Path::new(module), &mut files)?;
+        } else {
+            files.push(PathBuf::from(format!("{module}.py")));
+        }
+    }
+    Ok(files)
 }
 
 /// componentize-py's failure output as a user wants it: without the traceback of the

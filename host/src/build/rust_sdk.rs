@@ -20,7 +20,7 @@ use super::staging::{STAGING_DIR, WIT};
 pub const STAGED_SDK: &str = ".weir-build/rust/weir-guest";
 
 /// The SDK's sources, by path relative to its `src/`.
-const SOURCES: [(&str, &str); 21] = [
+const SOURCES: [(&str, &str); 22] = [
     (
         "bindings.rs",
         include_str!("../../../guest-sdk/src/bindings.rs"),
@@ -41,6 +41,10 @@ const SOURCES: [(&str, &str); 21] = [
     ),
     ("lib.rs", include_str!("../../../guest-sdk/src/lib.rs")),
     ("log.rs", include_str!("../../../guest-sdk/src/log.rs")),
+    (
+        "metrics.rs",
+        include_str!("../../../guest-sdk/src/metrics.rs"),
+    ),
     (
         "numbers.rs",
         include_str!("../../../guest-sdk/src/numbers.rs"),

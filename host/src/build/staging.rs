@@ -9,14 +9,26 @@ use super::{BuildError, Project};
 
 /// `wit/operator.wit`: the world every build targets.
 pub(super) const WIT: &str = include_str!("../../../wit/operator.wit");
-/// The Python SDK, staged as the package `weir_sdk`.
-pub(super) const PYTHON_SDK: &str = include_str!("../../../guest-sdk-python/weir_sdk/__init__.py");
-/// The Python SDK's module that imports, at build time, what an operator may import later.
-pub(super) const PYTHON_PRELOAD: &str =
-    include_str!("../../../guest-sdk-python/weir_sdk/_preload.py");
-/// The Python SDK's windows library, staged as `weir_sdk.windows`.
-pub(super) const PYTHON_WINDOWS: &str =
-    include_str!("../../../guest-sdk-python/weir_sdk/windows.py");
+/// The Python SDK's files, staged as the package `weir_sdk` (paths in the staging folder).
+pub(super) const PYTHON_SDK: &[(&str, &str)] = &[
+    (
+        "weir_sdk/__init__.py",
+        include_str!("../../../guest-sdk-python/weir_sdk/__init__.py"),
+    ),
+    (
+        "weir_sdk/_logging.py",
+        include_str!("../../../guest-sdk-python/weir_sdk/_logging.py"),
+    ),
+    // Imports, at build time, what an operator may import later.
+    (
+        "weir_sdk/_preload.py",
+        include_str!("../../../guest-sdk-python/weir_sdk/_preload.py"),
+    ),
+    (
+        "weir_sdk/windows.py",
+        include_str!("../../../guest-sdk-python/weir_sdk/windows.py"),
+    ),
+];
 /// The JavaScript SDK, staged as `weir.js` beside the operator's modules.
 pub(super) const JS_SDK: &str = include_str!("../../../guest-sdk-js/weir.js");
 /// The JavaScript SDK's windows library, staged as `windows.js` beside `weir.js`.
@@ -105,5 +117,34 @@ impl Staging {
         }
         std::fs::copy(source, &path).map_err(BuildError::io("cannot copy", source))?;
         Ok(path)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_module_of_the_python_sdk_is_embedded() {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../guest-sdk-python/weir_sdk");
+        let mut found: Vec<String> = std::fs::read_dir(&dir)
+            .expect("read the SDK")
+            .map(|entry| {
+                entry
+                    .expect("entry")
+                    .file_name()
+                    .to_string_lossy()
+                    .into_owned()
+            })
+            .filter(|name| name.ends_with(".py"))
+            .map(|name| format!("weir_sdk/{name}"))
+            .collect();
+        found.sort();
+        let mut embedded: Vec<&str> = PYTHON_SDK.iter().map(|(path, _)| *path).collect();
+        embedded.sort();
+        assert_eq!(
+            embedded, found,
+            "PYTHON_SDK must list every module of weir_sdk/"
+        );
     }
 }

@@ -34,8 +34,12 @@ pub fn build(args: BuildArgs) -> Result<(), Failure> {
             project.dir().display()
         );
     }
-    let engine = super::engine()?;
-    let built = crate::build::build(&project, &options, &engine).map_err(|e| match e {
+    let (engine, functions) = super::build_engine(&project.language().to_string().to_lowercase())?;
+    let built = crate::build::build(&project, &options, &engine);
+    if let Some(functions) = functions {
+        functions.save();
+    }
+    let built = built.map_err(|e| match e {
         BuildError::Check(_) => Failure::failed(anyhow::Error::new(e).context(format!(
             "the component built from {} was not written",
             project.dir().display()

@@ -18,6 +18,7 @@ mod validate;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::Arc;
 
 use clap::{Parser, Subcommand};
 
@@ -202,6 +203,30 @@ fn engine() -> Result<crate::engine::Engine, Failure> {
         cache: crate::engine::ComponentCache::default_location(),
     })
     .map_err(Failure::failed)
+}
+
+/// The engine of `weir build`: [`engine`]'s, compiling through the function cache `name`
+/// beside the component cache (none without one), which it returns to be saved.
+fn build_engine(
+    name: &str,
+) -> Result<
+    (
+        crate::engine::Engine,
+        Option<Arc<crate::engine::FunctionCache>>,
+    ),
+    Failure,
+> {
+    let cache = crate::engine::ComponentCache::default_location();
+    let Some(dir) = cache.as_ref().map(|c| c.dir().to_owned()) else {
+        return Ok((engine()?, None));
+    };
+    let functions = Arc::new(crate::engine::FunctionCache::open(&dir, name));
+    let engine = crate::engine::Engine::for_builds(
+        crate::engine::EngineOptions { cache },
+        functions.clone(),
+    )
+    .map_err(Failure::failed)?;
+    Ok((engine, Some(functions)))
 }
 
 /// The tokio runtime of a command: several workers for commands that run jobs, one thread

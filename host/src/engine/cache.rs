@@ -194,7 +194,7 @@ impl FileIdentity {
 }
 
 /// A uniquely named temporary file in `dir` (renamed into place by the caller).
-fn tempfile_in(dir: &Path) -> std::io::Result<(PathBuf, std::fs::File)> {
+pub(super) fn tempfile_in(dir: &Path) -> std::io::Result<(PathBuf, std::fs::File)> {
     let name = format!(
         ".tmp-{}-{}",
         std::process::id(),
@@ -208,7 +208,7 @@ fn tempfile_in(dir: &Path) -> std::io::Result<(PathBuf, std::fs::File)> {
     Ok((path, file))
 }
 
-fn wasmtime_version() -> &'static str {
+pub(super) fn wasmtime_version() -> &'static str {
     // wasmtime's version is part of the key, so an upgrade never loads an old artifact
     // (the compatibility hash also covers it; this is belt and braces).
     "wasmtime-48"

@@ -3,10 +3,12 @@
 //! - [`Engine`]: wasmtime configured for components with epoch interruption, the [`Linker`]
 //!   with WASI and Weir's imports, the component cache and the epoch ticker.
 //! - [`cache`]: the on-disk cache of precompiled components.
+//! - [`function_cache`]: Cranelift's incremental compilation cache, on disk, for `weir build`.
 //! - [`component`]: loading a component and checking that it implements Weir's world.
 
 pub mod cache;
 pub mod component;
+pub mod function_cache;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -16,6 +18,7 @@ use wasmtime::component::{HasSelf, Linker};
 
 pub use cache::ComponentCache;
 pub use component::{LoadError, OperatorComponent};
+pub use function_cache::FunctionCache;
 
 use crate::bindings::Operator;
 use crate::guest::GuestState;
@@ -50,6 +53,23 @@ impl std::fmt::Debug for Engine {
 
 impl Engine {
     pub fn new(options: EngineOptions) -> anyhow::Result<Self> {
+        Self::with_config(options, None)
+    }
+
+    /// An engine that compiles through `functions` (Cranelift's incremental cache): for
+    /// `weir build`, which compiles a changed component whose functions mostly did not
+    /// change. It makes the same artifacts as [`Engine::new`]'s, under the same cache keys.
+    pub fn for_builds(
+        options: EngineOptions,
+        functions: Arc<FunctionCache>,
+    ) -> anyhow::Result<Self> {
+        Self::with_config(options, Some(functions))
+    }
+
+    fn with_config(
+        options: EngineOptions,
+        functions: Option<Arc<FunctionCache>>,
+    ) -> anyhow::Result<Self> {
         let mut config = wasmtime::Config::new();
         config
             .wasm_component_model(true)
@@ -57,6 +77,9 @@ impl Engine {
             .epoch_interruption(true)
             .cranelift_opt_level(wasmtime::OptLevel::Speed)
             .parallel_compilation(true);
+        if let Some(functions) = functions {
+            config.enable_incremental_compilation(functions)?;
+        }
         let engine = wasmtime::Engine::new(&config)?;
         let mut linker = Linker::new(&engine);
         wasmtime_wasi::p2::add_to_linker_sync(&mut linker)?;

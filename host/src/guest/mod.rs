@@ -6,7 +6,7 @@
 //!   failed call went past.
 //! - [`slots`]: [`KeySlots`], the distinct keys of the batch being processed; state calls name
 //!   keys by slot.
-//! - [`state_host`], [`log_host`]: the `state` and `log` imports.
+//! - [`state_host`], [`log_host`], [`metrics_host`]: the `state`, `log` and `metrics` imports.
 //! - [`log_file`]: [`GuestLogFile`], a job's guest log lines kept for `weir job ID --logs`.
 //! - [`output`]: [`output::GuestOutput`], the guest's stdout and stderr, into the log.
 //! - [`wasm_operator`]: [`WasmOperator`], an [`crate::operator::OperatorInstance`] backed by a
@@ -15,6 +15,7 @@
 pub mod limits;
 pub mod log_file;
 pub mod log_host;
+pub mod metrics_host;
 pub mod output;
 pub mod slots;
 pub mod state_host;
@@ -83,6 +84,9 @@ pub struct GuestState {
     pub(crate) undo: Option<UndoLog>,
     /// The subtask's watermark, as the `time` import reports it.
     pub(crate) watermark: Option<i64>,
+    /// Records the guest dropped as too late (the `metrics` import) since the task last took
+    /// the count.
+    pub(crate) dropped_late: u64,
 }
 
 impl GuestState {
@@ -102,6 +106,7 @@ impl GuestState {
             log,
             undo: None,
             watermark: None,
+            dropped_late: 0,
         }
     }
 

@@ -210,6 +210,10 @@ impl OperatorInstance for WasmOperator {
         self.store.data_mut().watermark = watermark;
     }
 
+    fn take_dropped_late(&mut self) -> u64 {
+        std::mem::take(&mut self.store.data_mut().dropped_late)
+    }
+
     fn on_timers(
         &mut self,
         domain: TimeDomain,

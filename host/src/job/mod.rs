@@ -1,6 +1,7 @@
 //! Jobs: the job file, the pipeline it describes, and the runtime that runs it.
 //!
-//! - [`spec`]: the TOML job file and its checks ([`JobSpec`]).
+//! - [`spec`]: the TOML job file and its checks ([`JobSpec`]); `readme_job_files` (a test)
+//!   reads the README's job files with it.
 //! - [`pipeline`]: [`Pipeline`], a runnable job: a source, a chain of [`Stage`]s, a sink.
 //! - [`router`]: [`router::Router`], how one task's output is split among the next stage's
 //!   subtasks (by key group, or round robin).
@@ -36,6 +37,8 @@ pub mod latency_histogram;
 pub mod metrics;
 pub mod pipeline;
 pub mod progress;
+#[cfg(test)]
+mod readme_job_files;
 mod restore_latch;
 pub mod router;
 mod run_leases;

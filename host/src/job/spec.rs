@@ -193,13 +193,16 @@ pub enum SourceSpec {
     },
 }
 
-/// `[source] watermark = { max_out_of_order_ms = N, idle_ms = M }`.
+/// `[source] watermark = { max_out_of_order_ms = N, idle_ms = M, interval_ms = I }`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct WatermarkFile {
     #[serde(default)]
     pub max_out_of_order_ms: u64,
     pub idle_ms: Option<u64>,
+    /// At least this often (ms of processing) besides every `batch_size` records; 0: only
+    /// there. Default `watermarks::DEFAULT_INTERVAL`.
+    pub interval_ms: Option<u64>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -651,6 +654,11 @@ impl Checker<'_> {
             | SourceSpec::Generator { watermark, .. } => watermark.map(|w| WatermarkPolicy {
                 max_out_of_order: Duration::from_millis(w.max_out_of_order_ms),
                 idle: w.idle_ms.map(Duration::from_millis),
+                interval: match w.interval_ms {
+                    None => Some(crate::job::watermarks::DEFAULT_INTERVAL),
+                    Some(0) => None,
+                    Some(ms) => Some(Duration::from_millis(ms)),
+                },
             }),
         };
         Ok(JobSpec {

@@ -107,6 +107,7 @@ impl SubtaskTask {
                     let started = Instant::now();
                     let out = self.process(operator.as_mut(), batch)?;
                     counters.batch_latency.observe(started.elapsed());
+                    counters.count_dropped_late(operator.take_dropped_late());
                     counters.count_out(&out);
                     self.downstream.send(out)?;
                 }
@@ -191,6 +192,7 @@ impl SubtaskTask {
             let started = Instant::now();
             let out = operator.on_timers(domain, &due)?;
             counters.batch_latency.observe(started.elapsed());
+            counters.count_dropped_late(operator.take_dropped_late());
             counters.count_out(&out);
             self.downstream.send(out)?;
         }

@@ -9,9 +9,13 @@
 //!
 //! It sends them at fixed places in its input: after every `batch_size` records (the job's
 //! batch size; the source cuts its batches there) and at the end. Where a watermark falls
-//! among the records decides which records are late, so it must not depend on how the
-//! records happened to be batched: a job restored from a checkpoint, whose batches differ,
-//! then judges every record as the run before the crash did, and its output is the same. A consumer keeps one watermark per input channel;
+//! among the records decides which records are late, so at those places it does not depend
+//! on how the records happened to be batched: a job restored from a checkpoint, whose batches
+//! differ, judges those records as the run before the crash did. Between the fixed places it
+//! also sends one after a batch read at least `interval` after the last (`watermark.interval_ms`,
+//! [`DEFAULT_INTERVAL`] as in Flink's periodic watermarks): a slow source, or an input smaller
+//! than a batch, then moves event time on while it runs, at the price of places that depend on
+//! timing (`interval_ms = 0` keeps only the fixed ones). A consumer keeps one watermark per input channel;
 //! its own is the minimum over the inputs that are not idle, and only ever moves forward. An
 //! input is idle once its producer says so (the source read nothing for `idle_ms`), and
 //! active again with its next record or watermark. The end of the input is the watermark
@@ -24,6 +28,9 @@ use crate::record::RecordBatch;
 /// The watermark of the end of the input: every timestamp is at or before it.
 pub const END_OF_TIME: i64 = i64::MAX;
 
+/// How often a source sends its watermark at least, besides the fixed places.
+pub const DEFAULT_INTERVAL: Duration = Duration::from_millis(200);
+
 /// How a source makes watermarks (`[source] watermark`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct WatermarkPolicy {
@@ -31,6 +38,9 @@ pub struct WatermarkPolicy {
     pub max_out_of_order: Duration,
     /// After how long without records the source says it is idle; `None`: never.
     pub idle: Option<Duration>,
+    /// Sends a watermark after a batch read this long after the last one sent, between the
+    /// fixed places too; `None`: at the fixed places only.
+    pub interval: Option<Duration>,
 }
 
 /// What the source sends besides records.
@@ -48,6 +58,8 @@ pub struct WatermarkGenerator {
     policy: Option<WatermarkPolicy>,
     max_timestamp: Option<i64>,
     emitted: Option<i64>,
+    /// When the last watermark was sent (or the generator made).
+    emitted_at: Instant,
     last_record: Instant,
     idle: bool,
 }
@@ -60,6 +72,7 @@ impl WatermarkGenerator {
             policy,
             max_timestamp,
             emitted: None,
+            emitted_at: Instant::now(),
             last_record: Instant::now(),
             idle: false,
         };
@@ -79,8 +92,8 @@ impl WatermarkGenerator {
     }
 
     /// Takes in a batch the source read (possibly empty) and says what to send after it:
-    /// a watermark only if `at_mark` (the batch ends at one of the fixed places), or that the
-    /// source is idle.
+    /// a watermark if `at_mark` (the batch ends at one of the fixed places) or the interval
+    /// has passed since the last, or that the source is idle.
     pub fn observe(&mut self, batch: &RecordBatch, at_mark: bool) -> Option<WatermarkMessage> {
         let now = Instant::now();
         if batch.is_empty() {
@@ -95,13 +108,18 @@ impl WatermarkGenerator {
         if let Some(latest) = batch.max_timestamp() {
             self.max_timestamp = Some(self.max_timestamp.map_or(latest, |m| m.max(latest)));
         }
-        if !at_mark {
+        let interval_passed = self
+            .policy
+            .and_then(|p| p.interval)
+            .is_some_and(|interval| now.duration_since(self.emitted_at) >= interval);
+        if !at_mark && !interval_passed {
             return None;
         }
         let was_idle = std::mem::take(&mut self.idle);
         match self.watermark() {
             Some(w) if self.emitted.is_none_or(|e| w > e) || was_idle => {
                 self.emitted = Some(w);
+                self.emitted_at = now;
                 Some(WatermarkMessage::At(w))
             }
             _ => None,
@@ -267,6 +285,7 @@ mod tests {
         let policy = WatermarkPolicy {
             max_out_of_order: Duration::from_millis(100),
             idle: Some(Duration::ZERO),
+            interval: None,
         };
         let mut g = WatermarkGenerator::new(Some(policy), None);
         let mut batch = RecordBatch::new();
@@ -294,5 +313,42 @@ mod tests {
         // Resumed from a checkpoint: from the latest timestamp read, marks or not.
         let g = WatermarkGenerator::new(Some(policy), g.max_timestamp());
         assert_eq!(g.watermark(), Some(1_399));
+    }
+
+    #[test]
+    fn between_the_marks_the_source_sends_its_watermark_once_the_interval_passed() {
+        let timestamped = |ts| {
+            let mut batch = RecordBatch::new();
+            batch.push(RecordRef {
+                timestamp: Some(ts),
+                ..RecordRef::unkeyed(b"a")
+            });
+            batch
+        };
+        let policy = |interval| WatermarkPolicy {
+            max_out_of_order: Duration::from_millis(100),
+            idle: None,
+            interval,
+        };
+        // An interval of zero has always passed: every batch that moves it sends it.
+        let mut g = WatermarkGenerator::new(Some(policy(Some(Duration::ZERO))), None);
+        assert_eq!(
+            g.observe(&timestamped(1_000), false),
+            Some(WatermarkMessage::At(899))
+        );
+        assert_eq!(g.observe(&timestamped(950), false), None, "no advance");
+        assert_eq!(
+            g.observe(&timestamped(1_200), false),
+            Some(WatermarkMessage::At(1_099))
+        );
+        // One that has not passed yet (a day), or none: the marks only.
+        for interval in [Some(Duration::from_secs(86_400)), None] {
+            let mut g = WatermarkGenerator::new(Some(policy(interval)), None);
+            assert_eq!(g.observe(&timestamped(1_000), false), None, "{interval:?}");
+            assert_eq!(
+                g.observe(&timestamped(1_000), true),
+                Some(WatermarkMessage::At(899))
+            );
+        }
     }
 }

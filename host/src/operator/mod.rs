@@ -134,6 +134,12 @@ pub trait OperatorInstance: Send {
     /// Ends the input; returns the records emitted at the end.
     fn close(&mut self) -> Result<RecordBatch, OperatorError>;
 
+    /// The records the instance dropped as too late for event time since the last call (its
+    /// windows count them); 0 for operators that drop none.
+    fn take_dropped_late(&mut self) -> u64 {
+        0
+    }
+
     /// The instance's keyed state.
     fn state(&self) -> &KeyedStateBackend;
 

@@ -50,6 +50,9 @@ pub struct GraphNode {
     /// How far the watermark is behind the host's clock, while the job runs.
     pub watermark_lag_ms: Option<i64>,
     pub timers_pending: Option<u64>,
+    /// Records the operator dropped as too late for event time (operators only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dropped_late: Option<u64>,
     pub subtasks: Vec<GraphSubtask>,
 }
 
@@ -153,6 +156,7 @@ struct Task {
     state_bytes: Option<u64>,
     watermark_ms: Option<i64>,
     timers_pending: Option<u64>,
+    dropped_late: Option<u64>,
     /// The sink sends nowhere: it has no backpressure of its own.
     sends: bool,
 }
@@ -201,6 +205,7 @@ fn tasks(pipeline: &PipelineView, node: usize, kind: NodeKind, rates: &RateHisto
         state_bytes: None,
         watermark_ms: None,
         timers_pending: None,
+        dropped_late: None,
         sends,
     };
     match kind {
@@ -218,6 +223,7 @@ fn tasks(pipeline: &PipelineView, node: usize, kind: NodeKind, rates: &RateHisto
                 state_bytes: Some(load(&m.snapshots.state_bytes)),
                 watermark_ms: m.watermark(),
                 timers_pending: Some(load(&m.timers_pending)),
+                dropped_late: Some(load(&m.dropped_late)),
                 sends: true,
             })
             .collect(),
@@ -261,6 +267,7 @@ fn node_of(
             .filter(|w| inputs.status == JobStatus::Running && *w != END_OF_TIME)
             .map(|w| inputs.now_ms.saturating_sub(w).max(0)),
         timers_pending: sum(|t| t.timers_pending),
+        dropped_late: sum(|t| t.dropped_late),
         subtasks: tasks
             .iter()
             .map(|t| GraphSubtask {
@@ -317,6 +324,7 @@ mod tests {
             .store(20, Ordering::Relaxed);
         subtasks[0].set_watermark(Some(5_000));
         subtasks[1].set_watermark(Some(4_000));
+        subtasks[1].count_dropped_late(3);
         let pipelines = [PipelineView {
             partition: None,
             metrics: metrics.clone(),
@@ -399,6 +407,9 @@ mod tests {
         // The JSON is flat: a node's figures beside its name.
         let json = serde_json::to_value(&graph.nodes[1]).expect("JSON");
         assert_eq!(json["records_in"], 300);
+        assert_eq!(json["dropped_late"], 3);
+        let source = serde_json::to_value(&graph.nodes[0]).expect("JSON");
+        assert!(source.get("dropped_late").is_none(), "{source}");
         assert_eq!(json["subtasks"][1]["backpressure"]["level"], "high");
         assert_eq!(graph.sampled_at_ms, Some(2_000));
 

@@ -35,7 +35,7 @@ type SubtaskFamily = (
     fn(&SubtaskMetrics) -> &AtomicU64,
 );
 
-const SUBTASK_FAMILIES: [SubtaskFamily; 13] = [
+const SUBTASK_FAMILIES: [SubtaskFamily; 14] = [
     (
         "weir_records_in_total",
         "counter",
@@ -95,6 +95,12 @@ const SUBTASK_FAMILIES: [SubtaskFamily; 13] = [
         "counter",
         "Records that reached an operator subtask with a timestamp at or before its watermark.",
         |s| &s.late_records,
+    ),
+    (
+        "weir_dropped_late_records_total",
+        "counter",
+        "Records an operator subtask dropped as too late for event time (its windows count them).",
+        |s| &s.dropped_late,
     ),
     (
         "weir_timers_pending",
@@ -426,6 +432,7 @@ mod tests {
         let minute_ago = crate::guest::state_host::processing_time_now() - 60_000;
         s.set_watermark(Some(minute_ago));
         s.count_late(5);
+        s.count_dropped_late(2);
         s.set_timers_pending(Some((3, 1)));
         s.count_fired(9);
         m.source_skipped_timestamps.store(6, Ordering::Relaxed);
@@ -463,6 +470,7 @@ mod tests {
             r#"weir_records_set_aside_total{job_id="job-1",job="a \"b\"",operator="count",policy="skip"} 4"#.to_owned(),
             r#"weir_records_set_aside_total{job_id="job-1",job="a \"b\"",operator="(source)",policy="dead_letter"} 2"#.to_owned(),
             format!("weir_late_records_total{{{labels}}} 5"),
+            format!("weir_dropped_late_records_total{{{labels}}} 2"),
             format!("weir_timers_pending{{{labels}}} 4"),
             format!("weir_timers_fired_total{{{labels}}} 9"),
             format!("weir_watermark_seconds{{{labels}}} {}", minute_ago as f64 / 1e3),

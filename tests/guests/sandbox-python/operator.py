@@ -4,6 +4,7 @@ tests/sandbox.rs.
 For each record it prints to stdout and stderr, logs through `logging` and the SDK, and
 emits one record per check, `check=result`:
 
+- `python_version=3.N`, the CPython inside the component;
 - `wall_clock=SECONDS` (`time.time()`), `datetime=YEAR` (`datetime.now()`),
   `monotonic=ok` (`time.monotonic()` does not go back);
 - `random=HEX,HEX` (two draws of `os.urandom`), `uuid=4` (`uuid.uuid4().version`);
@@ -37,13 +38,16 @@ class Probe(weir_sdk.Operator):
     def process(self, record, out):
         print("probe: printed to stdout")
         print("probe: printed to stderr", file=sys.stderr)
+        logging.info("probe: logging.info")
         logging.warning("probe: logging.warning")
         logging.error("probe: logging.error")
+        logging.getLogger("probe.named").warning("logging.getLogger")
         weir_sdk.info("probe: weir_sdk.info")
 
         from datetime import datetime
 
         before = time.monotonic()
+        out.emit(record.key, f"python_version={sys.version_info[0]}.{sys.version_info[1]}")
         out.emit(record.key, f"wall_clock={int(time.time())}")
         out.emit(record.key, f"datetime={datetime.now().year}")
         out.emit(record.key, f"monotonic={'ok' if time.monotonic() >= before else 'went back'}")
