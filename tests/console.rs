@@ -91,7 +91,19 @@ fn submit_lines_job(
         lines,
         "",
     );
-    submit(host, &job)
+    // `weir submit` waits for the job to start; one that fails on its first record may have
+    // failed by the time it looks, which it reports as an error, with the job.
+    let out = host.weir(
+        &["submit", job.to_str().expect("utf-8"), "--json"],
+        Some(TOKEN),
+    );
+    let err = stderr(&out);
+    assert!(
+        out.status.success() || err.contains("failed as it started"),
+        "submit failed: {err}"
+    );
+    let jobs: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    jobs[0]["id"].as_str().expect("an id").to_owned()
 }
 
 /// Clicks `button`, checks the confirmation names `what`, and confirms.
@@ -306,6 +318,274 @@ async fn an_operator_on_call_watches_checkpoints_filters_and_cancels_a_job_from_
         .await;
     assert_eq!(records_in(&browser, "count").await, 3);
     browser.screenshot("08-finished").await;
+    browser.close().await;
+}
+
+/// Waits until `script` (a function body) returns `true` in the page.
+async fn wait_true(browser: &Browser, what: &str, script: &str) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        if browser.eval(script).await == serde_json::Value::Bool(true) {
+            return;
+        }
+        assert!(std::time::Instant::now() < deadline, "never {what}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// The page's one time format: local date and time, then the zone.
+fn is_local_time(text: &str) -> bool {
+    let b = text.as_bytes();
+    text.len() > 20
+        && b[4] == b'-'
+        && b[7] == b'-'
+        && b[10] == b' '
+        && b[13] == b':'
+        && b[16] == b':'
+        && b[19] == b' '
+        && text[..4].chars().all(|c| c.is_ascii_digit())
+}
+
+/// ISO 8601 in UTC, as the tooltips give times.
+fn is_iso(text: &str) -> bool {
+    text.len() >= 20 && text.as_bytes()[10] == b'T' && text.ends_with('Z')
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_newcomer_reads_times_lateness_pages_of_history_and_jobs_that_ended_or_never_started() {
+    let data = tempfile::tempdir().expect("tempdir");
+    let host = Host::start(data.path());
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("after 1970")
+        .as_millis() as u64;
+
+    // An endless job whose event time is three days old, checkpointing every 20 ms.
+    let ticking_dir = tempfile::tempdir().expect("tempdir");
+    let ticking_job = write_job(
+        ticking_dir.path(),
+        &format!(
+            r#"
+            [job]
+            name = "ticking"
+            [source]
+            kind = "generator"
+            records = 10000000000
+            keys = 50
+            records_per_second = 500
+            clock = {{ start_ms = {start}, events_per_second = 500 }}
+            watermark = {{ max_out_of_order_ms = 0 }}
+            [[operators]]
+            name = "count"
+            component = {counter}
+            key_by = "key"
+            [sink]
+            kind = "discard"
+            [checkpoints]
+            interval_ms = 20
+            "#,
+            start = now_ms - 3 * 86_400_000,
+            counter = toml_path(&component("weir-example-counter")),
+        ),
+    );
+    let ticking = submit(&host, &ticking_job);
+
+    // The windows example over its clicks, some too late for their windows, from a job file
+    // one folder down that names its input `../clicks.jsonl`.
+    let pages_dir = tempfile::tempdir().expect("tempdir");
+    std::fs::copy(
+        support::repo().join("examples/windows/clicks.jsonl"),
+        pages_dir.path().join("clicks.jsonl"),
+    )
+    .expect("clicks");
+    let jobs = pages_dir.path().join("jobs");
+    std::fs::create_dir(&jobs).expect("jobs folder");
+    let pages_job = write_job(
+        &jobs,
+        &format!(
+            r#"
+            [job]
+            name = "pages"
+            [source]
+            kind = "json-lines"
+            path = "../clicks.jsonl"
+            key_pointer = "/page"
+            timestamp = {{ json_pointer = "/ts", format = "ms" }}
+            watermark = {{ max_out_of_order_ms = 5000, interval_ms = 0 }}
+            [[operators]]
+            name = "pages"
+            component = {pages}
+            key_by = "key"
+            config = {{ size_ms = 60000, allowed_lateness_ms = 10000 }}
+            [sink]
+            kind = "file"
+            path = "../counts.jsonl"
+            "#,
+            pages = toml_path(&component("weir-example-page-counts")),
+        ),
+    );
+    let pages = submit(&host, &pages_job);
+    assert_eq!(host.wait(&pages)["status"], "finished");
+
+    // A job whose operator fails in `open`: `weir submit` waits for it and says so.
+    let broken_dir = tempfile::tempdir().expect("tempdir");
+    std::fs::write(broken_dir.path().join("in.txt"), "a\n").expect("input");
+    let broken_job = tokenize_then(
+        broken_dir.path(),
+        "name = \"broken\"",
+        "victim",
+        "weir-test-faulty",
+        "config = { mode = \"no-such-mode\" }",
+        "",
+    );
+    let out = host.weir(
+        &["submit", broken_job.to_str().expect("utf-8"), "--json"],
+        Some(TOKEN),
+    );
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("failed as it started"), "{err}");
+    let listed: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    assert_eq!(listed[0]["status"], "failed", "{listed}");
+    let broken = listed[0]["id"].as_str().expect("an id").to_owned();
+
+    let browser = Browser::start().await;
+    browser.goto(&format!("{}/", host.url)).await;
+    browser.type_into("#token", TOKEN).await;
+    browser.click("#login-button").await;
+
+    // Event time: the source's watermark is shown, and the lag in days, not seconds.
+    browser
+        .goto(&format!("{}/#/jobs/{ticking}", host.url))
+        .await;
+    for node in ["source", "count"] {
+        let watermark = browser
+            .wait_text(
+                &format!(".node[data-node=\"{node}\"] .watermark"),
+                "a watermark with its lag",
+                |t| t.contains(" · lag "),
+            )
+            .await;
+        let (time, lag) = watermark.split_once(" · lag ").expect("time and lag");
+        assert!(is_local_time(time), "{watermark}");
+        assert!(
+            lag.ends_with(" d") && (lag.starts_with("2.") || lag.starts_with("3.")),
+            "{node}: {watermark}"
+        );
+        let title = browser
+            .attrs(&format!(".node[data-node=\"{node}\"] .watermark"), "title")
+            .await;
+        assert!(
+            is_iso(title[0].split(' ').next().unwrap_or("")),
+            "{title:?}"
+        );
+    }
+
+    // The checkpoint history: 20 rows a page, older ones a click away.
+    wait_true(
+        &browser,
+        "an older page of checkpoints",
+        "return !document.querySelector('#ck-older').disabled",
+    )
+    .await;
+    assert_eq!(
+        browser.count("#checkpoints-body tr[data-checkpoint]").await,
+        20
+    );
+    let triggered = browser
+        .text("#checkpoints-body tr[data-checkpoint] .triggered")
+        .await;
+    assert!(is_local_time(&triggered), "{triggered}");
+    let titles = browser
+        .attrs("#checkpoints-body tr[data-checkpoint] .triggered", "title")
+        .await;
+    assert!(titles.iter().all(|t| is_iso(t)), "{titles:?}");
+    let first_page: Vec<u64> = browser
+        .attrs("#checkpoints-body tr[data-checkpoint]", "data-checkpoint")
+        .await
+        .iter()
+        .map(|id| id.parse().expect("an id"))
+        .collect();
+    let oldest_shown = *first_page.iter().min().expect("rows");
+    browser.click("#ck-older").await;
+    browser
+        .wait_text("#ck-page", "page 2", |t| t == "page 2")
+        .await;
+    browser
+        .wait_attrs(
+            "#checkpoints-body tr[data-checkpoint]",
+            "data-checkpoint",
+            "older checkpoints",
+            |ids| {
+                !ids.is_empty()
+                    && ids.len() <= 20
+                    && ids
+                        .iter()
+                        .all(|id| id.parse::<u64>().is_ok_and(|id| id < oldest_shown))
+            },
+        )
+        .await;
+    browser.click("#ck-newer").await;
+    browser
+        .wait_text("#ck-page", "the newest page", |t| t == "newest 20")
+        .await;
+    browser.screenshot("09-history-pages").await;
+
+    // A job that ended: counts, but no rates and no backpressure grade; its lateness, and
+    // its paths without `..`.
+    browser.goto(&format!("{}/#/jobs/{pages}", host.url)).await;
+    browser
+        .wait_text("#job-status", "finished", |t| t == "finished")
+        .await;
+    browser
+        .wait_text(
+            ".node[data-node=\"pages\"] .records-in",
+            "the clicks counted",
+            |t| t == "3184",
+        )
+        .await;
+    for field in ["in-rate", "out-rate", "backpressure"] {
+        let shown: Vec<String> = browser
+            .eval(&format!(
+                "return [...document.querySelectorAll('.node .{field}')].map(e => e.textContent)"
+            ))
+            .await
+            .as_array()
+            .expect("texts")
+            .iter()
+            .map(|t| t.as_str().unwrap_or_default().to_owned())
+            .collect();
+        assert!(
+            !shown.is_empty() && shown.iter().all(|t| t == "—"),
+            "{field} of a finished job: {shown:?}"
+        );
+    }
+    assert_eq!(browser.count(".node [class*=\"level-\"]").await, 0);
+    let dropped = browser
+        .text(".node[data-node=\"pages\"] .node-stats > .dropped-late")
+        .await;
+    let dropped: u64 = dropped.parse().unwrap_or_else(|_| panic!("{dropped:?}"));
+    assert!(dropped > 0, "the example's late clicks were not dropped");
+    let source = browser
+        .text(".node[data-node=\"source\"] .node-detail")
+        .await;
+    assert!(
+        source.contains("clicks.jsonl") && !source.contains(".."),
+        "{source}"
+    );
+    browser.screenshot("10-finished-with-lateness").await;
+
+    // A job that never started has no checkpoint to restart from.
+    browser.goto(&format!("{}/#/jobs/{broken}", host.url)).await;
+    browser
+        .wait_text("#job-status", "failed", |t| t == "failed")
+        .await;
+    wait_true(
+        &browser,
+        "restart disabled",
+        "return document.querySelector('#action-restart').disabled",
+    )
+    .await;
     browser.close().await;
 }
 

@@ -110,7 +110,7 @@ pub fn client(command: ClientCommand) -> Result<(), Failure> {
                 let request = submission(&job)?;
                 let info: JobInfo =
                     call(&host, reqwest::Method::POST, "/v1/jobs", Some(&request)).await?;
-                print_jobs(&host, &[info])
+                started(&host, info).await
             }
             ClientCommand::Jobs { host } => {
                 let jobs: Vec<JobInfo> =
@@ -168,10 +168,32 @@ pub fn client(command: ClientCommand) -> Result<(), Failure> {
     })
 }
 
-/// `POST /v1/jobs/{id}/{action}`, then the job as it is.
+/// `POST /v1/jobs/{id}/{action}`, then the job as it is (once started, for a restart).
 async fn act(host: &HostArgs, id: &str, action: &str) -> Result<(), Failure> {
     let path = format!("/v1/jobs/{id}/{action}");
     let info: JobInfo = call(host, reqwest::Method::POST, &path, None::<&()>).await?;
+    if action.starts_with("restart") {
+        return started(host, info).await;
+    }
+    print_jobs(host, &[info])
+}
+
+/// Waits until the job `info` describes has started (every subtask opened its operator and
+/// restored its state) or ended, then prints it: a job that failed before it started is an
+/// error, with the job's. One that started and then failed on its records is printed as
+/// failed: the submission itself worked.
+async fn started(host: &HostArgs, mut info: JobInfo) -> Result<(), Failure> {
+    while info.status == JobStatus::Running && !info.opened {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        info = job_info(host, &info.id).await?;
+    }
+    if info.status == JobStatus::Failed && !info.opened {
+        let (id, error) = (info.id.clone(), info.error.clone().unwrap_or_default());
+        print_jobs(host, &[info])?;
+        return Err(Failure::failed(anyhow!(
+            "job {id} failed as it started: {error}"
+        )));
+    }
     print_jobs(host, &[info])
 }
 

@@ -164,6 +164,8 @@ pub struct JobMetrics {
     pub source_records_restored: AtomicU64,
     /// Time the source spent blocked on sending downstream, in microseconds.
     pub source_backpressured_us: Arc<AtomicU64>,
+    /// The last watermark the source sent.
+    source_watermark: WatermarkGauge,
     pub operators: Vec<OperatorMetrics>,
 }
 
@@ -177,6 +179,7 @@ impl JobMetrics {
             source_skipped_timestamps: AtomicU64::new(0),
             source_records_restored: AtomicU64::new(0),
             source_backpressured_us: Arc::default(),
+            source_watermark: WatermarkGauge::default(),
             operators: operators
                 .into_iter()
                 .map(|(name, parallelism)| OperatorMetrics {
@@ -186,6 +189,15 @@ impl JobMetrics {
                 })
                 .collect(),
         }
+    }
+
+    pub fn set_source_watermark(&self, watermark: i64) {
+        self.source_watermark.0.store(watermark, Ordering::Relaxed);
+    }
+
+    /// The last watermark the source sent, if it sent one.
+    pub fn source_watermark(&self) -> Option<i64> {
+        Some(self.source_watermark.0.load(Ordering::Relaxed)).filter(|w| *w != i64::MIN)
     }
 
     /// Sets the record counters to where `restored` left them, or to zero for a run from the

@@ -54,7 +54,8 @@ pub mod watermarks;
 pub use metrics::{JobMetrics, RunSummary, SubtaskMetrics};
 pub use pipeline::{Pipeline, Stage};
 pub use runtime::{
-    CheckpointRequest, Checkpointing, InFlight, JobError, RunOptions, StopSignal, run,
+    CheckpointRequest, Checkpointing, InFlight, JobError, RunOptions, StartedSignal, StopSignal,
+    run,
 };
 pub use spec::{CheckpointSpec, JobSpec, KeyBy, SpecError};
 pub use supervisor::{SupervisorError, run_job, run_job_in};

@@ -6,8 +6,15 @@
 //! checkpoint then works around (DESIGN.md §8). Were the sink to roll back first, a restore
 //! that failed would leave the output cut to a checkpoint nothing was restored from, and
 //! every later restore of a newer checkpoint would find its output lost.
+//!
+//! The same moment is when the run has started (every operator opened, every state back):
+//! the latch raises the run's [`StartedSignal`] then, in the subtask that restored last,
+//! before any record is processed, so a watcher never sees a job fail before it started
+//! when it started first.
 
 use std::sync::{Arc, Condvar, Mutex};
+
+use super::run_options::StartedSignal;
 
 /// Counts the subtasks still restoring; the sink waits on it.
 #[derive(Clone)]
@@ -16,6 +23,8 @@ pub struct RestoreLatch(Arc<Shared>);
 struct Shared {
     state: Mutex<Progress>,
     changed: Condvar,
+    /// Raised when the last subtask has restored.
+    started: StartedSignal,
 }
 
 struct Progress {
@@ -31,14 +40,19 @@ pub struct Restoring {
 }
 
 impl RestoreLatch {
-    /// A latch for `subtasks` subtasks, each to be given one [`Restoring`].
-    pub fn new(subtasks: usize) -> Self {
+    /// A latch for `subtasks` subtasks, each to be given one [`Restoring`]; raises `started`
+    /// once all of them restored.
+    pub fn new(subtasks: usize, started: StartedSignal) -> Self {
+        if subtasks == 0 {
+            started.raise();
+        }
         Self(Arc::new(Shared {
             state: Mutex::new(Progress {
                 restoring: subtasks,
                 failed: false,
             }),
             changed: Condvar::new(),
+            started,
         }))
     }
 
@@ -67,6 +81,9 @@ impl RestoreLatch {
         let mut progress = self.0.state.lock().unwrap_or_else(|e| e.into_inner());
         if restored {
             progress.restoring = progress.restoring.saturating_sub(1);
+            if progress.restoring == 0 && !progress.failed {
+                self.0.started.raise();
+            }
         } else {
             progress.failed = true;
         }
@@ -98,20 +115,25 @@ mod tests {
 
     #[test]
     fn opens_when_every_subtask_restored_and_fails_when_one_did_not() {
-        let latch = RestoreLatch::new(2);
+        let started = StartedSignal::default();
+        let latch = RestoreLatch::new(2, started.clone());
         let (mut a, mut b) = (latch.part(), latch.part());
         let waiter = std::thread::spawn({
             let latch = latch.clone();
             move || latch.wait()
         });
         a.restored();
+        assert!(!started.is_raised(), "one subtask is still restoring");
         b.restored();
         assert!(waiter.join().expect("join"));
+        assert!(started.is_raised());
 
-        let latch = RestoreLatch::new(2);
+        let started = StartedSignal::default();
+        let latch = RestoreLatch::new(2, started.clone());
         let (mut a, b) = (latch.part(), latch.part());
         a.restored();
         drop(b);
         assert!(!latch.wait());
+        assert!(!started.is_raised());
     }
 }

@@ -38,6 +38,9 @@ pub struct RunOptions {
     /// (`crate::lease`) before giving up; zero refuses at once. A Kafka partition's pipeline
     /// waits for the process that had the partition to let go of it.
     pub lease_wait: Duration,
+    /// Raised once every subtask of a run has opened its operator and restored its state: the
+    /// job has started (`weir submit` waits for it, to say whether it did).
+    pub started: StartedSignal,
 }
 
 impl Default for RunOptions {
@@ -51,6 +54,7 @@ impl Default for RunOptions {
             metrics: None,
             guest_log: None,
             lease_wait: Duration::ZERO,
+            started: StartedSignal::default(),
         }
     }
 }
@@ -111,6 +115,26 @@ impl StopSignal {
 
     pub fn is_raised(&self) -> bool {
         self.0.load(Ordering::Relaxed)
+    }
+}
+
+/// Raised by a run once it has started (see [`RunOptions::started`]); the caller keeps a
+/// clone to read it.
+#[derive(Clone, Debug, Default)]
+pub struct StartedSignal(Arc<AtomicBool>);
+
+impl StartedSignal {
+    pub fn raise(&self) {
+        self.0.store(true, Ordering::Relaxed);
+    }
+
+    pub fn is_raised(&self) -> bool {
+        self.0.load(Ordering::Relaxed)
+    }
+
+    /// Lowers it again, for another run of the job.
+    pub fn lower(&self) {
+        self.0.store(false, Ordering::Relaxed);
     }
 }
 

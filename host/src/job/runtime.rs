@@ -52,7 +52,9 @@ use crate::ids::{OperatorName, SubtaskIndex};
 use crate::operator::SubtaskContext;
 
 pub use super::job_error::JobError;
-pub use super::run_options::{CheckpointRequest, Checkpointing, InFlight, RunOptions, StopSignal};
+pub use super::run_options::{
+    CheckpointRequest, Checkpointing, InFlight, RunOptions, StartedSignal, StopSignal,
+};
 
 /// Runs `pipeline` from `start` to the end of its input and returns what it did.
 pub async fn run(
@@ -119,7 +121,10 @@ pub async fn run(
     let runtime = Handle::current();
     let run_id: Arc<str> = run_id().into();
     let assignment = start.assignment();
-    let latch = RestoreLatch::new(stages.iter().map(|s| s.parallelism as usize).sum());
+    let latch = RestoreLatch::new(
+        stages.iter().map(|s| s.parallelism as usize).sum(),
+        options.started.clone(),
+    );
 
     // Edges: `edges[s]` connects the producers of stage `s` (the source for 0) to its
     // subtasks; the last entry connects the last stage to the sink.

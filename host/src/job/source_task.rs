@@ -79,15 +79,14 @@ impl SourceTask {
                 self.downstream.send(batch)?;
             }
             if let Some(watermark) = watermark {
-                self.downstream.watermark(watermark)?;
+                self.send_watermark(watermark)?;
             }
             if !more {
                 break;
             }
         }
         // The end of the input: every pending event-time timer fires before the last barrier.
-        self.downstream
-            .watermark(WatermarkMessage::At(END_OF_TIME))?;
+        self.send_watermark(WatermarkMessage::At(END_OF_TIME))?;
         self.acks
             .send(Ack::SourceEnded)
             .map_err(|_| JobError::Aborted)?;
@@ -98,6 +97,14 @@ impl SourceTask {
                 return Ok(());
             }
         }
+    }
+
+    /// Sends `watermark` down every edge, and shows it in the job's metrics.
+    fn send_watermark(&mut self, watermark: WatermarkMessage) -> Result<(), JobError> {
+        if let WatermarkMessage::At(at) = watermark {
+            self.metrics.set_source_watermark(at);
+        }
+        self.downstream.watermark(watermark)
     }
 
     /// The lines the source set aside (it does only when `on_bad_record` lets it).

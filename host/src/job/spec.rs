@@ -504,6 +504,36 @@ struct Checker<'a> {
     base: &'a Path,
 }
 
+/// `path` without `.` segments, and without `..` ones where the folder before is not a
+/// symbolic link (there `..` leads out of the link's target, which only the file system
+/// knows): `jobs/../data/in.txt` reads `data/in.txt`, as users see it in errors, summaries and
+/// the console.
+fn without_dot_segments(path: &Path) -> PathBuf {
+    use std::path::Component;
+    let mut out = PathBuf::new();
+    for component in path.components() {
+        match component {
+            Component::CurDir => {}
+            Component::ParentDir => {
+                let last_is_normal =
+                    matches!(out.components().next_back(), Some(Component::Normal(_)));
+                let is_link =
+                    std::fs::symlink_metadata(&out).is_ok_and(|m| m.file_type().is_symlink());
+                if last_is_normal && !is_link {
+                    out.pop();
+                } else if !matches!(out.components().next_back(), Some(Component::RootDir)) {
+                    out.push("..");
+                }
+            }
+            other => out.push(other),
+        }
+    }
+    if out.as_os_str().is_empty() {
+        out.push(".");
+    }
+    out
+}
+
 impl Checker<'_> {
     fn invalid(&self, location: impl Into<String>, message: impl Into<String>) -> SpecError {
         SpecError::Invalid {
@@ -515,9 +545,9 @@ impl Checker<'_> {
 
     fn resolve(&self, p: &Path) -> PathBuf {
         if p.is_absolute() {
-            p.to_owned()
+            without_dot_segments(p)
         } else {
-            self.base.join(p)
+            without_dot_segments(&self.base.join(p))
         }
     }
 
@@ -1110,6 +1140,26 @@ fn same_file(a: &Path, b: &Path) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn paths_lose_their_dot_segments_but_not_through_a_link() {
+        let clean = |p: &str| without_dot_segments(Path::new(p));
+        assert_eq!(
+            clean("/a/jobs/../data/./in.txt"),
+            Path::new("/a/data/in.txt")
+        );
+        assert_eq!(clean("jobs/../../in.txt"), Path::new("../in.txt"));
+        assert_eq!(clean("/../in.txt"), Path::new("/in.txt"));
+        assert_eq!(clean("./in.txt"), Path::new("in.txt"));
+        let dir = tempfile::tempdir().expect("tempdir");
+        let target = dir.path().join("deep/target");
+        std::fs::create_dir_all(&target).expect("dirs");
+        let link = dir.path().join("link");
+        std::os::unix::fs::symlink(&target, &link).expect("symlink");
+        // `link/..` is `deep`, not the temporary folder: the `..` stays.
+        let through = without_dot_segments(&link.join("../in.txt"));
+        assert_eq!(through, link.join("../in.txt"));
+    }
 
     fn parse(text: &str, dir: &Path) -> Result<JobSpec, String> {
         JobSpec::parse(text, Path::new("job.toml"), dir).map_err(|e| e.to_string())

@@ -11,7 +11,7 @@
 //! | `GET /v1/jobs/{id}/logs[?tail=N][&operator=OP][&level=L]` | the last `N` (default 200) lines its guests logged ([`LogLine`]s), of operator `OP`, at level `L` or above |
 //! | `GET /v1/jobs/{id}/checkpoints` | its completed checkpoints ([`CheckpointSummary`]s, what `weir checkpoints list --json` prints) |
 //! | `GET /v1/jobs/{id}/checkpoints/{ID\|latest}` | one of them: metadata and stored artifacts ([`CheckpointDetail`]) |
-//! | `GET /v1/jobs/{id}/checkpoints/history` | the checkpoints it tried in this host's run of it, failed ones too, with their costs ([`CheckpointRecord`]s) |
+//! | `GET /v1/jobs/{id}/checkpoints/history[?limit=N][&before=CURSOR]` | the checkpoints it tried in this host's run of it, failed ones too, with their costs ([`CheckpointRecord`]s), newest first; a page of `N` older than `CURSOR` ([`HistoryOptions`]) |
 //! | `GET /v1/jobs/{id}/graph` | its operator graph: per node and subtask, counts, rates, state, watermark, backpressure ([`JobGraph`]) |
 //! | `GET /v1/jobs/{id}/rates[?since_ms=T]` | its records per second over the last five minutes, one point a second ([`RatesBody`]) |
 //! | `GET /metrics` | Prometheus text |
@@ -253,14 +253,53 @@ async fn rates(
     }
 }
 
+/// `?limit=N&before=CURSOR`: a page of the history, newest first: at most `N` records (all
+/// of them without `limit`), after (older than) the record `CURSOR` names,
+/// `<triggered_at_ms>.<id>.<partition or ->`: the console passes its last row's.
+#[derive(Debug, serde::Deserialize)]
+pub struct HistoryOptions {
+    pub limit: Option<usize>,
+    pub before: Option<String>,
+}
+
+/// A history cursor: the sort key of the record it names.
+fn history_cursor(text: &str) -> Option<(u64, u64, i64)> {
+    let mut parts = text.split('.');
+    let at = parts.next()?.parse().ok()?;
+    let id = parts.next()?.parse().ok()?;
+    let partition = match parts.next()? {
+        "-" => -1,
+        p => i64::from(p.parse::<i32>().ok()?),
+    };
+    parts.next().is_none().then_some((at, id, partition))
+}
+
 async fn checkpoint_history(
     State(registry): State<Arc<Registry>>,
     Path(id): Path<String>,
+    Query(options): Query<HistoryOptions>,
 ) -> Response {
-    match registry.checkpoint_history(&id) {
-        Some(records) => Json::<Vec<CheckpointRecord>>(records).into_response(),
-        None => error(StatusCode::NOT_FOUND, format!("no job {id}")),
-    }
+    let before = match options.before.as_deref().map(history_cursor) {
+        None => None,
+        Some(Some(cursor)) => Some(cursor),
+        Some(None) => {
+            return error(
+                StatusCode::BAD_REQUEST,
+                "before: a cursor `<triggered_at_ms>.<id>.<partition or ->` (a record's)",
+            );
+        }
+    };
+    let Some(records) = registry.checkpoint_history(&id) else {
+        return error(StatusCode::NOT_FOUND, format!("no job {id}"));
+    };
+    // Newest first already; the key sorts the same way.
+    let key = |r: &CheckpointRecord| (r.triggered_at_ms, r.id, r.partition.map_or(-1, i64::from));
+    let page: Vec<CheckpointRecord> = records
+        .into_iter()
+        .filter(|r| before.is_none_or(|b| key(r) < b))
+        .take(options.limit.unwrap_or(usize::MAX))
+        .collect();
+    Json(page).into_response()
 }
 
 /// 404 for a job that does not exist or keeps no checkpoints of its own (a Kafka job's are
@@ -319,4 +358,18 @@ async fn metrics(State(registry): State<Arc<Registry>>) -> Response {
         super::prometheus::render(&registry),
     )
         .into_response()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::history_cursor;
+
+    #[test]
+    fn history_cursors_name_a_record_by_time_id_and_partition() {
+        assert_eq!(history_cursor("1700.12.-"), Some((1700, 12, -1)));
+        assert_eq!(history_cursor("1700.12.3"), Some((1700, 12, 3)));
+        for bad in ["", "1700", "1700.12", "1700.12.x", "1700.12.3.4", "a.b.c"] {
+            assert_eq!(history_cursor(bad), None, "{bad:?}");
+        }
+    }
 }

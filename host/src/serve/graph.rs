@@ -173,10 +173,13 @@ pub fn graph(inputs: &GraphInputs<'_>) -> JobGraph {
                 n if n == last => NodeKind::Sink,
                 _ => NodeKind::Operator,
             };
+            // Rates and backpressure only while it runs: an ended job's last ones would read
+            // as current.
+            let rates = (inputs.status == JobStatus::Running).then_some(inputs.rates);
             let tasks: Vec<Task> = inputs
                 .pipelines
                 .iter()
-                .flat_map(|p| tasks(p, node, kind, inputs.rates))
+                .flat_map(|p| tasks(p, node, kind, rates))
                 .collect();
             // From the rates' names, which a Kafka job owning no partition has too.
             let name = inputs.rates.nodes().get(node).cloned().unwrap_or_default();
@@ -193,7 +196,12 @@ pub fn graph(inputs: &GraphInputs<'_>) -> JobGraph {
 }
 
 /// Node `node`'s tasks in one pipeline.
-fn tasks(pipeline: &PipelineView, node: usize, kind: NodeKind, rates: &RateHistory) -> Vec<Task> {
+fn tasks(
+    pipeline: &PipelineView,
+    node: usize,
+    kind: NodeKind,
+    rates: Option<&RateHistory>,
+) -> Vec<Task> {
     let load = |c: &AtomicU64| c.load(Ordering::Relaxed);
     let metrics: &JobMetrics = &pipeline.metrics;
     let partition = pipeline.partition;
@@ -201,7 +209,7 @@ fn tasks(pipeline: &PipelineView, node: usize, kind: NodeKind, rates: &RateHisto
         partition,
         subtask: 0,
         records: (records, records),
-        rate: rates.task((partition, node, 0)),
+        rate: rates.and_then(|r| r.task((partition, node, 0))),
         state_bytes: None,
         watermark_ms: None,
         timers_pending: None,
@@ -209,7 +217,10 @@ fn tasks(pipeline: &PipelineView, node: usize, kind: NodeKind, rates: &RateHisto
         sends,
     };
     match kind {
-        NodeKind::Source => vec![one(load(&metrics.source_records), true)],
+        NodeKind::Source => vec![Task {
+            watermark_ms: metrics.source_watermark(),
+            ..one(load(&metrics.source_records), true)
+        }],
         NodeKind::Sink => vec![one(load(&metrics.sink_records), false)],
         NodeKind::Operator => metrics.operators[node - 1]
             .subtasks
@@ -219,7 +230,7 @@ fn tasks(pipeline: &PipelineView, node: usize, kind: NodeKind, rates: &RateHisto
                 partition,
                 subtask: s as u32,
                 records: (load(&m.records_in), load(&m.records_out)),
-                rate: rates.task((partition, node, s as u32)),
+                rate: rates.and_then(|r| r.task((partition, node, s as u32))),
                 state_bytes: Some(load(&m.snapshots.state_bytes)),
                 watermark_ms: m.watermark(),
                 timers_pending: Some(load(&m.timers_pending)),
@@ -325,6 +336,7 @@ mod tests {
         subtasks[0].set_watermark(Some(5_000));
         subtasks[1].set_watermark(Some(4_000));
         subtasks[1].count_dropped_late(3);
+        metrics.set_source_watermark(5_500);
         let pipelines = [PipelineView {
             partition: None,
             metrics: metrics.clone(),
@@ -408,6 +420,9 @@ mod tests {
         let json = serde_json::to_value(&graph.nodes[1]).expect("JSON");
         assert_eq!(json["records_in"], 300);
         assert_eq!(json["dropped_late"], 3);
+        // The source shows the watermark it sends.
+        assert_eq!(graph.nodes[0].figures.watermark_ms, Some(5_500));
+        assert_eq!(graph.nodes[0].watermark_lag_ms, Some(500));
         let source = serde_json::to_value(&graph.nodes[0]).expect("JSON");
         assert!(source.get("dropped_late").is_none(), "{source}");
         assert_eq!(json["subtasks"][1]["backpressure"]["level"], "high");
@@ -429,5 +444,32 @@ mod tests {
         assert_eq!(count.figures.watermark_ms, None);
         assert!(count.figures.event_time_ended);
         assert_eq!(count.watermark_lag_ms, None);
+
+        // A job that ended shows its counts, but no rates and no backpressure: its last
+        // ones would read as current.
+        let finished = super::graph(&GraphInputs {
+            job: "job-1",
+            name: "counts",
+            status: JobStatus::Finished,
+            details: &details,
+            pipelines: &pipelines,
+            rates: &rates,
+            now_ms: 6_000,
+        });
+        for node in &finished.nodes {
+            let f = &node.figures;
+            assert_eq!(
+                (f.in_per_second, f.out_per_second),
+                (None, None),
+                "{}",
+                node.name
+            );
+            assert_eq!(f.backpressure, None, "{}", node.name);
+            for s in &node.subtasks {
+                assert_eq!(s.figures.backpressure, None, "{}", node.name);
+                assert_eq!(s.figures.in_per_second, None, "{}", node.name);
+            }
+        }
+        assert_eq!(finished.nodes[1].figures.records_in, 300);
     }
 }

@@ -40,6 +40,11 @@ pub struct JobInfo {
     /// When this run of it started (Unix time, ms), while it runs.
     #[serde(default)]
     pub started_at_ms: Option<u64>,
+    /// Every subtask of its latest run has restored its state and opened its operator:
+    /// `weir submit` and `weir restart` wait for this (or the run's end) to say whether the
+    /// job started.
+    #[serde(default)]
+    pub opened: bool,
     /// Records per second read by the source and taken by the sink, over the last second,
     /// while it runs.
     #[serde(default)]

@@ -29,7 +29,8 @@ use crate::ids::CheckpointId;
 use crate::job::pipeline::file_outputs;
 use crate::job::spec::{SinkSpec, SourceSpec};
 use crate::job::{
-    CheckpointRequest, JobMetrics, JobSpec, Pipeline, RunOptions, StopSignal, run_job,
+    CheckpointRequest, JobMetrics, JobSpec, Pipeline, RunOptions, StartedSignal, StopSignal,
+    run_job,
 };
 use crate::kafka::GroupView;
 
@@ -83,6 +84,9 @@ struct HostedJob {
     group: Option<Arc<GroupView>>,
     stop: StopSignal,
     checkpoint_now: CheckpointRequest,
+    /// Raised once its run has started: every subtask opened and restored (a Kafka job's
+    /// from the start: its partitions start and stop as the group assigns them).
+    started: StartedSignal,
     /// The URL of the store its checkpoints go to (in its folder); `None` when its job
     /// file has no `[checkpoints]` section.
     checkpoint_store: Option<String>,
@@ -205,11 +209,16 @@ impl Registry {
     fn run(&self, job: Arc<HostedJob>, spec: JobSpec, restore: Option<RestoreFrom>, dir: &Path) {
         JobRecord::of(&job).write(dir);
         let engine = self.engine.clone();
+        job.started.lower();
+        if job.group.is_some() {
+            job.started.raise();
+        }
         let options = RunOptions {
             stop: job.stop.clone(),
             checkpoint_now: job.checkpoint_now.clone(),
             metrics: Some(job.metrics.clone()),
             guest_log: Some(job.log.clone()),
+            started: job.started.clone(),
             ..RunOptions::default()
         };
         let (running, dir) = (job.clone(), dir.to_owned());
@@ -388,7 +397,9 @@ impl Registry {
             .iter()
             .flat_map(|p| p.metrics.checkpoints.history.newest_first(p.partition))
             .collect();
-        records.sort_by_key(|r| std::cmp::Reverse((r.triggered_at_ms, r.id)));
+        records.sort_by_key(|r| {
+            std::cmp::Reverse((r.triggered_at_ms, r.id, r.partition.map_or(-1, i64::from)))
+        });
         Some(records)
     }
 
@@ -599,6 +610,7 @@ fn hosted(
         )),
         stop: StopSignal::default(),
         checkpoint_now: CheckpointRequest::default(),
+        started: StartedSignal::default(),
         checkpoint_store: spec.checkpoints.as_ref().map(|c| c.store.clone()),
         outcome: Mutex::new(outcome),
         log: Arc::new(GuestLogFile::new(dir.join("guest.log"))),
@@ -732,6 +744,7 @@ fn job_info(
         keeps_checkpoints: job.checkpoint_store.is_some(),
         partitions,
         started_at_ms: job.started_at_ms.filter(|_| status == JobStatus::Running),
+        opened: job.started.is_raised(),
         in_per_second: rate(0).map(|(_, out)| out),
         out_per_second: rate(sink).map(|(sink_in, _)| sink_in),
         last_checkpoint_at_ms: job

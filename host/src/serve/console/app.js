@@ -28,6 +28,11 @@
       rates: { times: [], keys: [], values: new Map() }, lastTime: null,
       chart: null, chartSig: "",
       graphSig: "", opsSig: "", ckFor: null, ckSig: null, logsSig: "",
+      // The checkpoint history's pages: the cursors of the older pages shown (none: the
+      // newest), and whether the page shown has an older one.
+      ckCursors: [], ckOlder: false,
+      // The job has a completed checkpoint to restart from.
+      hasCheckpoint: false,
     };
   }
 
@@ -91,7 +96,16 @@
   }
 
   const fmtMs = (v) => (!isNum(v) ? DASH : `${v < 10 ? v.toFixed(1) : Math.round(v)} ms`);
-  const fmtLag = (ms) => (ms < 1000 ? `${Math.round(ms)} ms` : `${(ms / 1000).toFixed(1)} s`);
+  // A duration in the unit that reads best: ms, s, min, h, d.
+  function fmtLag(ms) {
+    if (!isNum(ms)) return DASH;
+    if (ms < 1000) return `${Math.round(ms)} ms`;
+    const s = ms / 1000;
+    if (s < 60) return `${s.toFixed(1)} s`;
+    if (s < 3600) return `${(s / 60).toFixed(1)} min`;
+    if (s < 86400) return `${(s / 3600).toFixed(1)} h`;
+    return `${(s / 86400).toFixed(1)} d`;
+  }
   const fmtCount = (n) => (isNum(n) ? String(n) : DASH);
   const fmtHuman = (n) => (isNum(n) ? n.toLocaleString("en-US") : "");
 
@@ -113,21 +127,30 @@
     return `${Math.round(s / 86400)} d ago`;
   }
 
-  function fmtClock(ms) {
+  // The page's one time format: the browser's local time with its zone
+  // (`2026-12-03 17:42:07 GMT+1`); tooltips give the same instant in ISO 8601 (`fmtIso`).
+  const ZONE = new Intl.DateTimeFormat(undefined, { timeZoneName: "short" });
+  function fmtTime(ms) {
     if (!isNum(ms)) return DASH;
     const d = new Date(ms);
-    return `${pad(d.getHours())}:${pad(d.getMinutes())}:${pad(d.getSeconds())}`;
+    // A time outside what a Date holds shows as its number, not as an exception.
+    if (isNaN(d.getTime())) return `${ms} ms`;
+    const zone = ZONE.formatToParts(d).find((p) => p.type === "timeZoneName");
+    const date = `${d.getFullYear()}-${pad(d.getMonth() + 1)}-${pad(d.getDate())}`;
+    const time = `${pad(d.getHours())}:${pad(d.getMinutes())}:${pad(d.getSeconds())}`;
+    return `${date} ${time}${zone ? ` ${zone.value}` : ""}`;
   }
 
-  const fmtLocal = (ms) => (isNum(ms) ? new Date(ms).toLocaleString() : "");
+  function fmtIso(ms) {
+    if (!isNum(ms)) return "";
+    const d = new Date(ms);
+    return isNaN(d.getTime()) ? "" : d.toISOString();
+  }
 
   function fmtWatermark(ms, lagMs, ended) {
     if (ended) return "end of input";
     if (!isNum(ms)) return DASH;
-    const date = new Date(ms);
-    // A watermark outside what a Date holds shows as its number, not as an exception.
-    const iso = isNaN(date.getTime()) ? `${ms} ms` : date.toISOString();
-    return isNum(lagMs) ? `${iso} · lag ${fmtLag(lagMs)}` : iso;
+    return isNum(lagMs) ? `${fmtTime(ms)} · lag ${fmtLag(lagMs)}` : fmtTime(ms);
   }
 
   // ---------------------------------------------------------------- DOM helpers
@@ -243,10 +266,10 @@
     tr.classList.toggle("job-failed", j.status === "failed");
     const running = j.status === "running" && isNum(j.started_at_ms);
     setText(cell(tr, "uptime"), running ? fmtUptime(Date.now() - j.started_at_ms) : DASH,
-      isNum(j.started_at_ms) ? `started ${fmtLocal(j.started_at_ms)}` : "");
+      isNum(j.started_at_ms) ? `started ${fmtIso(j.started_at_ms)}` : "");
     setText(cell(tr, "in-rate"), fmtRate(j.in_per_second), `${fmtHuman(j.source_records)} records read`);
     setText(cell(tr, "out-rate"), fmtRate(j.out_per_second), `${fmtHuman(j.sink_records)} records written`);
-    const ck = j.last_checkpoint != null ? `checkpoint ${j.last_checkpoint} at ${fmtLocal(j.last_checkpoint_at_ms)}` : "";
+    const ck = j.last_checkpoint != null ? `checkpoint ${j.last_checkpoint} at ${fmtIso(j.last_checkpoint_at_ms)}` : "";
     setText(cell(tr, "checkpoint-age"), fmtAgo(j.last_checkpoint_at_ms), ck);
     setText(cell(tr, "error"), j.error || "", j.error || "");
   }
@@ -289,8 +312,18 @@
     const running = !!info && info.status === "running";
     const busy = state.actionBusy;
     for (const id of ["action-checkpoint", "action-cancel", "action-cancel-checkpoint"]) $(id).disabled = !running || busy;
-    $("action-restart").disabled = !info || running || busy;
-    $("restart-checkpoint").disabled = !info || running || busy;
+    // A restart resumes from a checkpoint: without one there is nothing to restart from.
+    const restartable = !!info && !running && !busy && hasCheckpoint(state.job, info);
+    $("action-restart").disabled = !restartable;
+    $("restart-checkpoint").disabled = !restartable;
+    $("action-restart").title = info && !running && !hasCheckpoint(state.job, info)
+      ? "no completed checkpoint to restart from: submit the job again" : "";
+  }
+
+  function hasCheckpoint(js, info) {
+    if (js && js.hasCheckpoint) return true;
+    if (info.last_checkpoint != null) return true;
+    return Array.isArray(info.partitions) && info.partitions.some((p) => p.last_checkpoint != null);
   }
 
   function renderRestartOptions(js, list) {
@@ -298,12 +331,15 @@
     const items = (Array.isArray(list) ? list : [])
       .slice().sort((a, b) => b.id - a.id)
       .filter((c) => !seen.has(c.id) && seen.add(c.id));
+    js.hasCheckpoint = items.some((c) => !c.damaged);
+    updateButtons();
     const sig = items.map((c) => `${c.id}:${c.damaged ? 1 : 0}`).join(",");
     if (sig === js.ckSig) return;
     js.ckSig = sig;
     const opts = [{ value: "", label: "latest" }];
     for (const c of items) {
-      let label = `${c.id} · ${c.completed_at || fmtLocal(c.completed_at_ms)} · ${fmtBytes(c.bytes)}`;
+      const when = isNum(c.completed_at_ms) ? fmtTime(c.completed_at_ms) : (c.completed_at ? fmtTime(Date.parse(c.completed_at)) : DASH);
+      let label = `${c.id} · ${when} · ${fmtBytes(c.bytes)}`;
       if (c.finished) label += " · end of input";
       if (c.damaged) label += " · damaged";
       opts.push({ value: String(c.id), label, disabled: !!c.damaged, title: c.damaged || "" });
@@ -373,7 +409,8 @@
 
   const NODE_FIELDS = [
     ["records-in", "records in"], ["records-out", "records out"], ["in-rate", "in"], ["out-rate", "out"],
-    ["state-bytes", "state"], ["watermark", "watermark"], ["backpressure", "backpressure"],
+    ["state-bytes", "state"], ["watermark", "watermark"], ["dropped-late", "dropped late"],
+    ["backpressure", "backpressure"],
   ];
   const SUB_CELLS = ["subtask", "records-in", "records-out", "in-rate", "out-rate", "state-bytes", "backpressure"];
   const SUB_HEADS = ["#", "in", "out", "in/s", "out/s", "state", "bp"];
@@ -432,7 +469,13 @@
     setText(field("out-rate"), fmtRate(n.out_per_second));
     setText(field("state-bytes"), fmtBytes(n.state_bytes), fmtHuman(n.state_bytes));
     setText(field("watermark"), fmtWatermark(n.watermark_ms, n.watermark_lag_ms, n.event_time_ended),
-      isNum(n.timers_pending) ? `${n.timers_pending} timers pending` : "");
+      [fmtIso(n.watermark_ms), isNum(n.timers_pending) ? `${n.timers_pending} timers pending` : ""]
+        .filter(Boolean).join(" · "));
+    const dropped = field("dropped-late");
+    const hasDropped = isNum(n.dropped_late) && n.dropped_late > 0;
+    dropped.hidden = !hasDropped;
+    node.querySelector(".node-stats > .dropped-late-label").hidden = !hasDropped;
+    setText(dropped, hasDropped ? fmtCount(n.dropped_late) : "", hasDropped ? "records its windows dropped as too late" : "");
     setBackpressure(field("backpressure"), worstBackpressure(n), "backpressure");
     const rows = node.querySelectorAll("table.subtasks > tbody > tr");
     (n.subtasks || []).forEach((s, i) => {
@@ -523,6 +566,40 @@
   const CK_CELLS = ["id", "partition", "status", "triggered", "duration", "sync-pause", "entries", "bytes", "deleted", "chain", "amplification", "error"];
   const CK_NUM = ["id", "partition", "duration", "sync-pause", "entries", "bytes", "deleted", "amplification"];
 
+  const CK_PAGE = 20;
+  // A record's place in the history, as `?before=` takes it.
+  const ckCursor = (c) => `${c.triggered_at_ms}.${c.id}.${c.partition != null ? c.partition : "-"}`;
+
+  function historyPath(js) {
+    const before = js.ckCursors[js.ckCursors.length - 1];
+    // One more than a page: whether there is an older page.
+    return `checkpoints/history?limit=${CK_PAGE + 1}` + (before ? `&before=${encodeURIComponent(before)}` : "");
+  }
+
+  function renderHistoryPage(js, list) {
+    const items = Array.isArray(list) ? list : [];
+    js.ckOlder = items.length > CK_PAGE;
+    js.ckPage = items.slice(0, CK_PAGE);
+    renderHistory(js.ckPage);
+    const page = js.ckCursors.length;
+    setText($("ck-page"), page === 0 ? `newest ${CK_PAGE}` : `page ${page + 1}`);
+    $("ck-newer").disabled = page === 0;
+    $("ck-older").disabled = !js.ckOlder;
+  }
+
+  function pageHistory(older) {
+    const js = state.job;
+    if (!js) return;
+    if (older) {
+      const last = js.ckPage && js.ckPage[js.ckPage.length - 1];
+      if (!last || !js.ckOlder) return;
+      js.ckCursors.push(ckCursor(last));
+    } else {
+      js.ckCursors.pop();
+    }
+    requestPoll(0);
+  }
+
   function renderHistory(list) {
     const body = $("checkpoints-body");
     const items = Array.isArray(list) ? list : [];
@@ -542,7 +619,7 @@
     const st = cell(tr, "status");
     st.className = `status status-${c.status}`;
     setText(st, c.status);
-    setText(cell(tr, "triggered"), fmtClock(c.triggered_at_ms), fmtLocal(c.triggered_at_ms));
+    setText(cell(tr, "triggered"), fmtTime(c.triggered_at_ms), fmtIso(c.triggered_at_ms));
     const waits = [];
     if (isNum(c.start_delay_ms)) waits.push(`start delay ${fmtMs(c.start_delay_ms)}`);
     if (isNum(c.alignment_ms)) waits.push(`alignment ${fmtMs(c.alignment_ms)}`);
@@ -605,7 +682,10 @@
     if (l.stream && l.stream !== "log") extra.push(l.stream);
     if (l.checkpoint != null) extra.push(`after checkpoint ${l.checkpoint}`);
     op.title = extra.join(", ");
-    div.append(h("span", "time", String(l.time).replace("T", " ")), h("span", "level", l.level), op, h("span", "message", l.message));
+    const at = Date.parse(String(l.time));
+    const time = h("span", "time", isNum(at) ? fmtTime(at) : String(l.time));
+    time.title = String(l.time);
+    div.append(time, h("span", "level", l.level), op, h("span", "message", l.message));
     return div;
   }
 
@@ -717,7 +797,7 @@
       api(jobPath(js.id, "graph")).then(live((g) => renderGraph(js, g))),
       api(jobPath(js.id, full ? "rates" : `rates?since_ms=${js.lastTime}`))
         .then(live((r) => { mergeRates(js, r, full); renderChart(js); })),
-      api(jobPath(js.id, "checkpoints/history")).then(live(renderHistory)),
+      api(jobPath(js.id, historyPath(js))).then(live((list) => renderHistoryPage(js, list))),
       api(`${jobPath(js.id, "logs")}?${query}`)
         .then(live((lines) => { if (logQuery() === query) renderLogs(js, lines); })),
     ];
@@ -780,6 +860,8 @@
       $("confirm").close();
       if (run) run();
     });
+    $("ck-newer").addEventListener("click", () => pageHistory(false));
+    $("ck-older").addEventListener("click", () => pageHistory(true));
     $("confirm-no").addEventListener("click", () => { state.pendingAction = null; $("confirm").close(); });
     $("confirm").addEventListener("close", () => { state.pendingAction = null; });
     for (const id of ["log-operator", "log-level"]) {
