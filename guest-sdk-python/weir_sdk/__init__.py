@@ -1123,8 +1123,16 @@ def _message(e):
     return "\n".join([first, *lines]) if lines else first
 
 
-#: The file of this module: its frames are left out of tracebacks.
-_SDK_FILE = __file__
+#: Files whose frames are left out of tracebacks: this module, the runner that imports the
+#: operator (`_bundle.py`), and the import machinery between the runner and the operator.
+_HIDDEN_FILES = frozenset(
+    (
+        __file__,
+        __file__.replace("__init__.py", "_bundle.py"),
+        "<frozen importlib._bootstrap>",
+        "<frozen importlib._bootstrap_external>",
+    )
+)
 #: The folders componentize-py puts the staged modules and the project's under (`/0/`, `/1/`).
 _MOUNT = re.compile(r"^/\d+/")
 
@@ -1140,8 +1148,9 @@ def _exception_line(e):
 
 
 def _source_name(path):
-    """A frame's file as the project names it: `weir build` componentizes `operator.py` as the
-    module `weir_operator`."""
+    """A frame's file as the project names it. The runner compiles the packed files under
+    their names in the project (`_bundle.py`); a module componentized as the application
+    (`weir_operator.py`, under a mount of componentize-py) is named `operator.py` too."""
     path = _MOUNT.sub("", path)
     if path == "weir_operator.py":
         return "operator.py"
@@ -1166,7 +1175,7 @@ def _traceback_lines(e, lines, seen, last=True):
     tb = e.__traceback__
     while tb is not None:
         code = tb.tb_frame.f_code
-        if code.co_filename != _SDK_FILE:
+        if code.co_filename not in _HIDDEN_FILES:
             line = "?" if tb.tb_lineno is None else tb.tb_lineno
             name = getattr(code, "co_qualname", code.co_name)
             frames.append(f'  File "{_source_name(code.co_filename)}", line {line}, in {name}')

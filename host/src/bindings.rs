@@ -1,12 +1,20 @@
 //! The host side of the WIT world in `wit/`: the one `bindgen!` call.
 //!
-//! Imports (`state`, `time`, `log`, `metrics`) are implemented in [`crate::guest`]; the export (`processor`) is
-//! called by [`crate::guest::WasmOperator`].
+//! Imports (`state`, `time`, `log`, `metrics`, `bundle`) are implemented in [`crate::guest`];
+//! the export (`processor`) is called by [`crate::guest::WasmOperator`].
+//!
+//! The host binds the world `bundled-operator`, which is `operator` plus the `bundle` import:
+//! a component of either world links against it (a component imports only what it uses).
 
 wasmtime::component::bindgen!({
     path: "../wit",
-    world: "weir:operator/operator",
+    world: "weir:operator/bundled-operator",
 });
+
+/// The bindings of an operator instance, whichever of the two worlds its component targets.
+pub type Operator = BundledOperator;
+/// A component ready to instantiate as an [`Operator`].
+pub type OperatorPre<T> = BundledOperatorPre<T>;
 
 /// The WIT package this host implements, as components name it.
 pub const PACKAGE: &str = "weir:operator@0.5.0";
@@ -15,12 +23,13 @@ pub const WORLD: &str = "weir:operator/operator@0.5.0";
 /// The interface every operator component must export.
 pub const PROCESSOR_EXPORT: &str = "weir:operator/processor@0.5.0";
 /// The interfaces Weir provides to operators, besides WASI.
-pub const WEIR_IMPORTS: [&str; 5] = [
+pub const WEIR_IMPORTS: [&str; 6] = [
     "weir:operator/types@0.5.0",
     "weir:operator/state@0.5.0",
     "weir:operator/time@0.5.0",
     "weir:operator/log@0.5.0",
     "weir:operator/metrics@0.5.0",
+    "weir:operator/bundle@0.5.0",
 ];
 
 #[cfg(test)]

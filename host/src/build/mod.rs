@@ -21,9 +21,9 @@
 //! - `toolchain.rs`: finding each tool (environment override, the toolchains folders of
 //!   `weir toolchain install`: `$WEIR_HOME/toolchains`, then `tools/` next to the binary,
 //!   then `PATH`) and running it.
-//! - `rust.rs`, `python.rs`, `javascript.rs`, `c.rs`: one language's build each;
-//!   `python_check.rs`: a Python project's syntax checked by a local CPython first (seconds
-//!   before componentize-py would report it);
+//! - `rust.rs`, `python.rs`, `javascript.rs`, `c.rs`: one language's build each (Python's:
+//!   a runner component made once, the project's modules packed into a copy of it);
+//!   `python_check.rs`: a Python project's syntax checked by a local CPython first;
 //!   `rust_sdk.rs`: the Rust SDK compiled into the binary, staged for Rust projects.
 //! - `skeleton.rs`: `weir new`, a small working operator per language (files in
 //!   `skeletons/`).
@@ -100,6 +100,8 @@ pub enum BuildError {
         report: String,
         caveat: String,
     },
+    #[error("the Python build failed: operator.py cannot be imported:\n{report}")]
+    PythonImport { report: String },
     #[error(transparent)]
     Check(#[from] LoadError),
 }
@@ -216,11 +218,14 @@ fn build_checked(
     tracing::debug!(project = %project.dir().display(), language = %project.language(), "building");
     match project.language() {
         Language::Rust => rust::build(project, partial)?,
-        Language::Python => python::build(project, staging, partial)?,
+        Language::Python => python::build(project, staging, partial, engine)?,
         Language::JavaScript => javascript::build(project, staging, partial)?,
         Language::C => c::build(project, staging, partial)?,
     }
-    engine.load(partial)?;
+    let component = engine.load(partial)?;
+    if project.language() == Language::Python {
+        python::check_loads(engine, &component)?;
+    }
     Ok(())
 }
 

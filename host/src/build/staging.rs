@@ -19,6 +19,11 @@ pub(super) const PYTHON_SDK: &[(&str, &str)] = &[
         "weir_sdk/_logging.py",
         include_str!("../../../guest-sdk-python/weir_sdk/_logging.py"),
     ),
+    // The runner: imports the operator from the files packed into the component.
+    (
+        "weir_sdk/_bundle.py",
+        include_str!("../../../guest-sdk-python/weir_sdk/_bundle.py"),
+    ),
     // Imports, at build time, what an operator may import later.
     (
         "weir_sdk/_preload.py",

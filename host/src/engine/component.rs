@@ -1,12 +1,13 @@
 //! Loading operator components and checking them against Weir's world.
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Instant;
 
 use wasmtime::component::Component;
 
 use super::cache::FileIdentity;
-use super::{ComponentCache, Engine};
+use super::{ComponentCache, Engine, bundle};
 use crate::bindings::{OperatorPre, PACKAGE, PROCESSOR_EXPORT, WEIR_IMPORTS, WORLD};
 use crate::guest::GuestState;
 
@@ -51,6 +52,9 @@ impl LoadError {
 pub struct OperatorComponent {
     pre: OperatorPre<GuestState>,
     path: PathBuf,
+    /// The files packed at its end (`bundle.rs`), which its `bundle` import returns; empty
+    /// for a component without them.
+    bundle: Arc<[u8]>,
 }
 
 impl std::fmt::Debug for OperatorComponent {
@@ -69,6 +73,11 @@ impl OperatorComponent {
     pub fn path(&self) -> &Path {
         &self.path
     }
+
+    /// The packed files, in the encoding of the `bundle` import.
+    pub fn bundle(&self) -> &Arc<[u8]> {
+        &self.bundle
+    }
 }
 
 pub(super) fn load(engine: &Engine, path: &Path) -> Result<OperatorComponent, LoadError> {
@@ -78,16 +87,21 @@ pub(super) fn load(engine: &Engine, path: &Path) -> Result<OperatorComponent, Lo
         let key = cache.remembered_key(engine.wasmtime(), path)?;
         cache.get(engine.wasmtime(), &key)
     });
-    let (component, cached) = match remembered {
-        Some(component) => (component, true),
+    let read_error = |source| LoadError::Read {
+        path: path.to_owned(),
+        source,
+    };
+    let (component, bundle, cached) = match remembered {
+        Some(component) => (component, bundle::read(path).map_err(read_error)?, true),
         None => {
             let identity = FileIdentity::of(path);
-            let bytes = std::fs::read(path).map_err(|source| LoadError::Read {
-                path: path.to_owned(),
-                source,
-            })?;
+            let bytes = std::fs::read(path).map_err(read_error)?;
             check_header(path, &bytes)?;
-            compile_or_reuse(engine, path, &bytes, identity.as_ref())?
+            // The code alone is compiled and cached: components that differ only in their
+            // packed files share one artifact.
+            let (code, bundle) = bundle::split(&bytes);
+            let (component, cached) = compile_or_reuse(engine, path, code, identity.as_ref())?;
+            (component, bundle.to_vec(), cached)
         }
     };
     check_world(engine, path, &component)?;
@@ -107,6 +121,7 @@ pub(super) fn load(engine: &Engine, path: &Path) -> Result<OperatorComponent, Lo
     Ok(OperatorComponent {
         pre,
         path: path.to_owned(),
+        bundle: bundle.into(),
     })
 }
 

@@ -3,9 +3,12 @@
 //! - [`Engine`]: wasmtime configured for components with epoch interruption, the [`Linker`]
 //!   with WASI and Weir's imports, the component cache and the epoch ticker.
 //! - [`cache`]: the on-disk cache of precompiled components.
+//! - [`bundle`]: files packed at the end of a component (a Python project's modules), which
+//!   its `bundle` import reads and its compiled artifact does not depend on.
 //! - [`function_cache`]: Cranelift's incremental compilation cache, on disk, for `weir build`.
 //! - [`component`]: loading a component and checking that it implements Weir's world.
 
+pub mod bundle;
 pub mod cache;
 pub mod component;
 pub mod function_cache;

@@ -6,12 +6,14 @@
 //!   failed call went past.
 //! - [`slots`]: [`KeySlots`], the distinct keys of the batch being processed; state calls name
 //!   keys by slot.
-//! - [`state_host`], [`log_host`], [`metrics_host`]: the `state`, `log` and `metrics` imports.
+//! - [`state_host`], [`log_host`], [`metrics_host`], [`bundle_host`]: the `state`, `log`,
+//!   `metrics` and `bundle` imports.
 //! - [`log_file`]: [`GuestLogFile`], a job's guest log lines kept for `weir job ID --logs`.
 //! - [`output`]: [`output::GuestOutput`], the guest's stdout and stderr, into the log.
 //! - [`wasm_operator`]: [`WasmOperator`], an [`crate::operator::OperatorInstance`] backed by a
 //!   component instance.
 
+pub mod bundle_host;
 pub mod limits;
 pub mod log_file;
 pub mod log_host;
@@ -87,6 +89,8 @@ pub struct GuestState {
     /// Records the guest dropped as too late (the `metrics` import) since the task last took
     /// the count.
     pub(crate) dropped_late: u64,
+    /// The files packed into the component, which the `bundle` import returns.
+    pub(crate) bundle: Arc<[u8]>,
 }
 
 impl GuestState {
@@ -107,7 +111,15 @@ impl GuestState {
             undo: None,
             watermark: None,
             dropped_late: 0,
+            bundle: Arc::from([]),
         }
+    }
+
+    /// The same state, for an instance of a component that packs `bundle` (its files, in the
+    /// encoding of the `bundle` import).
+    pub fn with_bundle(mut self, bundle: Arc<[u8]>) -> Self {
+        self.bundle = bundle;
+        self
     }
 
     pub fn backend(&self) -> &KeyedStateBackend {

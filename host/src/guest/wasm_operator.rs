@@ -1,5 +1,7 @@
 //! [`WasmOperator`]: an operator instance backed by a component instance.
 
+use std::sync::Arc;
+
 use wasmtime::Store;
 
 use super::state_host::BlobsBuilder;
@@ -9,8 +11,9 @@ use crate::bindings::weir::operator::types::{
     Batch, Context, Failure, FiredTimers, TimeDomain as WitTimeDomain,
 };
 use crate::engine::{EPOCH_TICK, Engine, OperatorComponent};
+use crate::ids::{OperatorName, SubtaskIndex};
 use crate::operator::{
-    FailureKind, OperatorError, OperatorFactory, OperatorInstance, SubtaskContext,
+    FailureKind, GuestLimits, OperatorError, OperatorFactory, OperatorInstance, SubtaskContext,
 };
 use crate::record::{Numbers, RecordBatch};
 use crate::state::{FiredTimer, KeyedStateBackend, TimeDomain};
@@ -68,7 +71,8 @@ impl WasmOperator {
             subtask: ctx.subtask,
             file: ctx.guest_log.clone(),
         };
-        let state = GuestState::new(backend, ctx.limits, log);
+        let state =
+            GuestState::new(backend, ctx.limits, log).with_bundle(component.bundle().clone());
         let mut store = Store::new(engine.wasmtime(), state);
         store.limiter(|s| &mut s.limiter);
         let deadline_ticks =
@@ -107,6 +111,35 @@ impl WasmOperator {
         }
         op.store.data_mut().backend.seal_declarations();
         Ok(op)
+    }
+
+    /// Instantiates `component` apart from any job and calls its `close` without `open`; the
+    /// failure it returns, as its message (a component of the SDKs answers that it is not
+    /// open). `weir build` checks a Python component so: its runner imports the operator's
+    /// packed modules at the first call, and a module that fails to import says so here.
+    pub fn close_unopened(
+        engine: &Engine,
+        component: &OperatorComponent,
+    ) -> anyhow::Result<Option<String>> {
+        let groups = crate::partition::KeyGroups::default();
+        let backend = KeyedStateBackend::new(groups, groups.range_of(SubtaskIndex(0), 1));
+        let log = LogContext {
+            job: Arc::from("weir build"),
+            operator: OperatorName("operator".into()),
+            subtask: SubtaskIndex(0),
+            file: None,
+        };
+        let state = GuestState::new(backend, GuestLimits::default(), log)
+            .with_bundle(component.bundle().clone());
+        let mut store = Store::new(engine.wasmtime(), state);
+        store.limiter(|s| &mut s.limiter);
+        store.set_epoch_deadline(
+            (GuestLimits::default().cpu_time_per_call.as_millis() / EPOCH_TICK.as_millis()).max(1)
+                as u64,
+        );
+        let bindings = component.pre().instantiate(&mut store)?;
+        let result = bindings.weir_operator_processor().call_close(&mut store)?;
+        Ok(result.err().map(|failure| failure.message))
     }
 
     /// Readies the store for a call into the guest: a fresh CPU deadline, no limit passed.
