@@ -321,18 +321,6 @@ async fn an_operator_on_call_watches_checkpoints_filters_and_cancels_a_job_from_
     browser.close().await;
 }
 
-/// Waits until `script` (a function body) returns `true` in the page.
-async fn wait_true(browser: &Browser, what: &str, script: &str) {
-    let deadline = std::time::Instant::now() + Duration::from_secs(60);
-    loop {
-        if browser.eval(script).await == serde_json::Value::Bool(true) {
-            return;
-        }
-        assert!(std::time::Instant::now() < deadline, "never {what}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
-
 /// The page's one time format: local date and time, then the zone.
 fn is_local_time(text: &str) -> bool {
     let b = text.as_bytes();
@@ -482,12 +470,12 @@ async fn a_newcomer_reads_times_lateness_pages_of_history_and_jobs_that_ended_or
     }
 
     // The checkpoint history: 20 rows a page, older ones a click away.
-    wait_true(
-        &browser,
-        "an older page of checkpoints",
-        "return !document.querySelector('#ck-older').disabled",
-    )
-    .await;
+    browser
+        .wait_true(
+            "an older page of checkpoints",
+            "return !document.querySelector('#ck-older').disabled",
+        )
+        .await;
     assert_eq!(
         browser.count("#checkpoints-body tr[data-checkpoint]").await,
         20
@@ -580,12 +568,12 @@ async fn a_newcomer_reads_times_lateness_pages_of_history_and_jobs_that_ended_or
     browser
         .wait_text("#job-status", "failed", |t| t == "failed")
         .await;
-    wait_true(
-        &browser,
-        "restart disabled",
-        "return document.querySelector('#action-restart').disabled",
-    )
-    .await;
+    browser
+        .wait_true(
+            "restart disabled",
+            "return document.querySelector('#action-restart').disabled",
+        )
+        .await;
     browser.close().await;
 }
 

@@ -263,6 +263,15 @@ impl Browser {
         }
     }
 
+    /// Waits until `script` (a function body) returns `true` in the page.
+    pub async fn wait_true(&self, what: &str, script: &str) {
+        let deadline = Instant::now() + PATIENCE;
+        while self.eval(script).await != Value::Bool(true) {
+            assert!(Instant::now() < deadline, "never {what}");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
     /// Runs `script` in the page; returns its value.
     pub async fn eval(&self, script: &str) -> Value {
         self.eval_with(script, Vec::new()).await
