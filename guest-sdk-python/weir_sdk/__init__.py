@@ -24,9 +24,9 @@ exports as `weir:operator/processor`; the application module must bind it to the
 
     Processor = weir_sdk.export(Counter)
 
-Put the operator in `operator.py` and build it with `weir build` (which stages this SDK, the
-one of the `weir` binary, beside it, and checks the component against the world
-`weir:operator/operator@0.5.0`); `weir new --lang python NAME` starts a project.
+Put the operator in `operator.py` and build it with `weir build`, which packs it and the
+project's own modules into a runner made of this SDK, the one of the `weir` binary
+(`_bundle.py`), and checks that they import; `weir new --lang python NAME` starts a project.
 
 Like the Rust SDK, this one is built around the cost of the component boundary:
 
@@ -56,14 +56,16 @@ a count of 5 is stored as the bytes `5`. They must be JSON-serializable.
 and raises a `TypeError` at the call for anything else; `emit_json` writes any JSON value.
 
 An exception raised by `open`, `process` or `close` fails the job with its message and its
-traceback, as Python prints it but without this SDK's frames and without source lines (the
-component holds compiled modules only): each frame's file, line and function. From `process`,
+traceback, as Python prints it but without this SDK's frames and without source lines
+(reading them would call on a file system the component does not have): each frame's file,
+line and function. From `process`,
 the host also learns which record of the batch was being processed. The writes of the failed
 batch are dropped and so are the records it emitted; the host may roll the batch's state back
 and process it again without the failing record, so an operator keeps nothing of a failed
 batch in its own attributes either.
 """
 
+import importlib
 import json
 import re
 from array import array
@@ -1124,11 +1126,14 @@ def _message(e):
 
 
 #: Files whose frames are left out of tracebacks: this module, the runner that imports the
-#: operator (`_bundle.py`), and the import machinery between the runner and the operator.
+#: operator (`_bundle.py`), the finder of last resort (`_preload.py`), and the import
+#: machinery between the runner and the operator.
 _HIDDEN_FILES = frozenset(
     (
         __file__,
         __file__.replace("__init__.py", "_bundle.py"),
+        __file__.replace("__init__.py", "_preload.py"),
+        importlib.__file__,
         "<frozen importlib._bootstrap>",
         "<frozen importlib._bootstrap_external>",
     )

@@ -1,16 +1,17 @@
-"""Imports, while `weir build` builds the component, every module an operator may import later.
+"""Imports, while `weir build` makes the Python runner, every module an operator may import later.
 
 componentize-py runs the application module once at build time and keeps the interpreter's
-memory as it was then: a module is in the component if and only if it was imported by then.
-A component has no files at run time (the sandbox grants none), so a module first imported
-inside `process` would not be found. `weir build` therefore appends a call to `run` to the
-operator's module, which imports:
+memory as it was then: a module is in the component if and only if it was imported by then
+(or is packed into it as source, as the operator's own modules are: `_bundle.py`). A
+component has no files at run time (the sandbox grants none), so a standard library module
+first imported inside `process` would not be found. The runner's application module
+therefore calls `run`, which imports:
 
 - the standard library: every module of `sys.stdlib_module_names` and every submodule of its
   packages, except those that are no use in a sandbox without a terminal, a display or
   processes (`SKIPPED`) and those that fail to import under WASI (`ssl`, `ctypes`, ...);
-- the operator's own modules and packages (`project`, listed by `weir build` from the
-  project folder), with their submodules.
+- the modules and packages named in `project` (the runner names none: the operator's own
+  modules come from the bundle), with their submodules.
 
 A module that is not in the component, or failed to import at build time, raises
 `ModuleNotFoundError` (an `ImportError`) at run time, saying so, and never traps.
