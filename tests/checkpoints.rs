@@ -136,10 +136,15 @@ async fn checkpoints_fail_under_store_faults_are_retried_and_leave_no_orphans() 
     assert_store_holds_exactly_the_retained(&clean).await;
 }
 
-/// Runs a word count whose store holds back writes to paths ending with `suffix` for its first
-/// 500 ms, with a checkpoint timeout of 100 ms; checks the output and that the store holds
-/// exactly the retained checkpoints' objects in the end.
-async fn run_with_a_hung_store(name: &str, suffix: &str) -> RunSummary {
+/// Runs a word count whose store holds back writes to paths ending with `suffix` until the held
+/// paths satisfy `release` (a later checkpoint's write held too, or one write made again),
+/// with a checkpoint timeout of 100 ms; checks the output and that the store holds exactly the
+/// retained checkpoints' objects in the end.
+async fn run_with_a_hung_store(
+    name: &str,
+    suffix: &str,
+    release: fn(&[String]) -> bool,
+) -> RunSummary {
     let dir = tempfile::tempdir().expect("tempdir");
     let expected = write_input(&dir.path().join("in.txt"), 20_000, 2_000, 5);
     let job = job_file(
@@ -154,7 +159,7 @@ async fn run_with_a_hung_store(name: &str, suffix: &str) -> RunSummary {
     let hold = instrumented.write_hold();
     hold.hold(suffix);
     let release = tokio::spawn(async move {
-        tokio::time::sleep(Duration::from_millis(500)).await;
+        hold.held_until(release).await;
         hold.release();
     });
     let store = CheckpointStore::new(Arc::new(instrumented), &StorePath::from("root"), name);
@@ -171,7 +176,14 @@ async fn run_with_a_hung_store(name: &str, suffix: &str) -> RunSummary {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn checkpoints_waiting_on_hung_uploads_time_out_and_the_job_still_finishes_exactly_once() {
     // Without a timeout, the first checkpoint would wait for the uploads, then complete.
-    let summary = run_with_a_hung_store("hung-uploads", ".inc").await;
+    // Held until a second checkpoint's upload is: the first one timed out by then.
+    let summary = run_with_a_hung_store("hung-uploads", ".inc", |held| {
+        fn checkpoint(path: &str) -> Option<&str> {
+            path.rsplit('/').next().and_then(|f| f.get(..24))
+        }
+        held.iter().any(|p| checkpoint(p) != checkpoint(&held[0]))
+    })
+    .await;
     assert!(
         summary.checkpoints_aborted > 0,
         "checkpoints waiting on hung uploads should have timed out: {summary:?}"
@@ -181,9 +193,14 @@ async fn checkpoints_waiting_on_hung_uploads_time_out_and_the_job_still_finishes
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_hung_metadata_write_is_made_again_until_the_store_takes_it_and_the_run_goes_on() {
     // The write may still land, so the checkpoint can be neither completed nor aborted: the
-    // coordinator writes it again until the store takes it (500 ms on), while the job goes on;
-    // nothing fails, and that checkpoint completes.
-    let summary = run_with_a_hung_store("hung-metadata", ".json").await;
+    // coordinator writes it again until the store takes it (held until one is written
+    // again), while the job goes on; nothing fails, and that checkpoint completes.
+    let summary = run_with_a_hung_store("hung-metadata", ".json", |held| {
+        held.iter()
+            .enumerate()
+            .any(|(i, p)| p.contains("/checkpoints/") && held[..i].contains(p))
+    })
+    .await;
     assert_eq!(summary.restarts, 0, "{summary:?}");
     assert_eq!(
         summary.checkpoints_aborted, 0,

@@ -10,7 +10,6 @@
 mod support;
 
 use std::path::Path;
-use std::time::Duration;
 
 use support::browser::Browser;
 use support::host::{Host, TOKEN};
@@ -205,12 +204,13 @@ async fn an_operator_on_call_watches_checkpoints_filters_and_cancels_a_job_from_
         })
         .await;
     let first = records_in(&browser, "count").await;
-    tokio::time::sleep(Duration::from_millis(2_500)).await;
-    let second = records_in(&browser, "count").await;
-    assert!(
-        second > first,
-        "count's records in did not rise: {first} then {second}"
-    );
+    browser
+        .wait_text(
+            ".node[data-node=\"count\"] .records-in",
+            "count's records in to rise",
+            |t| t.trim().parse::<u64>().is_ok_and(|n| n > first),
+        )
+        .await;
     let rate = browser
         .wait_text(".node[data-node=\"count\"] .in-rate", "a rate", |t| {
             t.ends_with("/s")

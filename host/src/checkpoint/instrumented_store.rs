@@ -75,29 +75,52 @@ impl StoreStats {
 /// Holds back writes to some paths until released, as a store whose calls hang would; made
 /// by [`InstrumentedStore::write_hold`], shared by its clones.
 #[derive(Clone, Debug)]
-pub struct WriteHold(Arc<tokio::sync::watch::Sender<Option<String>>>);
+pub struct WriteHold {
+    /// The suffix of the paths held back, `None` once released.
+    suffix: Arc<tokio::sync::watch::Sender<Option<String>>>,
+    /// The paths of the writes held back so far, in order (a path twice when written again):
+    /// what a test waits on before it releases.
+    held: Arc<tokio::sync::watch::Sender<Vec<String>>>,
+}
 
 impl WriteHold {
+    fn new() -> Self {
+        Self {
+            suffix: Arc::new(tokio::sync::watch::Sender::new(None)),
+            held: Arc::new(tokio::sync::watch::Sender::new(Vec::new())),
+        }
+    }
+
     /// From now on, writes to paths ending with `suffix` wait (those already waiting too).
     pub fn hold(&self, suffix: &str) {
-        self.0.send_replace(Some(suffix.to_owned()));
+        self.suffix.send_replace(Some(suffix.to_owned()));
     }
 
     /// Lets every held write through.
     pub fn release(&self) {
-        self.0.send_replace(None);
+        self.suffix.send_replace(None);
+    }
+
+    /// Waits until the paths of the writes held back so far satisfy `done`.
+    pub async fn held_until(&self, done: impl Fn(&[String]) -> bool) {
+        let mut held = self.held.subscribe();
+        // The sender lives as long as `self`.
+        let _ = held.wait_for(|paths| done(paths)).await;
     }
 
     async fn pass(&self, location: &Path) {
-        let mut held = self.0.subscribe();
+        let holds = |suffix: &Option<String>| {
+            suffix
+                .as_deref()
+                .is_some_and(|s| location.as_ref().ends_with(s))
+        };
+        let mut suffix = self.suffix.subscribe();
+        if holds(&suffix.borrow_and_update()) {
+            self.held
+                .send_modify(|paths| paths.push(location.to_string()));
+        }
         // The sender lives as long as `self`, so the wait ends only by a release.
-        let _ = held
-            .wait_for(|suffix| {
-                !suffix
-                    .as_deref()
-                    .is_some_and(|s| location.as_ref().ends_with(s))
-            })
-            .await;
+        let _ = suffix.wait_for(|suffix| !holds(suffix)).await;
     }
 }
 
@@ -116,7 +139,7 @@ impl InstrumentedStore {
             inner,
             stats: Arc::default(),
             faults,
-            hold: WriteHold(Arc::new(tokio::sync::watch::Sender::new(None))),
+            hold: WriteHold::new(),
             calls: AtomicU64::new(0),
         }
     }
