@@ -661,10 +661,10 @@ fn a_message_that_is_not_json_fails_the_job_or_is_skipped_or_dead_lettered_and_c
 #[test]
 fn a_restored_sink_skips_the_staged_records_the_topic_already_holds() {
     use weir_host::checkpoint::CheckpointStore;
+    use weir_host::connectors::kafka::KafkaSink;
+    use weir_host::connectors::kafka::settings::KafkaSinkSpec;
     use weir_host::connectors::{Sink, SinkRestore};
     use weir_host::ids::CheckpointId;
-    use weir_host::kafka::KafkaSink;
-    use weir_host::kafka::settings::KafkaSinkSpec;
     use weir_host::record::{RecordBatch, RecordRef};
 
     let broker = Broker::start(&[("counts", 3)]);

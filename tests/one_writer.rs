@@ -238,10 +238,10 @@ fn a_served_job_and_a_local_run_never_write_one_output_together() {
 async fn a_run_that_lost_its_lease_commits_nothing() {
     use std::sync::Arc;
     use std::sync::atomic::{AtomicU64, Ordering};
+    use weir_host::checkpoint::lease::{Clock, Lease, LeaseOptions};
     use weir_host::checkpoint::{CheckpointStore, JobStart, StartFrom};
     use weir_host::engine::{ComponentCache, Engine, EngineOptions};
     use weir_host::job::{JobError, JobSpec, Pipeline, RunOptions, run};
-    use weir_host::lease::{Clock, Lease, LeaseOptions};
 
     let dir = tempfile::tempdir().expect("tempdir");
     write_input(dir.path(), 2_000);

@@ -86,7 +86,7 @@ fn measure(runtime: &tokio::runtime::Runtime, engine: &Engine, text: &str, recor
     let started = Instant::now();
     let out = if matches!(spec.source, weir_host::job::spec::SourceSpec::Kafka(_)) {
         let summary = runtime
-            .block_on(weir_host::kafka::run_group(
+            .block_on(weir_host::group::run_group(
                 &spec,
                 engine,
                 RunOptions::default(),

@@ -45,3 +45,17 @@ impl fmt::Display for OperatorName {
         self.0.fmt(f)
     }
 }
+
+/// A name for one run, unique across processes and restarts: the token of its leases and the
+/// name of its artifacts.
+pub fn new_run_id() -> String {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u128(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos()),
+    );
+    h.write_u32(std::process::id());
+    format!("{:016x}", h.finish())
+}

@@ -27,40 +27,42 @@
 //!
 //! # Layout
 //!
-//! - [`cli`]: the `weir` command line (`run`, `validate`, `checkpoints`, `build`, `new`,
-//!   `toolchain`, the `serve` host and its clients).
-//! - [`build`]: `weir build` and `weir new`: operator projects in Rust, Python, JavaScript and
-//!   C compiled into components (the SDKs and the WIT embedded) and checked against the world.
-//! - [`toolchains`]: `weir toolchain install` and `list`: the Python, JavaScript, C and Rust
-//!   toolchains installed per user (`$WEIR_HOME`) or next to a checkout's binaries.
+//! The modules form layers, listed here from the bottom up: each imports only modules listed
+//! before it (a test, `module_layers`, keeps it so), but for `engine` and `guest`, two halves
+//! of one concept.
+//!
+//! - [`ids`], [`clock`], [`vocabulary`]: identifier newtypes, the wall clock, and the words
+//!   the job file shares with the connectors (record policies, watermark settings).
+//! - [`partition`]: key hashing, key groups and their ranges per subtask.
+//! - [`bindings`]: the one `bindgen!` over `wit/`, the single source of the interface.
+//! - [`record`]: [`record::RecordBatch`], the flat batch that crosses tasks and the boundary.
+//! - [`state`]: the in-memory keyed state backend: per state and key group, dirty keys
+//!   tracked; snapshots (increments) and restore; timers as keyed state ([`state::timers`]).
+//! - [`checkpoint`]: the coordinator and the messages it exchanges with tasks, each subtask's
+//!   uploads, chain and cleanup, checkpoint metadata, the artifact format, stores chosen by
+//!   URL through `object_store`, and [`checkpoint::lease`]: one run at a time per job and per
+//!   output.
+//! - [`operator`]: the [`operator::OperatorInstance`] trait the runtime drives, for Wasm and
+//!   for native operators (benchmarks), operator errors, and the guest log file.
+//! - [`engine`] and [`guest`]: wasmtime set up once (components, epoch interruption), the
+//!   on-disk cache of precompiled components; a component instance as an operator (the
+//!   store's data, the `state`, `log`, `metrics` and `bundle` imports, key slots).
+//! - [`connectors`]: replayable sources (text lines, JSON lines, generator, a Kafka
+//!   partition) that stamp records with their event time, and two-phase sinks (file, Kafka;
+//!   stdout and discard write through).
 //! - [`job`]: the job file ([`job::spec`]), the runnable [`job::Pipeline`], routing between
 //!   stages ([`job::router`]), the task runtime with barrier alignment ([`job::runtime`],
 //!   [`job::input_gate`]), event time between tasks ([`job::watermarks`]), restarts
 //!   ([`job::supervisor`]), metrics and progress.
-//! - [`engine`]: wasmtime set up once (components, epoch interruption), the on-disk cache of
-//!   precompiled components, loading and checking components against the world.
-//! - [`bindings`]: the one `bindgen!` over `wit/`, the single source of the interface.
-//! - [`guest`]: a component instance as an operator: the store's data, the `state` and `log`
-//!   imports, and key slots (how a batch's keys are named in state calls).
-//! - [`operator`]: the [`operator::OperatorInstance`] trait the runtime drives, for Wasm and
-//!   for native operators (benchmarks), and operator errors.
-//! - [`state`]: the in-memory keyed state backend: per state and key group, dirty keys
-//!   tracked; snapshots (increments) and restore; timers as keyed state ([`state::timers`]).
-//! - [`checkpoint`]: the coordinator and the messages it exchanges with tasks, each subtask's
-//!   uploads, chain and cleanup, checkpoint metadata, the artifact format, and stores chosen
-//!   by URL through `object_store`.
-//! - [`partition`]: key hashing, key groups and their ranges per subtask.
-//! - [`record`]: [`record::RecordBatch`], the flat batch that crosses tasks and the boundary.
-//! - [`connectors`]: replayable sources (text lines, JSON lines, generator) that stamp
-//!   records with their event time, and two-phase sinks (file; stdout and discard write
-//!   through).
-//! - [`kafka`]: Kafka's source and sink, and scale-out: a pipeline per input partition, the
-//!   partitions shared by the processes of a consumer group ([`kafka::run_group`]).
+//! - [`group`]: a Kafka job as a member of its consumer group: a pipeline per partition the
+//!   group gives this process ([`group::run_group`]).
+//! - [`build`]: `weir build` and `weir new`: operator projects in Rust, Python, JavaScript and
+//!   C compiled into components (the SDKs and the WIT embedded) and checked against the
+//!   world; [`build::toolchains`]: `weir toolchain install` and `list`.
 //! - [`serve`]: `weir serve`, a long-running host running many jobs submitted over HTTP, and
 //!   its web console (rates, backpressure, checkpoint history, logs; DESIGN.md §15).
-//! - [`lease`]: one run at a time per job and per output: a lease object with a token and
-//!   an expiry, renewed while the run lasts and checked before every commit.
-//! - [`ids`]: identifier newtypes shared across modules.
+//! - [`cli`]: the `weir` command line (`run`, `validate`, `checkpoints`, `build`, `new`,
+//!   `toolchain`, the `serve` host and its clients).
 //!
 //! # Design notes
 //!
@@ -113,16 +115,19 @@ pub mod bindings;
 pub mod build;
 pub mod checkpoint;
 pub mod cli;
+pub mod clock;
 pub mod connectors;
 pub mod engine;
+pub mod group;
 pub mod guest;
 pub mod ids;
 pub mod job;
-pub mod kafka;
-pub mod lease;
 pub mod operator;
 pub mod partition;
 pub mod record;
 pub mod serve;
 pub mod state;
-pub mod toolchains;
+pub mod vocabulary;
+
+#[cfg(test)]
+mod module_layers;

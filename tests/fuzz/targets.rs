@@ -33,8 +33,9 @@ use weir_host::ids::{CheckpointId, OperatorName, SubtaskIndex};
 use weir_host::job::KeyBy;
 use weir_host::job::bad_records::{DeadLetter, describe_record};
 use weir_host::job::router::Router;
-use weir_host::job::spec::{JobSpec, MAX_KEY_GROUPS, SourceSpec};
+use weir_host::job::spec::{JobSpec, SourceSpec};
 use weir_host::operator::GuestLimits;
+use weir_host::partition::MAX_KEY_GROUPS;
 use weir_host::partition::{KeyGroupRange, KeyGroups, hash_key};
 use weir_host::record::{Numbers, RecordBatch, RecordRef};
 use weir_host::serve::api::{CancelOptions, LogOptions, RestartOptions};
@@ -214,7 +215,7 @@ fn job_file(input: &[u8]) -> Found {
         }
     }
     if matches!(spec.source, SourceSpec::Kafka(_)) {
-        check_spec(&weir_host::kafka::group::one_partition(&spec))?;
+        check_spec(&weir_host::group::one_partition(&spec))?;
     }
     let first = spec.operators.first().map(|o| o.name.clone());
     for (operator, parallelism) in [(None, 2), (first.as_deref(), 1), (None, u32::MAX)] {
@@ -1881,7 +1882,8 @@ fn serve_query(input: &[u8]) -> Found {
     }
     if let Ok(Query(options)) = Query::<LogOptions>::try_from_uri(&uri) {
         // `tail` lines of an empty log: no allocation by the number asked for.
-        let log = weir_host::guest::GuestLogFile::new(scratch_dir("serve_query").join("guest.log"));
+        let log =
+            weir_host::operator::GuestLogFile::new(scratch_dir("serve_query").join("guest.log"));
         let lines = log.tail(options.tail).map_err(|e| e.to_string())?;
         check(lines.is_empty(), || "lines from an empty log".into())?;
     }

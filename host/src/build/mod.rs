@@ -41,6 +41,7 @@ mod skeleton;
 mod staging;
 mod staleness;
 pub mod toolchain;
+pub mod toolchains;
 
 use std::path::{Path, PathBuf};
 use std::time::Instant;

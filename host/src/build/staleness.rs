@@ -11,7 +11,6 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 
 use super::Project;
-use crate::job::JobSpec;
 
 /// An operator whose component is older than a source of the project that holds it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -49,21 +48,24 @@ fn project_of(component: &Path) -> Option<(PathBuf, Project)> {
     Some((folder.to_owned(), project))
 }
 
-/// The operators of `spec` whose components are older than their project's sources. A
-/// component outside a project, or whose times cannot be read, is never reported.
-pub fn stale_components(spec: &JobSpec) -> Vec<StaleComponent> {
-    spec.operators
-        .iter()
-        .filter_map(|op| {
-            let (folder, project) = project_of(&op.component)?;
-            let built = std::fs::metadata(&op.component)
+/// The operators, given as (name, component as the job file resolved it), whose components
+/// are older than their project's sources. A component outside a project, or whose times
+/// cannot be read, is never reported.
+pub fn stale_components<'a>(
+    operators: impl IntoIterator<Item = (&'a str, &'a Path)>,
+) -> Vec<StaleComponent> {
+    operators
+        .into_iter()
+        .filter_map(|(operator, component)| {
+            let (folder, project) = project_of(component)?;
+            let built = std::fs::metadata(component)
                 .and_then(|m| m.modified())
                 .ok()?;
             let (newest, changed) = project.newest_source().ok()??;
             let inside = newest.strip_prefix(project.dir()).ok()?;
             (changed > built).then(|| StaleComponent {
-                operator: op.name.clone(),
-                component: op.component.clone(),
+                operator: operator.to_owned(),
+                component: component.to_owned(),
                 project: folder.clone(),
                 newest_source: folder.join(inside),
             })
@@ -114,15 +116,9 @@ mod tests {
             .expect("set mtime");
     }
 
-    /// A job over `component`, resolved against `dir`.
-    fn spec(dir: &Path, component: &str) -> JobSpec {
-        std::fs::write(dir.join("in.txt"), "a\n").expect("input");
-        let text = format!(
-            "[job]\nname = \"j\"\n[source]\nkind = \"text-lines\"\npath = \"in.txt\"\n\
-             [[operators]]\nname = \"count\"\ncomponent = \"{component}\"\n\
-             [sink]\nkind = \"discard\"\n"
-        );
-        JobSpec::parse(&text, &dir.join("job.toml"), dir).expect("a valid job")
+    /// Stale components among one operator `count` over `component`, resolved against `dir`.
+    fn stale_in(dir: &Path, component: &str) -> Vec<StaleComponent> {
+        stale_components([("count", dir.join(component).as_path())])
     }
 
     #[test]
@@ -132,7 +128,7 @@ mod tests {
         write_at(&project.join("operator.py"), Duration::from_secs(100));
         write_at(&project.join("lib/util.py"), Duration::from_secs(10));
         write_at(&project.join("operator.wasm"), Duration::from_secs(50));
-        let stale = stale_components(&spec(dir.path(), "counter/operator.wasm"));
+        let stale = stale_in(dir.path(), "counter/operator.wasm");
         assert_eq!(
             stale,
             [StaleComponent {
@@ -150,10 +146,7 @@ mod tests {
 
         // Built after the last change: nothing to say.
         write_at(&project.join("operator.wasm"), Duration::ZERO);
-        assert_eq!(
-            stale_components(&spec(dir.path(), "counter/operator.wasm")),
-            []
-        );
+        assert_eq!(stale_in(dir.path(), "counter/operator.wasm"), []);
     }
 
     #[test]
@@ -161,7 +154,7 @@ mod tests {
         let dir = tempfile::tempdir().expect("tempdir");
         write_at(&dir.path().join("guests/op.wasm"), Duration::from_secs(50));
         write_at(&dir.path().join("guests/notes.py"), Duration::ZERO);
-        assert_eq!(stale_components(&spec(dir.path(), "guests/op.wasm")), []);
+        assert_eq!(stale_in(dir.path(), "guests/op.wasm"), []);
     }
 
     #[test]

@@ -3,7 +3,7 @@
 //! Each tool is looked up in order: its environment variable (`WEIR_COMPONENTIZE_PY`,
 //! `WEIR_JCO`, `WEIR_CLANG`, `WEIR_CBUILD`), then the toolchains folders
 //! `weir toolchain install` fills (`$WEIR_HOME/toolchains`, then `tools/` next to the binary,
-//! as [`crate::toolchains::search_dirs`] lists them), then `PATH`. A tool that is nowhere is
+//! as [`crate::build::toolchains::search_dirs`] lists them), then `PATH`. A tool that is nowhere is
 //! an error that names the `weir toolchain install` that installs it.
 
 use std::ffi::OsString;
@@ -108,7 +108,7 @@ impl Tool {
             };
         }
         if let Some(relative) = self.installed() {
-            for dir in crate::toolchains::search_dirs(env, exe) {
+            for dir in crate::build::toolchains::search_dirs(env, exe) {
                 let candidate = dir.join(relative);
                 if is_executable(&candidate) {
                     return found(candidate);

@@ -59,7 +59,7 @@ impl CheckpointStore {
     }
 
     /// The checkpoints of one input partition of a job that runs a pipeline per partition
-    /// (a Kafka source, `crate::kafka`): `<job>/partitions/<partition>`, a job folder of its
+    /// (a Kafka source, `crate::group`): `<job>/partitions/<partition>`, a job folder of its
     /// own, so each partition's checkpoints, state and cleanup are its owner's alone.
     pub fn partition(&self, partition: i32) -> Self {
         Self {

@@ -39,6 +39,7 @@ use tokio::time::Instant;
 use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender};
 use tracing::Instrument;
 
+use super::SourcePosition;
 use super::checkpoint_store::CheckpointStore;
 use super::error::CheckpointError;
 use super::history::{CheckpointHistory, Completion};
@@ -48,9 +49,8 @@ use super::metadata::{
 };
 use super::protocol::{Ack, Barrier, BarrierReport, Notification, StagedOutput};
 use super::subtask_checkpoints::SnapshotCounters;
-use crate::connectors::SourcePosition;
+use crate::checkpoint::lease::LeaseCheck;
 use crate::ids::CheckpointId;
-use crate::lease::LeaseCheck;
 
 /// How long the coordinator keeps writing metadata whose write failed, while the store does
 /// not take it; then the job fails. Each attempt after the first may take

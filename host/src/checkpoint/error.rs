@@ -82,7 +82,7 @@ pub enum CheckpointError {
     #[error("checkpoint {checkpoint}: {source}")]
     Lease {
         checkpoint: CheckpointId,
-        source: Arc<crate::lease::LeaseError>,
+        source: Arc<crate::checkpoint::lease::LeaseError>,
     },
     /// Work on the checkpoint path outside any one checkpoint (an orphan sweep, a task that
     /// panicked).

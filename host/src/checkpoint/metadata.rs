@@ -14,10 +14,18 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use crate::connectors::{SinkPosition, SourcePosition};
 use crate::ids::CheckpointId;
-use crate::job::spec::MAX_KEY_GROUPS;
 use crate::partition::KeyGroupRange;
+use crate::partition::MAX_KEY_GROUPS;
+
+/// Where a source stands in its input, as recorded in a checkpoint: each source writes and
+/// reads its own JSON shape (a file source: byte offset and line number).
+pub type SourcePosition = serde_json::Value;
+
+/// What a sink records in a checkpoint about the output it covers, in the sink's own JSON
+/// shape (the file sink: the output's length once the checkpoint is committed), so that a
+/// restore can check the output still holds it.
+pub type SinkPosition = serde_json::Value;
 
 /// The version of the metadata layout; a reader refuses others.
 pub const METADATA_VERSION: u32 = 1;

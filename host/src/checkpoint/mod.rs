@@ -33,6 +33,7 @@ pub mod error;
 pub mod format;
 pub mod history;
 pub mod instrumented_store;
+pub mod lease;
 pub mod metadata;
 pub mod ownership;
 pub mod protocol;
@@ -44,6 +45,6 @@ pub mod verify;
 
 pub use checkpoint_store::CheckpointStore;
 pub use error::CheckpointError;
-pub use metadata::CheckpointMetadata;
+pub use metadata::{CheckpointMetadata, SinkPosition, SourcePosition};
 pub use start::{JobStart, RestoreFrom, RunLineage, StartFrom};
 pub use subtask_checkpoints::ChainPolicy;

@@ -16,7 +16,7 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, SystemTime};
 
-use crate::connectors::{SinkPosition, SourcePosition};
+use super::{SinkPosition, SourcePosition};
 use crate::ids::CheckpointId;
 
 use super::error::CheckpointError;

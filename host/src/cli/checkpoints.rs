@@ -28,8 +28,9 @@ use super::store_arg::{PARTITIONS, StoreArg};
 use crate::checkpoint::CheckpointMetadata;
 use crate::checkpoint::metadata::BarrierTiming;
 use crate::checkpoint::verify::CheckpointReport as VerifyReport;
+use crate::clock::utc;
 use crate::ids::CheckpointId;
-use crate::serve::job_checkpoints::{InspectError, JobCheckpoints, Which, distinct_artifacts, utc};
+use crate::serve::job_checkpoints::{InspectError, JobCheckpoints, Which, distinct_artifacts};
 use crate::serve::protocol::{CheckpointDetail, CheckpointSummary};
 
 #[derive(Debug, clap::Args)]

@@ -17,9 +17,9 @@ use base64::Engine as _;
 use reqwest::StatusCode;
 
 use super::Failure;
-use crate::guest::LogLine;
 use crate::job::JobSpec;
 use crate::job::spec::{RecordPolicy, SinkSpec, SourceSpec, source_policy};
+use crate::operator::LogLine;
 use crate::serve::job_checkpoints::distinct_artifacts;
 use crate::serve::protocol::{
     CheckpointDetail, ErrorBody, JobInfo, JobStatus, PartitionInfo, SubmitRequest,
@@ -337,7 +337,11 @@ async fn partition_checkpoints(
 /// writes them), and its components.
 fn submission(job: &Path) -> Result<SubmitRequest, Failure> {
     let spec = JobSpec::load(job).map_err(Failure::input)?;
-    for stale in crate::build::stale_components(&spec) {
+    for stale in crate::build::stale_components(
+        spec.operators
+            .iter()
+            .map(|op| (op.name.as_str(), op.component.as_path())),
+    ) {
         eprintln!("warning: {stale}");
     }
     let text = std::fs::read_to_string(job)

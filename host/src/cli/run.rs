@@ -35,7 +35,11 @@ pub struct RunArgs {
 /// Runs the job; `quiet`: print errors only, no summary.
 pub fn run(args: RunArgs, quiet: bool) -> Result<(), Failure> {
     let mut spec = JobSpec::load(&args.job).map_err(Failure::input)?;
-    for stale in crate::build::stale_components(&spec) {
+    for stale in crate::build::stale_components(
+        spec.operators
+            .iter()
+            .map(|op| (op.name.as_str(), op.component.as_path())),
+    ) {
         if !quiet {
             eprintln!("warning: {stale}");
         }
@@ -124,7 +128,7 @@ fn run_kafka(
         stop.stop();
     });
     let summary = runtime
-        .block_on(crate::kafka::run_group(spec, engine, options))
+        .block_on(crate::group::run_group(spec, engine, options))
         .map_err(|e| {
             let input = e.is_input_error();
             job_failure(&spec.name, e, input)

@@ -4,7 +4,7 @@ use std::io::IsTerminal;
 use std::path::PathBuf;
 
 use super::Failure;
-use crate::toolchains::{
+use crate::build::toolchains::{
     InstallError, InstallOptions, Installed, Progress, Toolchain, default_cache, default_dir,
     install, process_env, status,
 };

@@ -60,7 +60,7 @@ impl JsonDecoder {
             None => None,
             Some(spec) => match read_timestamp(spec, &value) {
                 Ok(t) if !self.unit_checked => {
-                    let now = crate::guest::state_host::processing_time_now();
+                    let now = crate::clock::now_ms();
                     if let Some(problem) = implausible_unit(spec, t, now) {
                         return Decoded::Misconfigured(format!("[source] timestamp: {problem}"));
                     }

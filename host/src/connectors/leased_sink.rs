@@ -1,9 +1,9 @@
 //! [`LeasedSink`]: a sink that stages and commits only while its run holds its leases
-//! (`crate::lease`), so that a run another one took over stops before it touches the output.
+//! (`crate::checkpoint::lease`), so that a run another one took over stops before it touches the output.
 
 use super::{ConnectorError, Sink, SinkPosition, SinkRestore};
+use crate::checkpoint::lease::LeaseCheck;
 use crate::ids::CheckpointId;
-use crate::lease::LeaseCheck;
 use crate::record::RecordBatch;
 
 /// Wraps a sink: every stage, commit and recovery first checks the run's leases (no store is

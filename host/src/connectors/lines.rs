@@ -2,7 +2,7 @@
 
 use super::json_records::{Decoded, JsonDecoder};
 use super::timestamps::{TimestampPolicy, TimestampSpec};
-use crate::guest::state_host::processing_time_now;
+use crate::clock;
 use std::fs::File;
 use std::io::{BufRead, BufReader, Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
@@ -149,7 +149,7 @@ impl TextLinesSource {
 
 impl Source for TextLinesSource {
     fn read_batch(&mut self, max: usize, out: &mut RecordBatch) -> Result<bool, ConnectorError> {
-        let now = processing_time_now();
+        let now = clock::now_ms();
         for _ in 0..max {
             let number = self.lines.number + 1;
             match self.lines.next_line()? {

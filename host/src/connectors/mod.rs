@@ -3,13 +3,15 @@
 //! - [`Source`]: reads batches of records; [`lines`] (text and JSON lines) and [`generator`].
 //! - [`Sink`]: writes the values of the records it receives; [`sinks`] (stdout, file, discard).
 //!   [`LeasedSink`] lets any sink stage and commit only while the run holds its leases.
-//! - Kafka's source and sink live in `crate::kafka`, with the scale-out they bring.
+//! - [`kafka`]: a topic partition as a source, a topic as a sink; the scale-out over a
+//!   topic's partitions is [`crate::group`]'s.
 //!
 //! Both are synchronous: the runtime runs each on a blocking thread, so file I/O never stalls
 //! the tasks that run operators.
 
 pub mod generator;
 pub mod json_records;
+pub mod kafka;
 pub mod leased_sink;
 pub mod lines;
 pub mod sinks;
@@ -24,6 +26,7 @@ pub use leased_sink::LeasedSink;
 pub use lines::{JsonLinesSource, TextLinesSource};
 pub use sinks::{DiscardSink, FileSink, StdoutSink};
 
+pub use crate::checkpoint::{SinkPosition, SourcePosition};
 use crate::ids::CheckpointId;
 use crate::record::RecordBatch;
 
@@ -65,7 +68,7 @@ pub enum ConnectorError {
     /// The run may not commit to the output: another run holds or took its lease, or the
     /// lease was not renewed lately.
     #[error(transparent)]
-    Lease(#[from] crate::lease::LeaseError),
+    Lease(#[from] crate::checkpoint::lease::LeaseError),
     /// A restored position does not fit the source: a corrupt checkpoint, or an input that
     /// changed since the checkpoint was taken.
     #[error("{source_name}: cannot resume from the checkpointed position: {message}")]
@@ -94,10 +97,6 @@ pub struct SourceProgress {
     /// Total units, if known.
     pub total: AtomicU64,
 }
-
-/// Where a source stands in its input, as recorded in a checkpoint: each source writes and
-/// reads its own JSON shape (a file source: byte offset and line number).
-pub type SourcePosition = serde_json::Value;
 
 /// Where a source's records come from, to name a record's origin (the number a source gives
 /// each record it reads, kept in [`RecordBatch::origin`]) in errors and dead letters.
@@ -172,11 +171,6 @@ pub trait Source: Send {
     /// offset to its consumer group) does it here; a restore never relies on it.
     fn checkpoint_completed(&mut self, _position: &SourcePosition) {}
 }
-
-/// What a sink records in a checkpoint about the output it covers, in the sink's own JSON
-/// shape (the file sink: the output's length once the checkpoint is committed), so that a
-/// restore can check the output still holds it.
-pub type SinkPosition = serde_json::Value;
 
 /// The checkpoint a job restores, as its sink sees it.
 #[derive(Clone, Copy, Debug)]

@@ -143,7 +143,7 @@ struct Marker {
 
 const OPEN_PART: &str = "open.part";
 const MARKER: &str = "committed";
-/// The output's lease folder (`crate::lease`), in the staging folder.
+/// The output's lease folder (`crate::checkpoint::lease`), in the staging folder.
 const LEASE: &str = "lease";
 
 impl FileSink {
@@ -165,7 +165,7 @@ impl FileSink {
     }
 
     /// `.<name>.weir-staging/` beside the output `path` named `name`: what the sink stages,
-    /// and the output's lease (`crate::lease`), which outlives a start from scratch.
+    /// and the output's lease (`crate::checkpoint::lease`), which outlives a start from scratch.
     fn staging_folder(path: &Path, name: &std::ffi::OsStr) -> PathBuf {
         let mut staging = OsString::from(".");
         staging.push(name);

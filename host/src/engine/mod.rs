@@ -7,6 +7,11 @@
 //!   its `bundle` import reads and its compiled artifact does not depend on.
 //! - [`function_cache`]: Cranelift's incremental compilation cache, on disk, for `weir build`.
 //! - [`component`]: loading a component and checking that it implements Weir's world.
+//!
+//! The engine and [`crate::guest`] import each other, on purpose: the engine links the
+//! guest's host functions into every component and makes stores of [`GuestState`], and a
+//! guest instantiates its component through the engine. They stay two modules because
+//! `weir build` and the CLI use the engine (compile, cache, check) without any instance.
 
 pub mod bundle;
 pub mod cache;

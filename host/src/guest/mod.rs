@@ -8,14 +8,16 @@
 //!   keys by slot.
 //! - [`state_host`], [`log_host`], [`metrics_host`], [`bundle_host`]: the `state`, `log`,
 //!   `metrics` and `bundle` imports.
-//! - [`log_file`]: [`GuestLogFile`], a job's guest log lines kept for `weir job ID --logs`.
 //! - [`output`]: [`output::GuestOutput`], the guest's stdout and stderr, into the log.
 //! - [`wasm_operator`]: [`WasmOperator`], an [`crate::operator::OperatorInstance`] backed by a
 //!   component instance.
+//!
+//! The guest and [`crate::engine`] import each other on purpose; the engine's docs say why.
+//! Where a guest's log lines are kept ([`crate::operator::GuestLogFile`]) is the operator's:
+//! the runtime hands it to every subtask.
 
 pub mod bundle_host;
 pub mod limits;
-pub mod log_file;
 pub mod log_host;
 pub mod metrics_host;
 pub mod output;
@@ -28,9 +30,10 @@ use std::sync::Arc;
 use wasmtime_wasi::{ResourceTable, WasiCtx, WasiCtxView, WasiView};
 
 pub use limits::{ExceededLimit, Limiter};
-pub use log_file::{GuestLogFile, LogLine};
 pub use output::{GuestOutput, Stream};
 pub use slots::KeySlots;
+
+use crate::operator::{GuestLogFile, LogLine};
 pub use wasm_operator::{WasmOperator, WasmOperatorFactory};
 
 use crate::bindings::weir::operator::types::Batch;

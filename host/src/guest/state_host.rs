@@ -309,15 +309,8 @@ impl crate::bindings::weir::operator::time::Host for GuestState {
     }
 
     fn processing_time(&mut self) -> i64 {
-        processing_time_now()
+        crate::clock::now_ms()
     }
-}
-
-/// The wall clock in milliseconds since the Unix epoch (0 before it).
-pub fn processing_time_now() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as i64)
 }
 
 #[cfg(test)]

@@ -14,7 +14,6 @@ use tokio::sync::mpsc;
 use super::job_error::JobError;
 use super::pipeline::{DeadLetterOutput, Stage};
 use super::run_options::Checkpointing;
-use super::runtime::run_id;
 use super::sink_task::Outputs;
 use crate::checkpoint::subtask_checkpoints::{
     RestoreAssignment, SubtaskCheckpoints, SubtaskIdentity,
@@ -94,7 +93,7 @@ impl Sweep {
                         key_groups: self.key_groups,
                         range,
                     },
-                    run_id().into(),
+                    crate::ids::new_run_id().into(),
                     self.checkpointing.chains,
                 );
                 let mut empty = crate::state::KeyedStateBackend::new(self.key_groups, range);

@@ -6,15 +6,15 @@ use std::sync::Arc;
 use super::runtime::Checkpointing;
 use super::spec::{JobSpec, KeyBy, RecordPolicy, SinkSpec, SourceSpec, source_policy};
 use crate::checkpoint::CheckpointStore;
+use crate::checkpoint::lease::LeaseCheck;
 use crate::checkpoint::storage::StorageError;
+use crate::connectors::kafka::{KafkaSink, PartitionSource};
 use crate::connectors::{
     ConnectorError, DiscardSink, FileSink, GeneratorSource, JsonLinesSource, LeasedSink, Sink,
     Source, StdoutSink, TextLinesSource,
 };
 use crate::engine::{Engine, LoadError};
 use crate::guest::WasmOperatorFactory;
-use crate::kafka::{KafkaSink, PartitionSource};
-use crate::lease::LeaseCheck;
 use crate::operator::{GuestLimits, OperatorFactory};
 use crate::partition::KeyGroups;
 
@@ -59,7 +59,7 @@ pub struct Pipeline {
     pub checkpointing: Option<Checkpointing>,
     /// How the source makes watermarks; `None`: only the end of input's.
     pub watermarks: Option<WatermarkPolicy>,
-    /// The leases the run holds (`crate::lease`), checked before every commit; empty for a
+    /// The leases the run holds (`crate::checkpoint::lease`), checked before every commit; empty for a
     /// pipeline run without them (benchmarks, tests).
     pub leases: Vec<LeaseCheck>,
 }
@@ -153,7 +153,7 @@ impl Pipeline {
                     PrepareError::Source(ConnectorError::Kafka {
                         brokers: kafka.brokers.clone(),
                         message: "a Kafka job runs a pipeline per partition \
-                                  (`weir_host::kafka::run_group`), not as one pipeline"
+                                  (`weir_host::group::run_group`), not as one pipeline"
                             .into(),
                     })
                 })?;

@@ -12,8 +12,8 @@ use object_store::path::Path;
 use super::JobSpec;
 use super::pipeline::file_outputs;
 use crate::checkpoint::CheckpointStore;
+use crate::checkpoint::lease::{HeldLease, Lease, LeaseCheck, LeaseError, LeaseOptions};
 use crate::connectors::FileSink;
-use crate::lease::{HeldLease, Lease, LeaseCheck, LeaseError, LeaseOptions};
 
 /// The leases of one run.
 #[derive(Debug)]

@@ -13,7 +13,7 @@ use std::time::Duration;
 use super::in_flight;
 use super::metrics::JobMetrics;
 use crate::checkpoint::{ChainPolicy, CheckpointStore};
-use crate::guest::GuestLogFile;
+use crate::operator::GuestLogFile;
 
 /// Options for [`run`](super::run).
 #[derive(Clone, Debug)]
@@ -35,7 +35,7 @@ pub struct RunOptions {
     /// in the job's folder, for `weir job ID --logs`).
     pub guest_log: Option<Arc<GuestLogFile>>,
     /// How long to wait for a lease another run holds on the job's folder or an output
-    /// (`crate::lease`) before giving up; zero refuses at once. A Kafka partition's pipeline
+    /// (`crate::checkpoint::lease`) before giving up; zero refuses at once. A Kafka partition's pipeline
     /// waits for the process that had the partition to let go of it.
     pub lease_wait: Duration,
     /// Raised once every subtask of a run has opened its operator and restored its state: the

@@ -119,7 +119,7 @@ pub async fn run(
     let (trigger_tx, trigger_rx) = std::sync::mpsc::channel();
     let mut notify = Vec::new();
     let runtime = Handle::current();
-    let run_id: Arc<str> = run_id().into();
+    let run_id: Arc<str> = crate::ids::new_run_id().into();
     let assignment = start.assignment();
     let latch = RestoreLatch::new(
         stages.iter().map(|s| s.parallelism as usize).sum(),
@@ -387,20 +387,6 @@ fn restored_watermark(
         })
         .filter_map(|h| h.watermark)
         .min()
-}
-
-/// A name for this run's artifacts, unique enough across runs of a job.
-/// A name for one run, unique across processes and restarts.
-pub(crate) fn run_id() -> String {
-    use std::hash::{BuildHasher, Hasher};
-    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-    h.write_u128(
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_nanos()),
-    );
-    h.write_u32(std::process::id());
-    format!("{:016x}", h.finish())
 }
 
 /// The channels between one stage's producers and its consumers.

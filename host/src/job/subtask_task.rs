@@ -22,8 +22,8 @@ use super::restore_latch::Restoring;
 use super::watermarks::{WatermarkChange, WatermarkMessage};
 use crate::checkpoint::protocol::{Ack, BarrierReport, Notification};
 use crate::checkpoint::subtask_checkpoints::{RestoreAssignment, SubtaskCheckpoints};
+use crate::clock;
 use crate::connectors::SourceOrigin;
-use crate::guest::state_host::processing_time_now;
 use crate::ids::CheckpointId;
 use crate::operator::{FailureKind, OperatorInstance, SubtaskContext};
 use crate::record::RecordBatch;
@@ -214,12 +214,12 @@ impl SubtaskTask {
         let Some(at) = next(operator)? else {
             return Ok(None);
         };
-        let now = processing_time_now();
+        let now = clock::now_ms();
         if at <= now {
             self.fire_timers(operator, TimeDomain::ProcessingTime, now, counters)?;
         }
         Ok(next(operator)?.map(|at| {
-            let wait = at.saturating_sub(processing_time_now()).max(0) as u64;
+            let wait = at.saturating_sub(clock::now_ms()).max(0) as u64;
             Instant::now() + Duration::from_millis(wait)
         }))
     }

@@ -12,11 +12,11 @@ use super::run_leases::RunLeases;
 use super::runtime::{JobError, RunOptions, run};
 use super::spec::OnLimit;
 use super::{JobSpec, RunSummary};
+use crate::checkpoint::lease::{LeaseCheck, LeaseError};
 use crate::checkpoint::start::StartError;
 use crate::checkpoint::{CheckpointError, CheckpointStore, JobStart, StartFrom};
 use crate::connectors::ConnectorError;
 use crate::engine::Engine;
-use crate::lease::{LeaseCheck, LeaseError};
 
 /// Why a job could not run to its end.
 #[derive(Debug, thiserror::Error)]

@@ -6,13 +6,14 @@
 //! state backend, which is how Wasm is compared with native code.
 
 mod error;
+pub mod log_file;
 
 use std::sync::Arc;
 use std::time::Duration;
 
 pub use error::{FailureKind, OperatorError};
+pub use log_file::{GuestLogFile, LogLine};
 
-use crate::guest::GuestLogFile;
 use crate::ids::{CheckpointId, OperatorName, SubtaskIndex};
 use crate::partition::{KeyGroupRange, KeyGroups};
 use crate::record::RecordBatch;

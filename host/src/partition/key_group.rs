@@ -6,6 +6,9 @@ use std::ops::Range;
 use super::KeyHash;
 use crate::ids::SubtaskIndex;
 
+/// The most key groups a job may have.
+pub const MAX_KEY_GROUPS: u32 = 32_768;
+
 /// One key group, `0 .. max_parallelism`.
 #[derive(
     Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize,

@@ -7,5 +7,5 @@
 mod key_group;
 mod key_hash;
 
-pub use key_group::{KeyGroup, KeyGroupRange, KeyGroups};
+pub use key_group::{KeyGroup, KeyGroupRange, KeyGroups, MAX_KEY_GROUPS};
 pub use key_hash::{KeyHash, hash_key};

@@ -36,8 +36,8 @@ use super::protocol::{CheckpointDetail, CheckpointSummary, ErrorBody, JobInfo, S
 use super::rates::RatesBody;
 use super::registry::{CheckpointsError, RestartError};
 use crate::checkpoint::history::CheckpointRecord;
-use crate::guest::LogLine;
 use crate::ids::CheckpointId;
+use crate::operator::LogLine;
 
 /// The largest submission accepted (a job file and its components, base64-encoded).
 const MAX_SUBMISSION: usize = 512 << 20;

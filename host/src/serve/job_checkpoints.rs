@@ -174,7 +174,7 @@ pub fn summary(m: &CheckpointMetadata) -> CheckpointSummary {
         job: m.job.clone(),
         id: m.id.0,
         completed_at_ms: m.completed_at_ms,
-        completed_at: utc(m.completed_at_ms),
+        completed_at: crate::clock::utc(m.completed_at_ms),
         finished: m.finished,
         subtasks: m.operators.iter().map(|o| o.subtasks.len()).sum(),
         artifacts,
@@ -198,35 +198,6 @@ pub fn distinct_artifacts(metadata: &CheckpointMetadata) -> (usize, u64) {
     (seen.len(), bytes)
 }
 
-/// `2023-11-14 22:13:20 UTC` from milliseconds since the Unix epoch, by hand: a calendar
-/// crate for one timestamp format is not worth the dependency.
-pub fn utc(ms: u64) -> String {
-    let secs = ms / 1000;
-    let (y, mo, d) = civil_from_days((secs / 86_400) as i64);
-    let s = secs % 86_400;
-    format!(
-        "{y:04}-{mo:02}-{d:02} {:02}:{:02}:{:02} UTC",
-        s / 3600,
-        s / 60 % 60,
-        s % 60
-    )
-}
-
-/// Year, month, day of the day `z` days after 1970-01-01 in the proleptic Gregorian calendar
-/// (Howard Hinnant's `civil_from_days`).
-fn civil_from_days(z: i64) -> (i64, u32, u32) {
-    let z = z + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
-    let y = yoe + era * 400 + i64::from(m <= 2);
-    (y, m, d)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -239,12 +210,5 @@ mod tests {
         assert!(err.contains("`latest`"), "{err}");
         assert_eq!(Which::Latest.to_string(), "latest");
         assert_eq!(Which::Id(CheckpointId(7)).to_string(), "7");
-    }
-
-    #[test]
-    fn utc_dates_cross_leap_years() {
-        assert_eq!(utc(1_700_000_000_000), "2023-11-14 22:13:20 UTC");
-        assert_eq!(utc(951_782_400_000), "2000-02-29 00:00:00 UTC");
-        assert_eq!(utc(0), "1970-01-01 00:00:00 UTC");
     }
 }

@@ -290,7 +290,7 @@ fn render_jobs(pipelines: &[PipelineCounters]) -> String {
         }
     }
     // Event time: present only for subtasks that have a watermark.
-    let now_ms = crate::guest::state_host::processing_time_now();
+    let now_ms = crate::clock::now_ms();
     let name = "weir_watermark_seconds";
     header(
         &mut out,
@@ -429,7 +429,7 @@ mod tests {
             .store(250_000, Ordering::Relaxed);
         s.barrier_alignment_us.store(1_200, Ordering::Relaxed);
         // Event time: subtask 1 has a watermark a minute behind the clock, subtask 0 none.
-        let minute_ago = crate::guest::state_host::processing_time_now() - 60_000;
+        let minute_ago = crate::clock::now_ms() - 60_000;
         s.set_watermark(Some(minute_ago));
         s.count_late(5);
         s.count_dropped_late(2);

@@ -5,7 +5,7 @@
 //! reach another's state. Jobs run as tasks of the host's runtime; one failing fails alone.
 //!
 //! A Kafka job is the exception to the store rule: it runs as a member of its consumer group
-//! (`crate::kafka::group`), a pipeline per partition the group gives this host, and its
+//! (`crate::group`), a pipeline per partition the group gives this host, and its
 //! partitions move between hosts with their state, so its checkpoints stay in the store its
 //! job file names, shared by every host of the group (outside the data directory).
 
@@ -24,7 +24,7 @@ use super::rates::{PipelineView, RateHistory, RatesBody};
 use crate::checkpoint::history::CheckpointRecord;
 use crate::checkpoint::{CheckpointStore, JobStart, RestoreFrom, StartFrom};
 use crate::engine::Engine;
-use crate::guest::{GuestLogFile, LogLine};
+use crate::group::GroupView;
 use crate::ids::CheckpointId;
 use crate::job::pipeline::file_outputs;
 use crate::job::spec::{SinkSpec, SourceSpec};
@@ -32,7 +32,7 @@ use crate::job::{
     CheckpointRequest, JobMetrics, JobSpec, Pipeline, RunOptions, StartedSignal, StopSignal,
     run_job,
 };
-use crate::kafka::GroupView;
+use crate::operator::{GuestLogFile, LogLine};
 
 /// A submission that cannot be run, with why.
 #[derive(Debug, thiserror::Error)]
@@ -144,7 +144,7 @@ impl Registry {
             .and_then(|spec| {
                 // A Kafka job is checked as one partition's pipeline: the group runs those.
                 let pipeline = match &spec.source {
-                    SourceSpec::Kafka(_) => crate::kafka::group::one_partition(&spec),
+                    SourceSpec::Kafka(_) => crate::group::one_partition(&spec),
                     _ => spec.clone(),
                 };
                 Pipeline::from_spec(&pipeline, &self.engine)
@@ -226,7 +226,7 @@ impl Registry {
             let result = match &running.group {
                 // Each partition resumes from its own latest checkpoint.
                 Some(view) => {
-                    crate::kafka::run_group_watched(&spec, &engine, options, view.clone())
+                    crate::group::run_group_watched(&spec, &engine, options, view.clone())
                         .await
                         .map(|_| ())
                         .map_err(|e| e.to_string())
@@ -442,7 +442,7 @@ impl Registry {
 
     /// Refuses a job that would write a file a running job of this host writes (one writer
     /// per output). A file another process writes is refused by its lease when the job
-    /// starts (`crate::lease`).
+    /// starts (`crate::checkpoint::lease`).
     fn outputs_free(&self, spec: JobSpec) -> Result<JobSpec, SubmitError> {
         let jobs = self.jobs();
         for output in file_outputs(&spec) {

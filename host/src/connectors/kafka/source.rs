@@ -195,7 +195,7 @@ impl PartitionSource {
             spec.on_bad_timestamp,
         );
         let rejected = match spec.on_bad_record {
-            crate::job::spec::RecordPolicy::Fail => None,
+            crate::vocabulary::RecordPolicy::Fail => None,
             _ => Some(Vec::new()),
         };
         Ok(Self {

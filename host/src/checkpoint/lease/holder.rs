@@ -13,7 +13,7 @@ use std::sync::Mutex;
 
 use serde::{Deserialize, Serialize};
 
-use crate::serve::job_checkpoints::utc;
+use crate::clock::utc;
 
 /// The tokens of the leases this process holds: a lease whose holder is this very process
 /// but whose token is not here was dropped without a release, and is free.

@@ -268,7 +268,7 @@ impl Lease {
                 });
             }
             let generation = newest.map_or(1, |n| n + 1);
-            let holder = Holder::this_process(crate::job::runtime::run_id(), now);
+            let holder = Holder::this_process(crate::ids::new_run_id(), now);
             let ours = LeaseRecord {
                 holder: holder.clone(),
                 expires_at_ms: now + options.ttl.as_millis() as u64,

@@ -122,15 +122,15 @@ pub const C_PACKAGES: [(&str, &str); 4] = [
 pub const CBUILD_SOURCE: [(&str, &str); 3] = [
     (
         "Cargo.toml",
-        include_str!("../../../tools/weir-cbuild/Cargo.toml"),
+        include_str!("../../../../tools/weir-cbuild/Cargo.toml"),
     ),
     (
         "Cargo.lock",
-        include_str!("../../../tools/weir-cbuild/Cargo.lock"),
+        include_str!("../../../../tools/weir-cbuild/Cargo.lock"),
     ),
     (
         "src/main.rs",
-        include_str!("../../../tools/weir-cbuild/src/main.rs"),
+        include_str!("../../../../tools/weir-cbuild/src/main.rs"),
     ),
 ];
 

@@ -10,7 +10,7 @@ use rdkafka::{ClientConfig, ClientContext};
 use serde::Deserialize;
 
 use crate::connectors::timestamps::{TimestampPolicy, TimestampSpec};
-use crate::job::spec::{RecordPolicy, WatermarkFile};
+use crate::vocabulary::{RecordPolicy, WatermarkFile};
 
 /// How long a client tries to reach the brokers before the job gives up, by default
 /// (`socket.connection.setup.timeout.ms` and the first metadata request).

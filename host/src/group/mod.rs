@@ -1,5 +1,28 @@
 //! [`run_group`]: a Kafka job run as one member of its consumer group, with a pipeline per
-//! partition the group assigns to this process (the design: `crate::kafka`).
+//! partition the group assigns to this process. It sits above [`crate::job`]: it runs
+//! pipelines, and a pipeline knows nothing of the group that runs it.
+//!
+//! # Scale-out: a pipeline per input partition
+//!
+//! Kafka decides which process owns which partition; Weir has no membership code of its own.
+//! Each process joins the job's consumer group and, for every partition assigned to it, runs
+//! the whole job as a pipeline of its own, reading only that partition, as Kafka Streams runs
+//! a task per partition. The pipeline's keyed state, checkpoints, staged output and cleanup
+//! live under `<job>/partitions/<p>/` in the shared object store, so a partition's state moves
+//! with the partition: the new owner restores that folder's latest checkpoint. At any time one
+//! process owns a partition, so every artifact still has exactly one deleter, cleanup runs
+//! where the partition runs, and orphan sweeps work per partition as for any job.
+//!
+//! The price is Kafka Streams' rule: keyed state is per input partition, so records of one key
+//! must arrive on one partition (produce with the key you group by). A job whose keys are
+//! spread over partitions counts them per partition.
+//!
+//! On revocation a process stops the partition's pipeline before it acknowledges the
+//! rebalance, so the next owner never overlaps with it. A process killed outright loses its
+//! partitions when its group session times out (`session.timeout.ms`, which the job file can
+//! set in `[source.properties]`); the new owners replay from the last completed checkpoint.
+//!
+//! # How
 //!
 //! A thread polls the group member, which only follows the group: the partitions assigned to
 //! it are paused at once, since each partition's pipeline reads with a consumer of its own.
@@ -18,10 +41,10 @@ use rdkafka::{ClientContext, Offset, TopicPartitionList};
 use tokio::runtime::Handle;
 use tokio::task::JoinHandle;
 
-use super::settings::{Assignment, KafkaSourceSpec, client_config};
-use super::source::{InputPartition, PartitionLink, kafka_error};
 use crate::checkpoint::{RestoreFrom, StartFrom};
 use crate::connectors::ConnectorError;
+use crate::connectors::kafka::settings::{Assignment, KafkaSourceSpec, client_config};
+use crate::connectors::kafka::source::{InputPartition, PartitionLink, kafka_error};
 use crate::engine::Engine;
 use crate::job::spec::{RecordPolicy, SourceSpec};
 use crate::job::{
@@ -166,7 +189,7 @@ impl Shared {
         if tasks.contains_key(&partition) {
             return;
         }
-        let committer: super::source::OffsetCommitter = {
+        let committer: crate::connectors::kafka::source::OffsetCommitter = {
             let shared = Arc::downgrade(self);
             Arc::new(move |partition, offset| {
                 if let Some(shared) = shared.upgrade() {
@@ -200,7 +223,7 @@ impl Shared {
             checkpoint_now: view.checkpoint_now.clone(),
             // The process that had the partition lets go of it before it acknowledges the
             // revocation; one cut off from the group holds it until its lease expires.
-            lease_wait: 2 * crate::lease::DEFAULT_TTL,
+            lease_wait: 2 * crate::checkpoint::lease::DEFAULT_TTL,
             ..self.options.clone()
         };
         self.view.lock().insert(partition, view);

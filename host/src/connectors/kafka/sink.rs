@@ -149,7 +149,7 @@ impl KafkaSink {
                     current: Vec::new(),
                     current_count: 0,
                     staged: BTreeMap::new(),
-                    token: crate::job::runtime::run_id(),
+                    token: crate::ids::new_run_id(),
                     output: output.to_owned(),
                 })
             }

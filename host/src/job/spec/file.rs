@@ -1,0 +1,153 @@
+//! The job file as written: the TOML's tables as serde structs, which refuse unknown fields.
+//! [`super::check`] turns a [`JobFile`] into a [`super::JobSpec`]; [`SourceSpec`] and
+//! [`SinkSpec`] serve both, their paths resolved by then.
+
+use std::path::PathBuf;
+
+use serde::Deserialize;
+
+use crate::connectors::generator::GeneratorClock;
+use crate::connectors::kafka::settings::{KafkaSinkSpec, KafkaSourceSpec};
+use crate::connectors::timestamps::{TimestampPolicy, TimestampSpec};
+use crate::vocabulary::{RecordPolicy, WatermarkFile};
+
+/// A job file as written.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct JobFile {
+    pub job: JobSection,
+    pub source: SourceSpec,
+    #[serde(default)]
+    pub operators: Vec<OperatorFile>,
+    pub sink: SinkSpec,
+    pub checkpoints: Option<CheckpointsFile>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CheckpointsFile {
+    pub store: Option<String>,
+    pub interval_ms: Option<u64>,
+    pub timeout_ms: Option<u64>,
+    pub tolerable_failures: Option<u32>,
+    pub retain: Option<usize>,
+    pub max_chain: Option<usize>,
+    pub rewrite_budget: Option<usize>,
+    pub full_snapshot_every: Option<usize>,
+    pub restart_attempts: Option<u32>,
+    pub on_limit: Option<OnLimit>,
+}
+
+/// What a job does when a guest exceeds one of its limits.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum OnLimit {
+    /// Fail at once. The default: replaying the same input after a restart usually hits the
+    /// same limit again, and each restart costs a restore.
+    #[default]
+    Fail,
+    /// Restart from the latest checkpoint, counted against `restart_attempts`.
+    Restart,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct JobSection {
+    pub name: String,
+    pub max_parallelism: Option<u32>,
+    /// Records per batch handed to an operator.
+    pub batch_size: Option<usize>,
+}
+
+/// Where records come from. As parsed, paths are relative to the job file; in a
+/// [`super::JobSpec`], they are resolved.
+#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[serde(tag = "kind", rename_all = "kebab-case", deny_unknown_fields)]
+pub enum SourceSpec {
+    /// Each line a record, stamped with the time it was read (ingestion time).
+    TextLines {
+        path: PathBuf,
+        #[serde(default)]
+        watermark: Option<WatermarkFile>,
+    },
+    JsonLines {
+        path: PathBuf,
+        /// A JSON pointer (RFC 6901) into each line whose value becomes the record key.
+        key_pointer: Option<String>,
+        /// What happens to a line that is not JSON, or has no value at `key_pointer`.
+        #[serde(default)]
+        on_bad_record: RecordPolicy,
+        /// Where each line's event time is; none: records have no timestamp.
+        #[serde(default)]
+        timestamp: Option<TimestampSpec>,
+        /// What happens to a line without a usable timestamp.
+        #[serde(default)]
+        on_bad_timestamp: TimestampPolicy,
+        #[serde(default)]
+        watermark: Option<WatermarkFile>,
+    },
+    /// A Kafka topic, read by a pipeline per partition (`crate::group`).
+    Kafka(KafkaSourceSpec),
+    /// Synthetic records on a synthetic clock.
+    Generator {
+        records: u64,
+        keys: u64,
+        /// At most this many records per second of wall-clock time; none: as fast as it can.
+        #[serde(default)]
+        records_per_second: Option<u64>,
+        #[serde(default)]
+        clock: GeneratorClock,
+        #[serde(default)]
+        watermark: Option<WatermarkFile>,
+    },
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OperatorFile {
+    pub name: String,
+    pub component: PathBuf,
+    #[serde(default = "one")]
+    pub parallelism: u32,
+    pub key_by: Option<KeyByFile>,
+    #[serde(default)]
+    pub config: toml::Table,
+    #[serde(default)]
+    pub limits: LimitsFile,
+    #[serde(default)]
+    pub on_error: RecordPolicy,
+    #[serde(default)]
+    pub on_bad_record: RecordPolicy,
+}
+
+fn one() -> u32 {
+    1
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+pub enum KeyByFile {
+    /// `key_by = "key"`: the key the upstream operator (or source) set.
+    Named(String),
+    /// `key_by = { json_pointer = "/user" }`: a field of the JSON value.
+    Pointer { json_pointer: String },
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LimitsFile {
+    pub memory_mb: Option<usize>,
+    pub cpu_ms_per_call: Option<u64>,
+    pub state_mb: Option<usize>,
+}
+
+/// Where records go. As parsed, a path is relative to the job file; in a [`super::JobSpec`], it
+/// is resolved.
+#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[serde(tag = "kind", rename_all = "kebab-case", deny_unknown_fields)]
+pub enum SinkSpec {
+    Stdout,
+    File { path: PathBuf },
+    Discard,
+    Kafka(KafkaSinkSpec),
+}
