@@ -3,7 +3,7 @@
 //! `on_error` can skip them (counted in the summary) or write them to a dead-letter file,
 //! exactly once across crashes, like the job's output.
 
-mod support;
+use crate::support;
 
 use std::path::{Path, PathBuf};
 

@@ -6,7 +6,7 @@
 //! The toolchains are those `scripts/setup-languages` installs (`scripts/test` runs it
 //! first). A test whose toolchain is missing fails and says so; none skips.
 
-mod support;
+use crate::support;
 
 use std::path::{Path, PathBuf};
 use std::process::Output;

@@ -8,7 +8,7 @@
 //!   barrier waits behind a fraction of the interval instead of hundreds of milliseconds of
 //!   queued records.
 
-mod support;
+use crate::support;
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -7,7 +7,7 @@
 //! shows as a missing or duplicated line. The expected output is computed here, independently
 //! of Weir: for a word seen `n` times, the lines `word\t1` to `word\tn`.
 
-mod support;
+use crate::support;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::{Path, PathBuf};

@@ -1,7 +1,7 @@
 //! `weir checkpoints list|show` against checkpoint metadata written directly into a local
 //! store: no job runs, so these tests need no guest component.
 
-mod support;
+use crate::support;
 
 use std::path::Path;
 use std::process::Output;

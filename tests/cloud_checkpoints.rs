@@ -12,7 +12,7 @@
 //! that a job's `gs://` store reaches the server through the environment and that the refusal
 //! fails the run with the store's own words.
 
-mod support;
+use crate::support;
 
 use std::path::{Path, PathBuf};
 

@@ -1,7 +1,7 @@
 //! The on-disk cache of precompiled components: the first load compiles and stores, the next
 //! loads the artifact, and a damaged artifact is discarded and rebuilt, never trusted.
 
-mod support;
+use crate::support;
 
 use weir_host::engine::{ComponentCache, Engine, EngineOptions};
 

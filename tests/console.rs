@@ -7,7 +7,7 @@
 //! And without a browser: every data and action endpoint refuses calls without the token,
 //! and every response carries the security headers.
 
-mod support;
+use crate::support;
 
 use std::path::Path;
 

@@ -7,7 +7,7 @@
 //! Each test runs a word count to its end, then plays a crash after its last checkpoints by
 //! removing the final (finished) checkpoint's metadata, then damages what it says.
 
-mod support;
+use crate::support;
 
 use std::path::{Path, PathBuf};
 

@@ -2,7 +2,7 @@
 //! world, a corrupt `.wasm`, a core module, a job file with an unknown field or a missing
 //! component.
 
-mod support;
+use crate::support;
 
 use support::{assert_clean_failure, component, toml_path, weir, write_job};
 

@@ -9,7 +9,7 @@
 //! refused (exit 2, output untouched) unless the user continues (`--restore latest`) or starts
 //! over (`--fresh`), and a restart restores only what its own run began from or completed.
 
-mod support;
+use crate::support;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};

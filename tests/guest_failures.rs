@@ -4,7 +4,7 @@
 //! given to `emit` are refused at the call; a malformed batch is the operator's fault; a limit
 //! is named by its setting.
 
-mod support;
+use crate::support;
 
 use std::path::{Path, PathBuf};
 

@@ -13,7 +13,7 @@
 //!   componentize-py, jco from npm's cache, `weir-cbuild` compiled from the source in the
 //!   binary (its dependencies come compiled from the cache's Cargo target folder).
 
-mod support;
+use crate::support;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};

@@ -1,7 +1,7 @@
 //! Kafka in and out: a word count from a topic to a topic, exactly once across SIGKILLs, and
 //! shared by several processes on one consumer group. The broker is `weir-test-broker`.
 
-mod support;
+use crate::support;
 
 use std::path::Path;
 use std::process::{Child, Command, Stdio};

@@ -11,7 +11,7 @@
 //! batch it failed on, with its traceback or stack where the language has one, and keeps
 //! nothing of the failed batch.
 
-mod support;
+use crate::support;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

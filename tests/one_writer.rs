@@ -7,7 +7,7 @@
 //! latest` 1.5 s later: both exited 0, and the output had lost records and held garbled
 //! lines of two writers.
 
-mod support;
+use crate::support;
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};

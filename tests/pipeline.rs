@@ -5,7 +5,7 @@
 //! Weir, once for an uninterrupted run and once for a run SIGKILLed at random instants and
 //! restored from its latest checkpoint until it finishes.
 
-mod support;
+use crate::support;
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};

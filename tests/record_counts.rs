@@ -3,7 +3,7 @@
 //! a run that was never interrupted. The served case, a host restarted
 //! mid-job, is in `serve.rs`.
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

@@ -6,7 +6,7 @@
 //! file, the environment and the socket were refused with an error the operator caught (no
 //! trap), that nobody connected to the socket, and that the job finished.
 
-mod support;
+use crate::support;
 
 use std::collections::BTreeMap;
 use std::net::TcpListener;

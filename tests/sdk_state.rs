@@ -10,7 +10,7 @@
 //! The batch tour (`tests/guests/batch-tour-*`) does the same for the batch API: a running sum
 //! per key read and written for the whole batch at once, and records emitted many at a time.
 
-mod support;
+use crate::support;
 
 use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write as _;

@@ -2,7 +2,7 @@
 //! submitted with `weir submit`, lists, shows and cancels them, exposes `/metrics`, and
 //! refuses every call without the right token.
 
-mod support;
+use crate::support;
 
 use std::path::Path;
 use std::process::Output;

@@ -1,7 +1,7 @@
 //! Keyed state through a real component: accesses outside the subtask's key groups are
 //! refused with a clear error.
 
-mod support;
+use crate::support;
 
 use weir_host::engine::{Engine, EngineOptions};
 use weir_host::guest::WasmOperator;

@@ -3,7 +3,7 @@
 //! its input with a local store, and the state read back offline must agree with the counts
 //! in the job's output.
 
-mod support;
+use crate::support;
 
 use std::collections::BTreeMap;
 use std::path::Path;

@@ -17,7 +17,7 @@
 //! store settings at it, and stops it when done. Without the server the test fails; it never
 //! skips.
 
-mod support;
+use crate::support;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};

@@ -10,7 +10,7 @@
 //! The job reads a paced generator (`records_per_second`), so that it runs for a while, and
 //! writes to stdout, whose lines show the records flowing while the store is down.
 
-mod support;
+use crate::support;
 
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader};

@@ -11,7 +11,7 @@
 //! timers are pending and restored until it finishes, and once across a rescale from 2 to 3
 //! subtasks in the middle.
 
-mod support;
+use crate::support;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

@@ -1,7 +1,7 @@
 //! Wordcount end to end: `weir run` with the example tokenizer and counter components, at
 //! parallelism 1 and 3, against counts computed here from the same input.
 
-mod support;
+use crate::support;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;

@@ -26,7 +26,7 @@ use std::time::Instant;
 
 use tokio::runtime::Handle;
 use tokio::sync::mpsc;
-use tokio::task::JoinSet;
+use tokio::task::{JoinHandle, JoinSet};
 
 use super::RunSummary;
 use super::bad_records::{BadRecordCounters, BadRecordPolicy, DeadLetters};
@@ -35,7 +35,7 @@ use super::finished_sweep;
 use super::in_flight::{self, Input, Output};
 use super::input_gate::InputGate;
 use super::metrics::JobMetrics;
-use super::pipeline::Pipeline;
+use super::pipeline::{DeadLetterOutput, Pipeline, Stage};
 use super::progress::Progress;
 use super::restore_latch::RestoreLatch;
 use super::router::Router;
@@ -43,13 +43,19 @@ use super::sink_task::{Outputs, SinkTask};
 use super::source_task::SourceTask;
 use super::spec::RecordPolicy;
 use super::subtask_task::SubtaskTask;
-use super::watermarks::WatermarkGenerator;
+use super::watermarks::{WatermarkGenerator, WatermarkPolicy};
 use crate::checkpoint::actor::{Actor, acting};
 use crate::checkpoint::coordinator::{Coordinator, CoordinatorSetup};
-use crate::checkpoint::subtask_checkpoints::{SubtaskCheckpoints, SubtaskIdentity};
-use crate::checkpoint::{CheckpointMetadata, JobStart};
+use crate::checkpoint::lease::LeaseCheck;
+use crate::checkpoint::protocol::{Ack, Barrier, Notification};
+use crate::checkpoint::subtask_checkpoints::{
+    RestoreAssignment, SubtaskCheckpoints, SubtaskIdentity,
+};
+use crate::checkpoint::{CheckpointError, CheckpointMetadata, JobStart};
+use crate::connectors::{Sink, Source, SourceOrigin};
 use crate::ids::{OperatorName, SubtaskIndex};
 use crate::operator::SubtaskContext;
+use crate::partition::KeyGroups;
 
 pub use super::job_error::JobError;
 pub use super::run_options::{
@@ -62,6 +68,44 @@ pub async fn run(
     start: JobStart,
     options: RunOptions,
 ) -> Result<RunSummary, JobError> {
+    let started = Instant::now();
+    let metrics = options.metrics.clone().unwrap_or_else(|| {
+        Arc::new(JobMetrics::new(
+            pipeline
+                .stages
+                .iter()
+                .map(|s| (s.name.as_str(), s.parallelism)),
+        ))
+    });
+    metrics.start_from(start.restored.as_deref());
+    if pipeline.stages.is_empty() {
+        return Err(JobError::Invalid(
+            "a pipeline needs at least one operator".into(),
+        ));
+    }
+    if let Some(checkpoint) = start.restored.as_ref().filter(|m| m.finished) {
+        // The job had finished: only its last output may still need committing.
+        let Pipeline {
+            name,
+            key_groups,
+            sink,
+            dead_letters,
+            checkpointing,
+            stages,
+            ..
+        } = pipeline;
+        finished_sweep::finish(
+            checkpoint,
+            &start,
+            sink,
+            dead_letters,
+            checkpointing.as_ref(),
+            &stages,
+            key_groups,
+        )
+        .await?;
+        return Ok(metrics.summary(&name, started.elapsed()));
+    }
     let Pipeline {
         name,
         key_groups,
@@ -75,33 +119,6 @@ pub async fn run(
         watermarks,
         leases,
     } = pipeline;
-    let metrics = options.metrics.clone().unwrap_or_else(|| {
-        Arc::new(JobMetrics::new(
-            stages.iter().map(|s| (s.name.as_str(), s.parallelism)),
-        ))
-    });
-    metrics.start_from(start.restored.as_deref());
-    let started = Instant::now();
-    if stages.is_empty() {
-        return Err(JobError::Invalid(
-            "a pipeline needs at least one operator".into(),
-        ));
-    }
-    let restored = start.restored.clone();
-    if let Some(checkpoint) = start.restored.as_ref().filter(|m| m.finished) {
-        // The job had finished: only its last output may still need committing.
-        finished_sweep::finish(
-            checkpoint,
-            &start,
-            sink,
-            dead_letters,
-            checkpointing.as_ref(),
-            &stages,
-            key_groups,
-        )
-        .await?;
-        return Ok(metrics.summary(&name, started.elapsed()));
-    }
     if let Some(checkpoint) = &start.restored {
         tracing::info!(checkpoint = checkpoint.id.0, "restoring");
         source.seek(&checkpoint.source).map_err(JobError::Source)?;
@@ -111,100 +128,224 @@ pub async fn run(
         .then(|| Progress::start(metrics.clone(), source.progress()))
         .flatten();
 
-    let capacity = options.channel_capacity.max(1);
-    let target = options
-        .in_flight
-        .target(checkpointing.as_ref(), stages.len());
-    let (ack_tx, ack_rx) = mpsc::unbounded_channel();
-    let (trigger_tx, trigger_rx) = std::sync::mpsc::channel();
-    let mut notify = Vec::new();
-    let runtime = Handle::current();
-    let run_id: Arc<str> = crate::ids::new_run_id().into();
-    let assignment = start.assignment();
-    let latch = RestoreLatch::new(
-        stages.iter().map(|s| s.parallelism as usize).sum(),
-        options.started.clone(),
+    let mut launch = Launch::new(
+        Shape {
+            name: &name,
+            key_groups,
+            batch_size,
+            stages: &stages,
+            checkpointing: checkpointing.as_ref(),
+        },
+        &dead_letters,
+        source.origin(),
+        &start,
+        &options,
+        metrics.clone(),
     );
+    launch.spawn_source(source, &source_on_bad_record, watermarks);
+    for stage in 0..stages.len() {
+        launch.spawn_subtasks(stage);
+    }
+    launch.spawn_sink(sink, dead_letters);
+    let result = launch.spawn_coordinator(leases).join().await;
+    let summary = metrics.summary(&name, started.elapsed());
+    result.map(|()| summary)
+}
 
-    // Edges: `edges[s]` connects the producers of stage `s` (the source for 0) to its
-    // subtasks; the last entry connects the last stage to the sink.
-    let mut consumer_counts: Vec<u32> = stages.iter().map(|s| s.parallelism).collect();
-    consumer_counts.push(1);
-    let mut producer_counts = vec![1];
-    producer_counts.extend(stages.iter().map(|s| s.parallelism));
-    let mut edges: Vec<Edge> = consumer_counts
-        .iter()
-        .zip(&producer_counts)
-        .map(|(&consumers, &producers)| Edge::new(producers, consumers, capacity, batch_size))
-        .collect();
+/// What a run's wiring reads of its pipeline.
+struct Shape<'a> {
+    name: &'a str,
+    key_groups: KeyGroups,
+    batch_size: usize,
+    stages: &'a [Stage],
+    checkpointing: Option<&'a Checkpointing>,
+}
 
-    // With dead-letter files, every task has one more channel, to the sink.
-    let tasks_count = 1 + stages.iter().map(|s| s.parallelism as usize).sum::<usize>();
-    let (mut letters, letter_inputs): (Vec<DeadLetters>, Vec<Input>) = if dead_letters.is_empty() {
-        (
-            (0..tasks_count).map(|_| DeadLetters::default()).collect(),
-            Vec::new(),
-        )
-    } else {
-        (0..tasks_count)
-            .map(|_| {
-                let (tx, rx) = in_flight::channel(capacity, batch_size);
-                (DeadLetters::new(tx, dead_letters.len()), rx)
+/// A run being wired: the channels between its tasks, made up front, handed out as each
+/// task is started, and the tasks started so far.
+struct Launch<'a> {
+    shape: Shape<'a>,
+    start: &'a JobStart,
+    options: &'a RunOptions,
+    metrics: Arc<JobMetrics>,
+    /// `edges[s]` connects the producers of stage `s` (the source for 0) to its subtasks;
+    /// the last entry connects the last stage to the sink. Each task takes its ends.
+    edges: Vec<Edge>,
+    /// One per task in start order (source, subtasks, sink): its channel for dead letters.
+    letters: std::vec::IntoIter<DeadLetters>,
+    /// The sink's ends of those channels.
+    letter_inputs: Vec<Input>,
+    /// Where dead letters go, in the order of `Outputs`' dead-letter outputs.
+    targets: Vec<RecordPolicy>,
+    origin: SourceOrigin,
+    /// How long the records queued in front of a consumer may take (`InFlight`).
+    target: Option<std::time::Duration>,
+    /// Barriers to the source, from the coordinator.
+    triggers: Option<std::sync::mpsc::Receiver<Barrier>>,
+    trigger_tx: std::sync::mpsc::Sender<Barrier>,
+    /// What each subtask restores, from the checkpoint the run starts from.
+    assignment: RestoreAssignment,
+    /// Every task's acknowledgements, to the coordinator.
+    ack_tx: mpsc::UnboundedSender<Ack>,
+    ack_rx: mpsc::UnboundedReceiver<Ack>,
+    /// The coordinator's notifications, one channel per task in start order.
+    notify: Vec<mpsc::UnboundedSender<Notification>>,
+    run_id: Arc<str>,
+    /// Raised when every subtask has opened and restored; the sink waits on it (and takes it).
+    latch: Option<RestoreLatch>,
+    tasks: JoinSet<Result<(), JobError>>,
+}
+
+impl<'a> Launch<'a> {
+    /// Makes every channel of the run.
+    fn new(
+        shape: Shape<'a>,
+        dead_letters: &[DeadLetterOutput],
+        origin: SourceOrigin,
+        start: &'a JobStart,
+        options: &'a RunOptions,
+        metrics: Arc<JobMetrics>,
+    ) -> Self {
+        let stages = shape.stages;
+        let capacity = options.channel_capacity.max(1);
+        let mut consumer_counts: Vec<u32> = stages.iter().map(|s| s.parallelism).collect();
+        consumer_counts.push(1);
+        let mut producer_counts = vec![1];
+        producer_counts.extend(stages.iter().map(|s| s.parallelism));
+        let edges: Vec<Edge> = consumer_counts
+            .iter()
+            .zip(&producer_counts)
+            .map(|(&consumers, &producers)| {
+                Edge::new(producers, consumers, capacity, shape.batch_size)
             })
-            .unzip()
-    };
-    let mut letters = letters.drain(..);
-    let origin = source.origin();
-    let targets: Vec<RecordPolicy> = dead_letters.iter().map(|d| d.target.clone()).collect();
-    let policy = |policy: &RecordPolicy, counters: &Arc<BadRecordCounters>| {
-        BadRecordPolicy::new(policy, &targets, counters.clone())
-    };
+            .collect();
 
-    let mut tasks = JoinSet::new();
-    let (source_notify_tx, source_notify_rx) = mpsc::unbounded_channel();
-    notify.push(source_notify_tx);
-    let source_task = SourceTask {
-        notifications: source_notify_rx,
-        acked: std::collections::VecDeque::new(),
-        bad_lines: policy(&source_on_bad_record, &metrics.source_bad_records),
-        origin: origin.clone(),
-        rejected: Vec::new(),
-        source,
-        downstream: Downstream::new(
-            Router::new(
-                stages[0].key_by.clone(),
-                key_groups,
-                stages[0].parallelism,
-                batch_size,
-                "the source".into(),
-                stages[0].name.clone(),
+        // With dead-letter outputs, every task has one more channel, to the sink.
+        let tasks_count = 1 + stages.iter().map(|s| s.parallelism as usize).sum::<usize>();
+        let (letters, letter_inputs): (Vec<DeadLetters>, Vec<Input>) = if dead_letters.is_empty() {
+            let none = (0..tasks_count).map(|_| DeadLetters::default()).collect();
+            (none, Vec::new())
+        } else {
+            (0..tasks_count)
+                .map(|_| {
+                    let (tx, rx) = in_flight::channel(capacity, shape.batch_size);
+                    (DeadLetters::new(tx, dead_letters.len()), rx)
+                })
+                .unzip()
+        };
+        let (ack_tx, ack_rx) = mpsc::unbounded_channel();
+        let (trigger_tx, triggers) = std::sync::mpsc::channel();
+        let latch = RestoreLatch::new(
+            stages.iter().map(|s| s.parallelism as usize).sum(),
+            options.started.clone(),
+        );
+        Self {
+            target: options.in_flight.target(shape.checkpointing, stages.len()),
+            targets: dead_letters.iter().map(|d| d.target.clone()).collect(),
+            shape,
+            start,
+            options,
+            metrics,
+            edges,
+            letters: letters.into_iter(),
+            letter_inputs,
+            origin,
+            triggers: Some(triggers),
+            trigger_tx,
+            ack_tx,
+            ack_rx,
+            notify: Vec::new(),
+            run_id: crate::ids::new_run_id().into(),
+            assignment: start.assignment(),
+            latch: Some(latch),
+            tasks: JoinSet::new(),
+        }
+    }
+
+    fn policy(&self, policy: &RecordPolicy, counters: &Arc<BadRecordCounters>) -> BadRecordPolicy {
+        BadRecordPolicy::new(policy, &self.targets, counters.clone())
+    }
+
+    /// A channel for the coordinator's notifications to the next task started.
+    fn notifications(&mut self) -> mpsc::UnboundedReceiver<Notification> {
+        let (tx, rx) = mpsc::unbounded_channel();
+        self.notify.push(tx);
+        rx
+    }
+
+    /// Starts the source, routing to the first stage.
+    fn spawn_source(
+        &mut self,
+        source: Box<dyn Source>,
+        on_bad_record: &RecordPolicy,
+        watermarks: Option<WatermarkPolicy>,
+    ) {
+        let Shape {
+            key_groups,
+            batch_size,
+            stages,
+            ..
+        } = self.shape;
+        let first = &stages[0];
+        let metrics = self.metrics.clone();
+        let notifications = self.notifications();
+        let source_task = SourceTask {
+            notifications,
+            acked: std::collections::VecDeque::new(),
+            bad_lines: self.policy(on_bad_record, &metrics.source_bad_records),
+            origin: self.origin.clone(),
+            rejected: Vec::new(),
+            source,
+            downstream: Downstream::new(
+                Router::new(
+                    first.key_by.clone(),
+                    key_groups,
+                    first.parallelism,
+                    batch_size,
+                    "the source".into(),
+                    first.name.clone(),
+                ),
+                self.edges[0].senders.remove(0),
+                self.policy(&first.on_bad_record, &metrics.operators[0].bad_records),
+                first.name.clone(),
+                self.origin.clone(),
+                self.letters.next().unwrap_or_default(),
+            )
+            .counting_blocked_time(&metrics.source_backpressured_us),
+            batch_size,
+            triggers: self.triggers.take().expect("one source"),
+            acks: self.ack_tx.clone(),
+            metrics: metrics.clone(),
+            stop: self.options.stop.clone(),
+            watermarks: WatermarkGenerator::new(
+                watermarks,
+                self.start
+                    .restored
+                    .as_ref()
+                    .and_then(|m| m.source_max_timestamp),
             ),
-            edges[0].senders.remove(0),
-            policy(&stages[0].on_bad_record, &metrics.operators[0].bad_records),
-            stages[0].name.clone(),
-            origin.clone(),
-            letters.next().unwrap_or_default(),
-        )
-        .counting_blocked_time(&metrics.source_backpressured_us),
-        batch_size,
-        triggers: trigger_rx,
-        acks: ack_tx.clone(),
-        metrics: metrics.clone(),
-        stop: options.stop.clone(),
-        watermarks: WatermarkGenerator::new(
-            watermarks,
-            start.restored.as_ref().and_then(|m| m.source_max_timestamp),
-        ),
-    };
-    tasks.spawn_blocking(move || source_task.run());
+        };
+        self.tasks.spawn_blocking(move || source_task.run());
+    }
 
-    for (s, stage) in stages.iter().enumerate() {
+    /// Starts the subtasks of stage `s`, each routing to the next stage or the sink.
+    fn spawn_subtasks(&mut self, s: usize) {
+        let Shape {
+            name,
+            key_groups,
+            batch_size,
+            stages,
+            checkpointing,
+            ..
+        } = self.shape;
+        let stage = &stages[s];
         let next = stages.get(s + 1);
-        let inputs = std::mem::take(&mut edges[s].receivers);
+        let metrics = self.metrics.clone();
+        let inputs = std::mem::take(&mut self.edges[s].receivers);
         for (i, input) in inputs.into_iter().enumerate() {
             let subtask = SubtaskIndex(i as u32);
             let ctx = SubtaskContext {
-                job: name.clone().into(),
+                job: name.into(),
                 operator: OperatorName(stage.name.clone()),
                 subtask,
                 parallelism: stage.parallelism,
@@ -212,8 +353,8 @@ pub async fn run(
                 range: key_groups.range_of(subtask, stage.parallelism),
                 config_json: stage.config_json.clone(),
                 limits: stage.limits,
-                guest_log: options.guest_log.clone(),
-                first_checkpoint: start.next_checkpoint,
+                guest_log: self.options.guest_log.clone(),
+                first_checkpoint: self.start.next_checkpoint,
             };
             let from = format!("operator `{}` subtask {i}", stage.name);
             let (router, unroutable, next_name) = match next {
@@ -226,7 +367,7 @@ pub async fn run(
                         from,
                         next.name.clone(),
                     ),
-                    policy(&next.on_bad_record, &metrics.operators[s + 1].bad_records),
+                    self.policy(&next.on_bad_record, &metrics.operators[s + 1].bad_records),
                     next.name.clone(),
                 ),
                 None => (
@@ -237,20 +378,19 @@ pub async fn run(
             };
             let downstream = Downstream::new(
                 router,
-                edges[s + 1].senders.remove(0),
+                self.edges[s + 1].senders.remove(0),
                 unroutable,
                 next_name,
-                origin.clone(),
-                letters.next().unwrap_or_default(),
+                self.origin.clone(),
+                self.letters.next().unwrap_or_default(),
             )
             .counting_blocked_time(&metrics.operators[s].subtasks[i].backpressured_us);
-            let (notify_tx, notify_rx) = mpsc::unbounded_channel();
-            notify.push(notify_tx);
-            let checkpoints = checkpointing.as_ref().map(|c| {
+            let notifications = self.notifications();
+            let checkpoints = checkpointing.map(|c| {
                 let mut checkpoints = SubtaskCheckpoints::new(
                     c.store.clone(),
-                    runtime.clone(),
-                    ack_tx.clone(),
+                    Handle::current(),
+                    self.ack_tx.clone(),
                     SubtaskIdentity {
                         operator: stage.name.clone(),
                         operator_index: s,
@@ -259,112 +399,136 @@ pub async fn run(
                         key_groups,
                         range: ctx.range,
                     },
-                    run_id.clone(),
+                    self.run_id.clone(),
                     c.chains,
                 );
-                checkpoints.count_into(
-                    metrics.operators[s].subtasks[subtask.0 as usize]
-                        .snapshots
-                        .clone(),
-                );
+                checkpoints.count_into(metrics.operators[s].subtasks[i].snapshots.clone());
                 checkpoints.upload_within(c.timeout);
                 checkpoints
             });
-            let restored_watermark = restored_watermark(start.restored.as_deref(), s, ctx.range);
+            let restored_watermark =
+                restored_watermark(self.start.restored.as_deref(), s, ctx.range);
             let task = SubtaskTask {
                 stage: stage.clone(),
                 stage_index: s,
                 ctx,
-                gate: InputGate::new(input, notify_rx, target, batch_size)
+                gate: InputGate::new(input, notifications, self.target, batch_size)
                     .restoring_watermark(restored_watermark),
                 downstream,
-                on_error: policy(&stage.on_error, &metrics.operators[s].bad_records),
-                origin: origin.clone(),
+                on_error: self.policy(&stage.on_error, &metrics.operators[s].bad_records),
+                origin: self.origin.clone(),
                 checkpoints,
-                assignment: assignment.clone(),
-                restoring: latch.part(),
-                acks: ack_tx.clone(),
+                assignment: self.assignment.clone(),
+                restoring: self.latch.as_ref().expect("the sink starts last").part(),
+                acks: self.ack_tx.clone(),
                 metrics: metrics.clone(),
             };
-            tasks.spawn_blocking(move || task.run());
+            self.tasks.spawn_blocking(move || task.run());
         }
     }
-    let (notify_tx, notify_rx) = mpsc::unbounded_channel();
-    notify.push(notify_tx);
-    let sink_inputs = std::mem::take(&mut edges[stages.len()].receivers).remove(0);
-    let sink_task = SinkTask {
-        outputs: Outputs::new(sink, dead_letters),
-        gate: InputGate::new(sink_inputs, notify_rx, target, batch_size)
-            .with_dead_letters(letter_inputs),
-        restored,
-        latch,
-        acks: ack_tx.clone(),
-        metrics: metrics.clone(),
-    };
-    tasks.spawn_blocking(move || sink_task.run());
-    drop(ack_tx);
-    drop(edges);
 
-    let coordinator = Coordinator::new(
-        CoordinatorSetup {
-            job: name.clone(),
-            key_groups: key_groups.count(),
-            operators: stages
-                .iter()
-                .map(|s| (s.name.clone(), s.parallelism))
-                .collect(),
-            store: checkpointing.as_ref().map(|c| c.store.clone()),
-            interval: checkpointing.as_ref().map(|c| c.interval),
-            timeout: checkpointing.as_ref().map(|c| c.timeout),
-            retain: checkpointing.as_ref().map_or(1, |c| c.retain),
-            tolerable_failures: checkpointing.as_ref().map_or(0, |c| c.tolerable_failures),
-            next: start.next_checkpoint,
-            retained: start.retained.iter().map(|m| m.id).collect(),
-            subtasks: metrics
-                .operators
-                .iter()
-                .flat_map(|o| &o.subtasks)
-                .map(|s| s.snapshots.clone())
-                .collect(),
-            leases,
-        },
-        trigger_tx,
-        ack_rx,
-        notify,
-        metrics.checkpoints.clone(),
-        options.checkpoint_now.0.clone(),
-    );
-    let coordinator = tokio::spawn(acting(Actor::Coordinator, coordinator.run()));
-    let stop_coordinator = coordinator.abort_handle();
+    /// Starts the sink, which takes the last stage's output and every dead letter.
+    fn spawn_sink(&mut self, sink: Box<dyn Sink>, dead_letters: Vec<DeadLetterOutput>) {
+        let notifications = self.notifications();
+        let last = self.shape.stages.len();
+        let inputs = std::mem::take(&mut self.edges[last].receivers).remove(0);
+        let sink_task = SinkTask {
+            outputs: Outputs::new(sink, dead_letters),
+            gate: InputGate::new(inputs, notifications, self.target, self.shape.batch_size)
+                .with_dead_letters(std::mem::take(&mut self.letter_inputs)),
+            restored: self.start.restored.clone(),
+            latch: self.latch.take().expect("one sink"),
+            acks: self.ack_tx.clone(),
+            metrics: self.metrics.clone(),
+        };
+        self.tasks.spawn_blocking(move || sink_task.run());
+    }
 
-    let mut failure: Option<JobError> = None;
-    let note = |result: Result<(), JobError>, failure: &mut Option<JobError>| {
-        if let Err(e) = result {
-            // Keep the first real cause; `Aborted` only echoes it.
-            if failure
-                .as_ref()
-                .is_none_or(|f| matches!(f, JobError::Aborted))
-            {
-                *failure = Some(e);
+    /// Starts the coordinator with the channels to and from every task; what is left of the
+    /// wiring goes, so that the acknowledgements end when the last task does.
+    fn spawn_coordinator(self, leases: Vec<LeaseCheck>) -> Running {
+        let Launch {
+            shape,
+            start,
+            options,
+            metrics,
+            trigger_tx,
+            ack_rx,
+            notify,
+            tasks,
+            ..
+        } = self;
+        let checkpointing = shape.checkpointing;
+        let coordinator = Coordinator::new(
+            CoordinatorSetup {
+                job: shape.name.to_owned(),
+                key_groups: shape.key_groups.count(),
+                operators: shape
+                    .stages
+                    .iter()
+                    .map(|s| (s.name.clone(), s.parallelism))
+                    .collect(),
+                store: checkpointing.map(|c| c.store.clone()),
+                interval: checkpointing.map(|c| c.interval),
+                timeout: checkpointing.map(|c| c.timeout),
+                retain: checkpointing.map_or(1, |c| c.retain),
+                tolerable_failures: checkpointing.map_or(0, |c| c.tolerable_failures),
+                next: start.next_checkpoint,
+                retained: start.retained.iter().map(|m| m.id).collect(),
+                subtasks: metrics
+                    .operators
+                    .iter()
+                    .flat_map(|o| &o.subtasks)
+                    .map(|s| s.snapshots.clone())
+                    .collect(),
+                leases,
+            },
+            trigger_tx,
+            ack_rx,
+            notify,
+            metrics.checkpoints.clone(),
+            options.checkpoint_now.0.clone(),
+        );
+        Running {
+            tasks,
+            coordinator: tokio::spawn(acting(Actor::Coordinator, coordinator.run())),
+        }
+    }
+}
+
+/// A run's tasks and its coordinator, started.
+struct Running {
+    tasks: JoinSet<Result<(), JobError>>,
+    coordinator: JoinHandle<Result<(), CheckpointError>>,
+}
+
+impl Running {
+    /// Waits for every task and the coordinator; the first real failure among them, if any.
+    async fn join(mut self) -> Result<(), JobError> {
+        let stop_coordinator = self.coordinator.abort_handle();
+        let mut failure: Option<JobError> = None;
+        let mut note = |result: Result<(), JobError>| {
+            if let Err(e) = result {
+                // Keep the first real cause; `Aborted` only echoes it.
+                if failure
+                    .as_ref()
+                    .is_none_or(|f| matches!(f, JobError::Aborted))
+                {
+                    failure = Some(e);
+                }
+                // Tasks waiting for notifications stop when the coordinator is gone.
+                stop_coordinator.abort();
             }
-            // Tasks waiting for notifications stop when the coordinator is gone.
-            stop_coordinator.abort();
+        };
+        while let Some(joined) = self.tasks.join_next().await {
+            note(joined.unwrap_or_else(|e| Err(JobError::Panicked(e.to_string()))));
         }
-    };
-    while let Some(joined) = tasks.join_next().await {
-        let result = joined.unwrap_or_else(|e| Err(JobError::Panicked(e.to_string())));
-        note(result, &mut failure);
-    }
-    let coordinated = match coordinator.await {
-        Ok(result) => result.map_err(JobError::Checkpoint),
-        Err(e) if e.is_cancelled() => Err(JobError::Aborted),
-        Err(e) => Err(JobError::Panicked(e.to_string())),
-    };
-    note(coordinated, &mut failure);
-    let summary = metrics.summary(&name, started.elapsed());
-    match failure {
-        Some(e) => Err(e),
-        None => Ok(summary),
+        note(match self.coordinator.await {
+            Ok(result) => result.map_err(JobError::Checkpoint),
+            Err(e) if e.is_cancelled() => Err(JobError::Aborted),
+            Err(e) => Err(JobError::Panicked(e.to_string())),
+        });
+        failure.map_or(Ok(()), Err)
     }
 }
 
