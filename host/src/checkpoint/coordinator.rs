@@ -478,80 +478,99 @@ impl Coordinator {
     }
 
     async fn finish_in(&mut self, done: InFlight) -> Outcome {
-        let id = done.id;
         // Made once: the store gets it, and the history reads its chains.
         let metadata = self.metadata(&done);
         let failure = match done.failure.clone() {
             Some(f) => Some(f),
-            None => match self.check_leases(id) {
-                // The lease was not renewed lately: this checkpoint fails, the next may pass.
-                Err(f) if !f.is_deterministic() => Some(f),
-                checked => {
-                    let stored = match checked {
-                        Ok(()) => self.store_metadata(&metadata, &done).await,
-                        Err(f) => Err(f),
-                    };
-                    match stored {
-                        Ok(()) => None,
-                        // Another run took the job over, or the metadata write is in doubt
-                        // (neither completing nor aborting is safe): the job stops, before
-                        // it commits anything more.
-                        Err(f) => {
-                            let duration = done.started.elapsed().as_micros() as u64;
-                            self.counters.history.failed(id, duration, f.to_string());
-                            return Outcome::Failed(f);
-                        }
-                    }
+            None => match self.store_while_leased(&metadata, &done).await {
+                Ok(failure) => failure,
+                Err(f) => {
+                    let duration = done.started.elapsed().as_micros() as u64;
+                    self.counters
+                        .history
+                        .failed(done.id, duration, f.to_string());
+                    return Outcome::Failed(f);
                 }
             },
         };
-        if let Some(failure) = failure {
-            self.counters.history.failed(
-                id,
-                done.started.elapsed().as_micros() as u64,
-                failure.to_string(),
-            );
-            self.counters.aborted.fetch_add(1, Ordering::Relaxed);
-            self.broadcast(Notification::Abort(id));
-            self.failures_in_a_row += 1;
-            if !done.last {
-                if self.failures_in_a_row > self.setup.tolerable_failures {
-                    return Outcome::Failed(CheckpointError::TooManyFailures {
-                        failures: self.failures_in_a_row,
-                        tolerable: self.setup.tolerable_failures,
-                        last: Box::new(failure),
-                    });
-                }
-                let pause = self
-                    .setup
-                    .interval
-                    .map(|interval| Self::backoff(interval, self.failures_in_a_row));
-                self.not_before = pause.map(|p| Instant::now() + p);
-                tracing::warn!(
-                    job = %self.setup.job,
-                    checkpoint = id.0,
-                    failures_in_a_row = self.failures_in_a_row,
-                    tolerable = self.setup.tolerable_failures,
-                    next_in_ms = pause.map(|p| p.as_millis() as u64),
-                    "{failure}"
-                );
-                return Outcome::Aborted;
-            }
-            tracing::warn!(job = %self.setup.job, checkpoint = id.0, "{failure}");
-            self.last_attempts += 1;
-            if self.last_attempts >= LAST_CHECKPOINT_ATTEMPTS {
-                // The job fails; a restart replays from the latest checkpoint.
+        match failure {
+            Some(failure) => self.abort(&done, failure),
+            None => self.complete(&done, &metadata).await,
+        }
+    }
+
+    /// Writes the metadata of a checkpoint every task acknowledged, if the run's leases
+    /// allow it. `Ok(Some)`: this checkpoint fails, the next may pass (a lease not renewed
+    /// lately). `Err`: the job stops before it commits anything more (another run took the
+    /// job over, or the metadata write is in doubt, so neither completing nor aborting is
+    /// safe).
+    async fn store_while_leased(
+        &mut self,
+        metadata: &CheckpointMetadata,
+        done: &InFlight,
+    ) -> Result<Option<CheckpointError>, CheckpointError> {
+        match self.check_leases(done.id) {
+            Err(f) if !f.is_deterministic() => Ok(Some(f)),
+            Err(f) => Err(f),
+            Ok(()) => self.store_metadata(metadata, done).await.map(|()| None),
+        }
+    }
+
+    /// Aborts a checkpoint that failed: the tasks drop what they staged for it. Past the
+    /// tolerable failures in a row the job fails; the last checkpoint is taken again.
+    fn abort(&mut self, done: &InFlight, failure: CheckpointError) -> Outcome {
+        let id = done.id;
+        self.counters.history.failed(
+            id,
+            done.started.elapsed().as_micros() as u64,
+            failure.to_string(),
+        );
+        self.counters.aborted.fetch_add(1, Ordering::Relaxed);
+        self.broadcast(Notification::Abort(id));
+        self.failures_in_a_row += 1;
+        if !done.last {
+            if self.failures_in_a_row > self.setup.tolerable_failures {
                 return Outcome::Failed(CheckpointError::TooManyFailures {
-                    failures: self.last_attempts,
-                    tolerable: LAST_CHECKPOINT_ATTEMPTS - 1,
+                    failures: self.failures_in_a_row,
+                    tolerable: self.setup.tolerable_failures,
                     last: Box::new(failure),
                 });
             }
-            let retake = self.new_checkpoint(true, false);
-            self.counters.history.triggered(retake.id, unix_ms());
-            self.broadcast(Notification::Retake(retake.id));
-            return Outcome::Retake(Box::new(retake));
+            let pause = self
+                .setup
+                .interval
+                .map(|interval| Self::backoff(interval, self.failures_in_a_row));
+            self.not_before = pause.map(|p| Instant::now() + p);
+            tracing::warn!(
+                job = %self.setup.job,
+                checkpoint = id.0,
+                failures_in_a_row = self.failures_in_a_row,
+                tolerable = self.setup.tolerable_failures,
+                next_in_ms = pause.map(|p| p.as_millis() as u64),
+                "{failure}"
+            );
+            return Outcome::Aborted;
         }
+        tracing::warn!(job = %self.setup.job, checkpoint = id.0, "{failure}");
+        self.last_attempts += 1;
+        if self.last_attempts >= LAST_CHECKPOINT_ATTEMPTS {
+            // The job fails; a restart replays from the latest checkpoint.
+            return Outcome::Failed(CheckpointError::TooManyFailures {
+                failures: self.last_attempts,
+                tolerable: LAST_CHECKPOINT_ATTEMPTS - 1,
+                last: Box::new(failure),
+            });
+        }
+        let retake = self.new_checkpoint(true, false);
+        self.counters.history.triggered(retake.id, unix_ms());
+        self.broadcast(Notification::Retake(retake.id));
+        Outcome::Retake(Box::new(retake))
+    }
+
+    /// Completes a checkpoint whose metadata is stored: drops the oldest beyond retention,
+    /// counts and records it, and tells every task, which then commit and clean up.
+    async fn complete(&mut self, done: &InFlight, metadata: &CheckpointMetadata) -> Outcome {
+        let id = done.id;
         self.failures_in_a_row = 0;
         self.not_before = None;
         self.retained.push_back(id);
@@ -602,7 +621,7 @@ impl Coordinator {
             .store(unix_ms(), Ordering::Relaxed);
         counters.history.completed(
             id,
-            &metadata,
+            metadata,
             Completion {
                 duration_us: timing.duration_us,
                 sync_pause_us: timing.sync_pause_us,

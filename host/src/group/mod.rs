@@ -511,6 +511,34 @@ pub async fn run_group_watched(
         leaving: AtomicBool::new(false),
         view,
     });
+    let member = join_group(&shared).map_err(GroupError::Connect)?;
+    let done = Arc::new(AtomicBool::new(false));
+    let poller = {
+        let (shared, done) = (shared.clone(), done.clone());
+        std::thread::Builder::new()
+            .name("weir-kafka-member".into())
+            .spawn(move || follow_group(&member, &shared, &done))
+            .map_err(|e| GroupError::Panicked {
+                partition: -1,
+                message: e.to_string(),
+            })?
+    };
+    let (mut summary, mut failure) = watch_pipelines(&shared, &options).await;
+    done.store(true, Ordering::Relaxed);
+    tokio::task::spawn_blocking(move || poller.join())
+        .await
+        .ok();
+    shared.collect(&mut summary, &mut failure);
+    match failure {
+        Some(error) => Err(error),
+        None => Ok(summary),
+    }
+}
+
+/// Makes this process's member of the job's consumer group, subscribed to the topic (unless
+/// it reads every partition itself, `assignment = "all"`).
+fn join_group(shared: &Arc<Shared>) -> Result<Arc<BaseConsumer<MemberContext>>, ConnectorError> {
+    let kafka = &shared.kafka;
     let member: BaseConsumer<MemberContext> = client_config(
         &kafka.brokers,
         kafka.connect_timeout(),
@@ -526,74 +554,77 @@ pub async fn run_group_watched(
     .create_with_context(MemberContext {
         shared: shared.clone(),
     })
-    .map_err(|e| GroupError::Connect(kafka_error(&kafka.brokers, e.to_string())))?;
+    .map_err(|e| kafka_error(&kafka.brokers, e.to_string()))?;
     let member = Arc::new(member);
     let _ = shared.member.set(Arc::downgrade(&member));
-    let all = kafka.assignment == Assignment::All;
-    if !all {
+    if kafka.assignment != Assignment::All {
         member
             .subscribe(&[&kafka.topic])
-            .map_err(|e| GroupError::Connect(kafka_error(&kafka.brokers, e.to_string())))?;
+            .map_err(|e| kafka_error(&kafka.brokers, e.to_string()))?;
     }
+    Ok(member)
+}
 
-    // The member's thread: polls, which runs the rebalance callbacks; leaves on `done`.
-    let done = Arc::new(AtomicBool::new(false));
-    let poller = {
-        let member = member.clone();
-        let done = done.clone();
-        let shared = shared.clone();
-        std::thread::Builder::new()
-            .name("weir-kafka-member".into())
-            .spawn(move || {
-                let mut next_look = std::time::Instant::now();
-                while !done.load(Ordering::Relaxed) {
-                    // Messages only come before a pause takes effect: dropped, since each
-                    // partition's pipeline reads them itself.
-                    let _ = member.poll(Duration::from_millis(100));
-                    if all && std::time::Instant::now() >= next_look {
-                        // Every partition, new ones included.
-                        next_look += PARTITIONS_LOOK_EVERY;
-                        match check_topic(&shared.kafka) {
-                            Ok(count) => {
-                                for partition in 0..count as i32 {
-                                    shared.start(partition);
-                                }
-                            }
-                            Err(e) => tracing::warn!(error = %e, "cannot list the partitions"),
-                        }
-                    } else if !all && std::time::Instant::now() >= next_look {
-                        // Every assigned partition has its pipeline, also one that let go
-                        // of it after another process's claim while the group kept it here.
-                        next_look += ASSIGNMENT_LOOK_EVERY;
-                        if !shared.leaving.load(Ordering::Relaxed)
-                            && let Ok(assigned) = member.assignment()
-                        {
-                            for element in assigned.elements() {
-                                shared.start(element.partition());
-                            }
-                        }
+/// The member's thread: polls, which runs the rebalance callbacks, and makes sure every
+/// partition this process should run has its pipeline; once `done`, leaves the group, the
+/// partitions' pipelines stopped first.
+fn follow_group(member: &BaseConsumer<MemberContext>, shared: &Arc<Shared>, done: &AtomicBool) {
+    let all = shared.kafka.assignment == Assignment::All;
+    let mut next_look = std::time::Instant::now();
+    while !done.load(Ordering::Relaxed) {
+        // Messages only come before a pause takes effect: dropped, since each partition's
+        // pipeline reads them itself.
+        let _ = member.poll(Duration::from_millis(100));
+        if std::time::Instant::now() < next_look {
+            continue;
+        }
+        if all {
+            // Every partition, new ones included.
+            next_look += PARTITIONS_LOOK_EVERY;
+            match check_topic(&shared.kafka) {
+                Ok(count) => {
+                    for partition in 0..count as i32 {
+                        shared.start(partition);
                     }
                 }
-                shared.leaving.store(true, Ordering::Relaxed);
-                // Leaving revokes every partition: their pipelines stop first.
-                member.unsubscribe();
-                for _ in 0..if all { 0 } else { 50 } {
-                    let _ = member.poll(Duration::from_millis(20));
-                    if shared.owned().is_empty() {
-                        break;
-                    }
+                Err(e) => tracing::warn!(error = %e, "cannot list the partitions"),
+            }
+        } else {
+            // Every assigned partition has its pipeline, also one that let go of it after
+            // another process's claim while the group kept it here.
+            next_look += ASSIGNMENT_LOOK_EVERY;
+            if !shared.leaving.load(Ordering::Relaxed)
+                && let Ok(assigned) = member.assignment()
+            {
+                for element in assigned.elements() {
+                    shared.start(element.partition());
                 }
-                let owned: Vec<i32> = shared.owned().iter().map(|(p, _)| *p).collect();
-                for partition in owned {
-                    shared.stop(partition);
-                }
-            })
-            .map_err(|e| GroupError::Panicked {
-                partition: -1,
-                message: e.to_string(),
-            })?
-    };
+            }
+        }
+    }
+    shared.leaving.store(true, Ordering::Relaxed);
+    // Leaving revokes every partition: their pipelines stop first.
+    member.unsubscribe();
+    for _ in 0..if all { 0 } else { 50 } {
+        let _ = member.poll(Duration::from_millis(20));
+        if shared.owned().is_empty() {
+            break;
+        }
+    }
+    let owned: Vec<i32> = shared.owned().iter().map(|(p, _)| *p).collect();
+    for partition in owned {
+        shared.stop(partition);
+    }
+}
 
+/// Collects the partitions' pipelines as they end, and says which partitions this process
+/// owns when that changes, until one fails, the run is stopped, or (`stop_at_end`) every
+/// owned partition has reached its end. Passes checkpoint requests on to the pipelines.
+async fn watch_pipelines(
+    shared: &Shared,
+    options: &RunOptions,
+) -> (GroupSummary, Option<GroupError>) {
+    let kafka = &shared.kafka;
     let mut summary = GroupSummary::default();
     let mut failure = None;
     let mut last_owned = None;
@@ -634,13 +665,5 @@ pub async fn run_group_watched(
             }
         }
     }
-    done.store(true, Ordering::Relaxed);
-    tokio::task::spawn_blocking(move || poller.join())
-        .await
-        .ok();
-    shared.collect(&mut summary, &mut failure);
-    match failure {
-        Some(error) => Err(error),
-        None => Ok(summary),
-    }
+    (summary, failure)
 }
