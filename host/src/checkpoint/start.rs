@@ -149,6 +149,181 @@ fn none_whole(job: &str, damage: &[(CheckpointId, &CheckpointError)]) -> StartEr
     }
 }
 
+/// What a job's store holds when a run is planned.
+struct Found {
+    /// The completed checkpoints whose metadata reads, oldest first.
+    retained: Vec<Arc<CheckpointMetadata>>,
+    /// The completed checkpoints whose metadata does not.
+    unreadable: Vec<CheckpointError>,
+    /// Every checkpoint known damaged, by id: an earlier attempt's findings, then the
+    /// unreadable metadata.
+    damage: Vec<(CheckpointId, CheckpointError)>,
+}
+
+impl Found {
+    async fn read(
+        store: &CheckpointStore,
+        damaged: &[CheckpointError],
+    ) -> Result<Self, StartError> {
+        let mut retained = Vec::new();
+        let mut unreadable = Vec::new();
+        for id in store.completed().await? {
+            match store.read_metadata(id).await {
+                Ok(metadata) => retained.push(Arc::new(metadata)),
+                Err(e @ StorageError::Metadata { .. }) => {
+                    unreadable.push(CheckpointError::from_storage(id, e, |p| store.locate(p)));
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+        let damage = damaged
+            .iter()
+            .chain(&unreadable)
+            .filter_map(|e| Some((e.checkpoint()?, e.clone())))
+            .collect();
+        Ok(Self {
+            retained,
+            unreadable,
+            damage,
+        })
+    }
+
+    fn damage_of(&self, id: CheckpointId) -> Option<&CheckpointError> {
+        self.damage.iter().find(|(d, _)| *d == id).map(|(_, e)| e)
+    }
+
+    fn none_whole(&self, job: &str) -> StartError {
+        let damage: Vec<(CheckpointId, &CheckpointError)> =
+            self.damage.iter().map(|(id, e)| (*id, e)).collect();
+        none_whole(job, &damage)
+    }
+
+    /// Which checkpoint `from` asks for, if any: a restart takes its own lineage's newest
+    /// that is not known damaged, or else what its run started from.
+    fn choice(&self, job: &str, from: &StartFrom) -> Result<Option<RestoreFrom>, StartError> {
+        Ok(match from {
+            StartFrom::New => {
+                if let Some(newest) = self.retained.last() {
+                    return Err(StartError::Existing {
+                        job: job.to_owned(),
+                        count: self.retained.len(),
+                        newest: newest.clone(),
+                    });
+                }
+                None
+            }
+            StartFrom::Fresh => None,
+            StartFrom::Restore(restore) => Some(restore.clone()),
+            StartFrom::Restart(lineage) => {
+                match self
+                    .retained
+                    .iter()
+                    .rev()
+                    .find(|m| m.id >= lineage.first && self.damage_of(m.id).is_none())
+                {
+                    Some(own) => Some(RestoreFrom::Id(own.id)),
+                    None => lineage.origin.clone(),
+                }
+            }
+        })
+    }
+
+    /// The metadata of the checkpoint `restore` names, if it may be restored; `None` for
+    /// `latest` of a job without checkpoints.
+    fn resolve(
+        &self,
+        job: &str,
+        restore: RestoreFrom,
+        falls_back: bool,
+        damaged: &[CheckpointError],
+    ) -> Result<Option<Arc<CheckpointMetadata>>, StartError> {
+        match restore {
+            RestoreFrom::Latest => {
+                let whole = self
+                    .retained
+                    .iter()
+                    .rev()
+                    .find(|m| self.damage_of(m.id).is_none());
+                if whole.is_none() && !self.damage.is_empty() {
+                    return Err(self.none_whole(job));
+                }
+                Ok(whole.cloned())
+            }
+            RestoreFrom::Id(id) => {
+                if let Some(e) = self.damage_of(id) {
+                    return Err(if falls_back {
+                        self.none_whole(job)
+                    } else {
+                        StartError::Damaged(e.clone())
+                    });
+                }
+                let metadata = self.retained.iter().find(|m| m.id == id);
+                Ok(Some(
+                    metadata.cloned().ok_or(StartError::NoSuchCheckpoint(id))?,
+                ))
+            }
+            RestoreFrom::Metadata(path) => {
+                let bytes = std::fs::read(&path).map_err(|source| StartError::Read {
+                    path: path.clone(),
+                    source,
+                })?;
+                let metadata = parse_metadata(&bytes, &path.display().to_string())?;
+                // Only an earlier attempt's finding applies: the store's own checkpoint of
+                // that id is not this file.
+                if let Some(e) = damaged.iter().find(|d| d.checkpoint() == Some(metadata.id)) {
+                    return Err(StartError::Damaged(e.clone()));
+                }
+                Ok(Some(Arc::new(metadata)))
+            }
+        }
+    }
+
+    /// The damaged checkpoints newer than `restored` (a restore that fell back), newest
+    /// first.
+    fn passed_over(&self, restored: Option<CheckpointId>) -> Vec<CheckpointError> {
+        let mut passed_over: Vec<CheckpointError> = self
+            .damage
+            .iter()
+            .filter(|(id, _)| restored.is_some_and(|r| *id > r))
+            .map(|(_, e)| e.clone())
+            .collect();
+        passed_over.sort_by_key(|e| std::cmp::Reverse(e.checkpoint()));
+        passed_over
+    }
+
+    /// The id of the run's first checkpoint: after every one the store holds or restored.
+    fn next_id(
+        &self,
+        store: &CheckpointStore,
+        restored: Option<CheckpointId>,
+    ) -> Result<CheckpointId, StartError> {
+        let newest = self
+            .retained
+            .iter()
+            .map(|m| m.id)
+            .chain(
+                self.unreadable
+                    .iter()
+                    .filter_map(CheckpointError::checkpoint),
+            )
+            .chain(restored)
+            .max()
+            .unwrap_or(CheckpointId(0));
+        // The ids are as read from the store: the largest there is leaves none to continue.
+        let next =
+            newest
+                .0
+                .checked_add(1)
+                .map(CheckpointId)
+                .ok_or_else(|| StorageError::Metadata {
+                    path: store.metadata_path(newest),
+                    message: "its checkpoint id is the largest there is: no checkpoint can follow"
+                        .into(),
+                })?;
+        Ok(next)
+    }
+}
+
 /// Where a run begins.
 #[derive(Clone, Debug)]
 pub struct JobStart {
@@ -198,96 +373,15 @@ impl JobStart {
                 );
             }
         }
-        let mut retained = Vec::new();
-        // Every checkpoint found damaged, by id (the earlier attempts', then the torn
-        // metadata found now).
-        let mut damage: Vec<(CheckpointId, &CheckpointError)> = damaged
-            .iter()
-            .filter_map(|e| Some((e.checkpoint()?, e)))
-            .collect();
-        let mut unreadable = Vec::new();
-        for id in store.completed().await? {
-            match store.read_metadata(id).await {
-                Ok(metadata) => retained.push(Arc::new(metadata)),
-                Err(e @ StorageError::Metadata { .. }) => {
-                    unreadable.push(CheckpointError::from_storage(id, e, |p| store.locate(p)));
-                }
-                Err(e) => return Err(e.into()),
-            }
-        }
-        damage.extend(unreadable.iter().filter_map(|e| Some((e.checkpoint()?, e))));
-        let damage_of = |id: CheckpointId| damage.iter().find(|(d, _)| *d == id).map(|(_, e)| *e);
-        let restore = match from {
-            StartFrom::New => {
-                if let Some(newest) = retained.last() {
-                    return Err(StartError::Existing {
-                        job: job.to_owned(),
-                        count: retained.len(),
-                        newest: newest.clone(),
-                    });
-                }
-                None
-            }
-            StartFrom::Fresh => None,
-            StartFrom::Restore(restore) => Some(restore.clone()),
-            StartFrom::Restart(lineage) => {
-                match retained
-                    .iter()
-                    .rev()
-                    .find(|m| m.id >= lineage.first && damage_of(m.id).is_none())
-                {
-                    Some(own) => Some(RestoreFrom::Id(own.id)),
-                    None => lineage.origin.clone(),
-                }
-            }
-        };
+        let found = Found::read(store, damaged).await?;
         // Whether the run falls back past damage rather than failing on it.
         let falls_back = matches!(
             from,
             StartFrom::Restore(RestoreFrom::Latest) | StartFrom::Restart(_)
         );
-        let restored = match restore {
+        let restored = match found.choice(job, from)? {
             None => None,
-            Some(RestoreFrom::Latest) => {
-                let whole = retained
-                    .iter()
-                    .rev()
-                    .find(|m| damage_of(m.id).is_none())
-                    .cloned();
-                if whole.is_none() && !damage.is_empty() {
-                    return Err(none_whole(job, &damage));
-                }
-                whole
-            }
-            Some(RestoreFrom::Id(id)) => {
-                if let Some(e) = damage_of(id) {
-                    return Err(if falls_back {
-                        none_whole(job, &damage)
-                    } else {
-                        StartError::Damaged(e.clone())
-                    });
-                }
-                Some(
-                    retained
-                        .iter()
-                        .find(|m| m.id == id)
-                        .cloned()
-                        .ok_or(StartError::NoSuchCheckpoint(id))?,
-                )
-            }
-            Some(RestoreFrom::Metadata(path)) => {
-                let bytes = std::fs::read(&path).map_err(|source| StartError::Read {
-                    path: path.clone(),
-                    source,
-                })?;
-                let metadata = parse_metadata(&bytes, &path.display().to_string())?;
-                // Only an earlier attempt's finding applies: the store's own checkpoint of
-                // that id is not this file.
-                if let Some(e) = damaged.iter().find(|d| d.checkpoint() == Some(metadata.id)) {
-                    return Err(StartError::Damaged(e.clone()));
-                }
-                Some(Arc::new(metadata))
-            }
+            Some(restore) => found.resolve(job, restore, falls_back, damaged)?,
         };
         if let Some(m) = &restored
             && m.job != job
@@ -299,35 +393,11 @@ impl JobStart {
             });
         }
         let restored_id = restored.as_ref().map(|m| m.id);
-        let mut passed_over: Vec<CheckpointError> = damage
-            .iter()
-            .filter(|(id, _)| falls_back && restored_id.is_some_and(|r| *id > r))
-            .map(|(_, e)| (*e).clone())
-            .collect();
-        passed_over.sort_by_key(|e| std::cmp::Reverse(e.checkpoint()));
-        let newest = retained
-            .iter()
-            .map(|m| m.id)
-            .chain(unreadable.iter().filter_map(CheckpointError::checkpoint))
-            .chain(restored_id)
-            .max()
-            .unwrap_or(CheckpointId(0));
-        // The ids are as read from the store: the largest there is leaves none to continue.
-        let next_checkpoint =
-            newest
-                .0
-                .checked_add(1)
-                .map(CheckpointId)
-                .ok_or_else(|| StorageError::Metadata {
-                    path: store.metadata_path(newest),
-                    message: "its checkpoint id is the largest there is: no checkpoint can follow"
-                        .into(),
-                })?;
         Ok(Self {
+            next_checkpoint: found.next_id(store, restored_id)?,
+            passed_over: found.passed_over(restored_id.filter(|_| falls_back)),
+            retained: found.retained,
             restored,
-            retained,
-            next_checkpoint,
-            passed_over,
         })
     }
 
