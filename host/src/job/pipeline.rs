@@ -4,7 +4,9 @@ use crate::job::watermarks::WatermarkPolicy;
 use std::sync::Arc;
 
 use super::runtime::Checkpointing;
-use super::spec::{JobSpec, KeyBy, RecordPolicy, SinkSpec, SourceSpec, source_policy};
+use super::spec::{
+    JobSpec, KeyBy, OperatorSpec, RecordPolicy, SinkSpec, SourceSpec, source_policy,
+};
 use crate::checkpoint::CheckpointStore;
 use crate::checkpoint::lease::LeaseCheck;
 use crate::checkpoint::storage::StorageError;
@@ -82,144 +84,29 @@ impl Pipeline {
     /// Loads every component (once per operator, shared by its subtasks) and opens the
     /// source and sink.
     pub fn from_spec(spec: &JobSpec, engine: &Engine) -> Result<Self, PrepareError> {
-        let mut stages = Vec::with_capacity(spec.operators.len());
-        for op in &spec.operators {
-            let component = engine
-                .load(&op.component)
-                .map_err(|source| PrepareError::Load {
-                    operator: op.name.clone(),
-                    source,
-                })?;
-            stages.push(Stage {
-                name: op.name.clone(),
-                factory: Arc::new(WasmOperatorFactory::new(engine.clone(), component)),
-                parallelism: op.parallelism,
-                key_by: op.key_by.clone(),
-                config_json: op.config_json.clone(),
-                limits: op.limits,
-                on_error: op.on_error.clone(),
-                on_bad_record: op.on_bad_record.clone(),
-            });
-        }
-        let store = checkpoint_store(spec).map_err(PrepareError::Store)?;
-        let checkpointing = spec
-            .checkpoints
-            .as_ref()
-            .zip(store)
-            .map(|(c, store)| {
-                Ok(Checkpointing {
-                    store,
-                    interval: c.interval,
-                    timeout: c.timeout,
-                    tolerable_failures: c.tolerable_failures,
-                    retain: c.retain,
-                    chains: c.chains,
-                })
-            })
-            .transpose()?;
-        let source: Box<dyn Source> = match &spec.source {
-            SourceSpec::TextLines { path, .. } => {
-                Box::new(TextLinesSource::open(path).map_err(PrepareError::Source)?)
-            }
-            SourceSpec::JsonLines {
-                path,
-                key_pointer,
-                on_bad_record,
-                timestamp,
-                on_bad_timestamp,
-                ..
-            } => {
-                let source = JsonLinesSource::open(path, key_pointer.clone())
-                    .map_err(PrepareError::Source)?
-                    .with_timestamps(timestamp.clone(), *on_bad_timestamp);
-                Box::new(match on_bad_record {
-                    RecordPolicy::Fail => source,
-                    _ => source.setting_bad_lines_aside(),
-                })
-            }
-            SourceSpec::Generator {
-                records,
-                keys,
-                records_per_second,
-                clock,
-                ..
-            } => Box::new(
-                GeneratorSource::new(*records, *keys)
-                    .with_clock(*clock)
-                    .paced(*records_per_second),
-            ),
-            SourceSpec::Kafka(kafka) => {
-                let input = spec.input_partition.as_ref().ok_or_else(|| {
-                    PrepareError::Source(ConnectorError::Kafka {
-                        brokers: kafka.brokers.clone(),
-                        message: "a Kafka job runs a pipeline per partition \
-                                  (`weir_host::group::run_group`), not as one pipeline"
-                            .into(),
-                    })
-                })?;
-                Box::new(PartitionSource::new(kafka, input).map_err(PrepareError::Source)?)
-            }
-        };
+        let stages = spec
+            .operators
+            .iter()
+            .map(|op| stage(op, engine))
+            .collect::<Result<Vec<_>, _>>()?;
+        let checkpointing = checkpointing(spec)?;
+        let store = checkpointing.as_ref().map(|c| c.store.clone());
         // Names the output in the Kafka sink's record ids: the job and its input partition.
         let lineage = match &spec.input_partition {
             Some(input) => format!("{}/{}", spec.name, input.partition),
             None => spec.name.clone(),
         };
-        let store = checkpointing.as_ref().map(|c| c.store.clone());
-        let sink: Box<dyn Sink> = match &spec.sink {
-            SinkSpec::Stdout => Box::new(StdoutSink::new()),
-            SinkSpec::File { path } => {
-                Box::new(FileSink::create(path).map_err(PrepareError::Sink)?)
-            }
-            SinkSpec::Discard => Box::new(DiscardSink),
-            SinkSpec::Kafka(kafka) => Box::new(
-                KafkaSink::new(kafka, lineage.clone(), store.clone(), KafkaSink::JOB_SINK)
-                    .map_err(PrepareError::Sink)?,
-            ),
-        };
-        let dead_letters = spec
-            .dead_letter_targets()
-            .into_iter()
-            .map(|target| {
-                let (name, sink): (String, Box<dyn Sink>) = match &target {
-                    RecordPolicy::DeadLetterTopic(topic) => {
-                        let kafka = spec.dead_letter_topic_sink(topic).ok_or_else(|| {
-                            PrepareError::Sink(ConnectorError::Kafka {
-                                brokers: String::new(),
-                                message: format!(
-                                    "dead_letter_topic `{topic}` needs a Kafka source or sink"
-                                ),
-                            })
-                        })?;
-                        let sink = KafkaSink::new(
-                            &kafka,
-                            format!("{lineage}/dead-letters"),
-                            store.clone(),
-                            &format!("dead-letters/{topic}"),
-                        )
-                        .map_err(PrepareError::Sink)?;
-                        (format!("kafka:{topic}"), Box::new(sink))
-                    }
-                    other => {
-                        let path = other.dead_letter().unwrap_or(std::path::Path::new(""));
-                        let sink = FileSink::create(path).map_err(PrepareError::Sink)?;
-                        (path.display().to_string(), Box::new(sink))
-                    }
-                };
-                Ok(DeadLetterOutput { target, name, sink })
-            })
-            .collect::<Result<_, PrepareError>>()?;
         Ok(Self {
+            source: source(spec)?,
+            sink: sink(spec, &lineage, store.as_ref())?,
+            dead_letters: dead_letters(spec, &lineage, store.as_ref())?,
             checkpointing,
             watermarks: spec.watermark,
             name: spec.name.clone(),
             key_groups: spec.key_groups,
             batch_size: spec.batch_size,
-            source,
             source_on_bad_record: source_policy(&spec.source).cloned().unwrap_or_default(),
             stages,
-            sink,
-            dead_letters,
             leases: Vec::new(),
         })
     }
@@ -258,4 +145,150 @@ pub fn file_outputs(spec: &JobSpec) -> Vec<std::path::PathBuf> {
         _ => None,
     };
     sink.into_iter().chain(spec.dead_letter_files()).collect()
+}
+
+/// An operator of the job file as a stage: its component loaded (compiled or from the cache).
+fn stage(op: &OperatorSpec, engine: &Engine) -> Result<Stage, PrepareError> {
+    let component = engine
+        .load(&op.component)
+        .map_err(|source| PrepareError::Load {
+            operator: op.name.clone(),
+            source,
+        })?;
+    Ok(Stage {
+        name: op.name.clone(),
+        factory: Arc::new(WasmOperatorFactory::new(engine.clone(), component)),
+        parallelism: op.parallelism,
+        key_by: op.key_by.clone(),
+        config_json: op.config_json.clone(),
+        limits: op.limits,
+        on_error: op.on_error.clone(),
+        on_bad_record: op.on_bad_record.clone(),
+    })
+}
+
+/// How the job checkpoints, its store opened; `None` without `[checkpoints]`.
+fn checkpointing(spec: &JobSpec) -> Result<Option<Checkpointing>, PrepareError> {
+    let store = checkpoint_store(spec).map_err(PrepareError::Store)?;
+    Ok(spec
+        .checkpoints
+        .as_ref()
+        .zip(store)
+        .map(|(c, store)| Checkpointing {
+            store,
+            interval: c.interval,
+            timeout: c.timeout,
+            tolerable_failures: c.tolerable_failures,
+            retain: c.retain,
+            chains: c.chains,
+        }))
+}
+
+/// The job's source, opened.
+fn source(spec: &JobSpec) -> Result<Box<dyn Source>, PrepareError> {
+    Ok(match &spec.source {
+        SourceSpec::TextLines { path, .. } => {
+            Box::new(TextLinesSource::open(path).map_err(PrepareError::Source)?)
+        }
+        SourceSpec::JsonLines {
+            path,
+            key_pointer,
+            on_bad_record,
+            timestamp,
+            on_bad_timestamp,
+            ..
+        } => {
+            let source = JsonLinesSource::open(path, key_pointer.clone())
+                .map_err(PrepareError::Source)?
+                .with_timestamps(timestamp.clone(), *on_bad_timestamp);
+            Box::new(match on_bad_record {
+                RecordPolicy::Fail => source,
+                _ => source.setting_bad_lines_aside(),
+            })
+        }
+        SourceSpec::Generator {
+            records,
+            keys,
+            records_per_second,
+            clock,
+            ..
+        } => Box::new(
+            GeneratorSource::new(*records, *keys)
+                .with_clock(*clock)
+                .paced(*records_per_second),
+        ),
+        SourceSpec::Kafka(kafka) => {
+            let input = spec.input_partition.as_ref().ok_or_else(|| {
+                PrepareError::Source(ConnectorError::Kafka {
+                    brokers: kafka.brokers.clone(),
+                    message: "a Kafka job runs a pipeline per partition \
+                              (`weir_host::group::run_group`), not as one pipeline"
+                        .into(),
+                })
+            })?;
+            Box::new(PartitionSource::new(kafka, input).map_err(PrepareError::Source)?)
+        }
+    })
+}
+
+/// The job's sink, opened; a Kafka sink names its records by `lineage` and keeps what it
+/// stages in `store`.
+fn sink(
+    spec: &JobSpec,
+    lineage: &str,
+    store: Option<&CheckpointStore>,
+) -> Result<Box<dyn Sink>, PrepareError> {
+    Ok(match &spec.sink {
+        SinkSpec::Stdout => Box::new(StdoutSink::new()),
+        SinkSpec::File { path } => Box::new(FileSink::create(path).map_err(PrepareError::Sink)?),
+        SinkSpec::Discard => Box::new(DiscardSink),
+        SinkSpec::Kafka(kafka) => Box::new(
+            KafkaSink::new(
+                kafka,
+                lineage.to_owned(),
+                store.cloned(),
+                KafkaSink::JOB_SINK,
+            )
+            .map_err(PrepareError::Sink)?,
+        ),
+    })
+}
+
+/// A sink for each place the job's policies send dead letters to, each once.
+fn dead_letters(
+    spec: &JobSpec,
+    lineage: &str,
+    store: Option<&CheckpointStore>,
+) -> Result<Vec<DeadLetterOutput>, PrepareError> {
+    spec.dead_letter_targets()
+        .into_iter()
+        .map(|target| {
+            let (name, sink): (String, Box<dyn Sink>) = match &target {
+                RecordPolicy::DeadLetterTopic(topic) => {
+                    let kafka = spec.dead_letter_topic_sink(topic).ok_or_else(|| {
+                        PrepareError::Sink(ConnectorError::Kafka {
+                            brokers: String::new(),
+                            message: format!(
+                                "dead_letter_topic `{topic}` needs a Kafka source or sink"
+                            ),
+                        })
+                    })?;
+                    let sink = KafkaSink::new(
+                        &kafka,
+                        format!("{lineage}/dead-letters"),
+                        store.cloned(),
+                        &format!("dead-letters/{topic}"),
+                    )
+                    .map_err(PrepareError::Sink)?;
+                    (format!("kafka:{topic}"), Box::new(sink))
+                }
+                other => {
+                    let path = other.dead_letter().unwrap_or(std::path::Path::new(""));
+                    let sink = FileSink::create(path).map_err(PrepareError::Sink)?;
+                    (path.display().to_string(), Box::new(sink))
+                }
+            };
+            Ok(DeadLetterOutput { target, name, sink })
+        })
+        .collect::<Result<_, PrepareError>>()
 }
