@@ -251,15 +251,29 @@ fn render_jobs(pipelines: &[PipelineCounters]) -> String {
         .iter()
         .map(|p| (p.labels(), &*p.metrics))
         .collect();
+    let subtasks = subtask_labels(&jobs);
+    job_families(&mut out, &jobs);
+    subtask_families(&mut out, &subtasks);
+    watermarks(&mut out, &subtasks);
+    records_set_aside(&mut out, &jobs);
+    batch_latency(&mut out, &subtasks);
+    partition_lag(&mut out, pipelines, &jobs);
+    out
+}
+
+/// The families of [`JOB_FAMILIES`], one sample per job.
+fn job_families(out: &mut String, jobs: &[(String, &JobMetrics)]) {
     for (name, kind, help, read) in JOB_FAMILIES {
-        header(&mut out, name, kind, help);
-        for (labels, m) in &jobs {
+        header(out, name, kind, help);
+        for (labels, m) in jobs {
             let _ = writeln!(out, "{name}{{{labels}}} {}", read(m));
         }
     }
-    // Each subtask's labels, formatted once for all its families.
-    let subtasks: Vec<(String, &SubtaskMetrics)> = jobs
-        .iter()
+}
+
+/// Each subtask's labels, formatted once for all its families.
+fn subtask_labels<'a>(jobs: &[(String, &'a JobMetrics)]) -> Vec<(String, &'a SubtaskMetrics)> {
+    jobs.iter()
         .flat_map(|(job_labels, m)| {
             m.operators.iter().flat_map(move |op| {
                 op.subtasks.iter().enumerate().map(move |(i, s)| {
@@ -271,10 +285,14 @@ fn render_jobs(pipelines: &[PipelineCounters]) -> String {
                 })
             })
         })
-        .collect();
+        .collect()
+}
+
+/// The families of [`SUBTASK_FAMILIES`] and [`SUBTASK_TIMES`], one sample per subtask.
+fn subtask_families(out: &mut String, subtasks: &[(String, &SubtaskMetrics)]) {
     for (name, kind, help, read) in SUBTASK_FAMILIES {
-        header(&mut out, name, kind, help);
-        for (labels, s) in &subtasks {
+        header(out, name, kind, help);
+        for (labels, s) in subtasks {
             let _ = writeln!(
                 out,
                 "{name}{{{labels}}} {}",
@@ -283,46 +301,53 @@ fn render_jobs(pipelines: &[PipelineCounters]) -> String {
         }
     }
     for (name, help, read) in SUBTASK_TIMES {
-        header(&mut out, name, "gauge", help);
-        for (labels, s) in &subtasks {
+        header(out, name, "gauge", help);
+        for (labels, s) in subtasks {
             let seconds = read(s).load(Ordering::Relaxed) as f64 / 1e6;
             let _ = writeln!(out, "{name}{{{labels}}} {seconds}");
         }
     }
-    // Event time: present only for subtasks that have a watermark.
+}
+
+/// Event time: present only for subtasks that have a watermark.
+fn watermarks(out: &mut String, subtasks: &[(String, &SubtaskMetrics)]) {
     let now_ms = crate::clock::now_ms();
     let name = "weir_watermark_seconds";
     header(
-        &mut out,
+        out,
         name,
         "gauge",
         "An operator subtask's watermark, in seconds since the Unix epoch (+Inf at the end of input).",
     );
-    for (labels, s) in &subtasks {
+    for (labels, s) in subtasks {
         if let Some(w) = s.watermark() {
             let _ = writeln!(out, "{name}{{{labels}}} {}", watermark_seconds(w));
         }
     }
     let name = "weir_watermark_lag_seconds";
     header(
-        &mut out,
+        out,
         name,
         "gauge",
         "Processing time less an operator subtask's watermark: how far event time trails the wall clock.",
     );
-    for (labels, s) in &subtasks {
+    for (labels, s) in subtasks {
         if let Some(w) = s.watermark().filter(|w| *w != END_OF_TIME) {
             let _ = writeln!(out, "{name}{{{labels}}} {}", (now_ms - w) as f64 / 1e3);
         }
     }
+}
+
+/// Lines a source skipped for their timestamps, and bad records set aside by policy.
+fn records_set_aside(out: &mut String, jobs: &[(String, &JobMetrics)]) {
     let name = "weir_source_skipped_timestamps_total";
     header(
-        &mut out,
+        out,
         name,
         "counter",
         "Lines a source dropped for want of a usable timestamp (on_bad_timestamp = \"skip\").",
     );
-    for (labels, m) in &jobs {
+    for (labels, m) in jobs {
         let _ = writeln!(
             out,
             "{name}{{{labels}}} {}",
@@ -331,13 +356,13 @@ fn render_jobs(pipelines: &[PipelineCounters]) -> String {
     }
     let name = "weir_records_set_aside_total";
     header(
-        &mut out,
+        out,
         name,
         "counter",
         "Bad records set aside by their policy: lines the source could not read, records a \
          key_by could not key or an operator failed on.",
     );
-    for (labels, m) in &jobs {
+    for (labels, m) in jobs {
         let places = std::iter::once(("(source)", &m.source_bad_records)).chain(
             m.operators
                 .iter()
@@ -357,14 +382,18 @@ fn render_jobs(pipelines: &[PipelineCounters]) -> String {
             }
         }
     }
+}
+
+/// Each subtask's time per batch, as a histogram.
+fn batch_latency(out: &mut String, subtasks: &[(String, &SubtaskMetrics)]) {
     let name = "weir_batch_latency_seconds";
     header(
-        &mut out,
+        out,
         name,
         "histogram",
         "Time an operator subtask took per batch, host work around the guest included.",
     );
-    for (labels, s) in &subtasks {
+    for (labels, s) in subtasks {
         let h = s.batch_latency.snapshot();
         for (bound, count) in &h.cumulative {
             let _ = writeln!(out, "{name}_bucket{{{labels},le=\"{bound}\"}} {count}");
@@ -373,19 +402,22 @@ fn render_jobs(pipelines: &[PipelineCounters]) -> String {
         let _ = writeln!(out, "{name}_sum{{{labels}}} {}", h.sum_seconds);
         let _ = writeln!(out, "{name}_count{{{labels}}} {}", h.count);
     }
+}
+
+/// A Kafka job's input partition lag, per pipeline on this host.
+fn partition_lag(out: &mut String, pipelines: &[PipelineCounters], jobs: &[(String, &JobMetrics)]) {
     let name = "weir_kafka_partition_lag";
     header(
-        &mut out,
+        out,
         name,
         "gauge",
         "Messages of a Kafka job's input partition that its pipeline on this host has not read yet.",
     );
-    for (pipeline, (labels, _)) in pipelines.iter().zip(&jobs) {
+    for (pipeline, (labels, _)) in pipelines.iter().zip(jobs) {
         if let Some((_, lag)) = pipeline.partition {
             let _ = writeln!(out, "{name}{{{labels}}} {lag}");
         }
     }
-    out
 }
 
 fn header(out: &mut String, name: &str, kind: &str, help: &str) {
