@@ -320,7 +320,9 @@ impl Coordinator {
                 }
                 ack = self.acks.recv() => {
                     let Some(ack) = ack else {
-                        return Err(CheckpointError::Other("every task of the job stopped".into()));
+                        return Err(CheckpointError::Stopped {
+                            what: "every task of the job",
+                        });
                     };
                     if let Ack::SourceEnded = ack {
                         self.source_ended = true;
@@ -393,7 +395,7 @@ impl Coordinator {
         tracing::debug!(job = %self.setup.job, checkpoint = pending.id.0, last, "checkpoint triggered");
         self.triggers
             .send(Barrier::new(pending.id, last))
-            .map_err(|_| CheckpointError::Other("the source stopped".to_owned()))?;
+            .map_err(|_| CheckpointError::Stopped { what: "the source" })?;
         Ok(pending)
     }
 
@@ -462,7 +464,7 @@ impl Coordinator {
                         pending.failure.get_or_insert(CheckpointError::Task {
                             checkpoint,
                             task: "the sink".into(),
-                            source: Box::new(CheckpointError::Other(e)),
+                            source: Box::new(CheckpointError::Staging { reason: e }),
                         });
                     }
                 }

@@ -84,10 +84,31 @@ pub enum CheckpointError {
         checkpoint: CheckpointId,
         source: Arc<crate::checkpoint::lease::LeaseError>,
     },
-    /// Work on the checkpoint path outside any one checkpoint (an orphan sweep, a task that
-    /// panicked).
-    #[error("{0}")]
-    Other(String),
+    /// An artifact could not be encoded or uploaded (its encoding failed, or the store did
+    /// not take it in time).
+    #[error("checkpoint {checkpoint}: cannot upload {object}: {reason}")]
+    Upload {
+        checkpoint: CheckpointId,
+        object: String,
+        reason: String,
+    },
+    /// The sink could not stage its output for the checkpoint.
+    #[error("cannot stage its output: {reason}")]
+    Staging { reason: String },
+    /// A subtask restoring could not delete the artifacts of checkpoints that never
+    /// completed.
+    #[error("cannot sweep orphans of operator `{operator}` subtask {subtask}: {reason}")]
+    OrphanSweep {
+        operator: String,
+        subtask: u32,
+        reason: String,
+    },
+    /// The store's URL does not name a store.
+    #[error("{url}: {message}")]
+    Url { url: String, message: String },
+    /// The coordinator lost the tasks it coordinates: they all stopped, or the source did.
+    #[error("{what} stopped")]
+    Stopped { what: &'static str },
 }
 
 impl CheckpointError {
@@ -115,7 +136,11 @@ impl CheckpointError {
             StorageError::Format {
                 path,
                 source: source @ FormatError::Encode(_),
-            } => Self::Other(format!("{path}: {source}")),
+            } => Self::Upload {
+                checkpoint,
+                object: locate(&path),
+                reason: source.to_string(),
+            },
             StorageError::Format { path, source } => Self::Damaged {
                 checkpoint,
                 object: locate(&path),
@@ -126,7 +151,7 @@ impl CheckpointError {
                 object: locate(&path),
                 reason: message,
             },
-            StorageError::Url { .. } => Self::Other(error.to_string()),
+            StorageError::Url { url, message } => Self::Url { url, message },
         }
     }
 
@@ -149,9 +174,13 @@ impl CheckpointError {
             | Self::Task { checkpoint, .. }
             | Self::Timeout { checkpoint, .. }
             | Self::Metadata { checkpoint, .. }
-            | Self::Lease { checkpoint, .. } => Some(*checkpoint),
+            | Self::Lease { checkpoint, .. }
+            | Self::Upload { checkpoint, .. } => Some(*checkpoint),
             Self::TooManyFailures { last, .. } => last.checkpoint(),
-            Self::Other(_) => None,
+            Self::Staging { .. }
+            | Self::OrphanSweep { .. }
+            | Self::Url { .. }
+            | Self::Stopped { .. } => None,
         }
     }
 

@@ -262,7 +262,11 @@ impl SubtaskCheckpoints {
             .map(|a| a.path.as_str())
             .collect();
         self.sweep_orphans(&everything)
-            .map_err(CheckpointError::Other)
+            .map_err(|reason| CheckpointError::OrphanSweep {
+                operator: self.operator.clone(),
+                subtask: self.subtask.0,
+                reason,
+            })
     }
 
     fn restore(
@@ -354,7 +358,7 @@ impl SubtaskCheckpoints {
         let folders = self
             .runtime
             .block_on(self.store.subtask_folders(&self.operator))
-            .map_err(|e| format!("cannot sweep orphans: {e}"))?;
+            .map_err(|e| e.to_string())?;
         let mut orphans = BTreeSet::new();
         for folder in folders
             .into_iter()
@@ -366,7 +370,7 @@ impl SubtaskCheckpoints {
                     self.store
                         .list_subtask(&self.operator, SubtaskIndex(folder)),
                 )
-                .map_err(|e| format!("cannot sweep orphans: {e}"))?;
+                .map_err(|e| e.to_string())?;
             orphans.extend(
                 present
                     .iter()
@@ -593,7 +597,11 @@ impl SubtaskCheckpoints {
         let timeout = self.upload_timeout;
         let span = tracing::info_span!("upload", checkpoint = checkpoint.0, object = %object);
         let upload = async move {
-            let failed = |reason: String| CheckpointError::Other(format!("{object}: {reason}"));
+            let failed = |reason: String| CheckpointError::Upload {
+                checkpoint,
+                object: object.clone(),
+                reason,
+            };
             let bytes = tokio::task::spawn_blocking(move || format::encode(&increment))
                 .await
                 .map_err(|e| failed(format!("encoding panicked: {e}")))?

@@ -36,29 +36,48 @@ pub enum TimestampPolicy {
     Skip,
 }
 
+/// Why a record has no usable event time.
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+#[non_exhaustive]
+pub enum TimestampError {
+    #[error("no timestamp at {pointer:?}")]
+    Missing { pointer: String },
+    /// The value at the pointer is not of the configured format.
+    #[error("the timestamp at {pointer:?} is {found}, not {}", .format.expected())]
+    WrongFormat {
+        pointer: String,
+        found: serde_json::Value,
+        format: TimestampFormat,
+    },
+}
+
 /// The event time, in milliseconds since the Unix epoch, of the JSON value `value`, or why
 /// it has none.
-pub fn read_timestamp(spec: &TimestampSpec, value: &serde_json::Value) -> Result<i64, String> {
+pub fn read_timestamp(
+    spec: &TimestampSpec,
+    value: &serde_json::Value,
+) -> Result<i64, TimestampError> {
     let pointer = &spec.json_pointer;
     let found = value
         .pointer(pointer)
-        .ok_or_else(|| format!("no timestamp at {pointer:?}"))?;
-    let wrong = |expected: &str| format!("the timestamp at {pointer:?} is {found}, not {expected}");
-    match spec.format {
+        .ok_or_else(|| TimestampError::Missing {
+            pointer: pointer.clone(),
+        })?;
+    let read = match spec.format {
         TimestampFormat::Ms => found
             .as_i64()
-            .or_else(|| found.as_f64().filter(|f| f.is_finite()).map(|f| f as i64))
-            .ok_or_else(|| wrong("a number of milliseconds")),
+            .or_else(|| found.as_f64().filter(|f| f.is_finite()).map(|f| f as i64)),
         TimestampFormat::S => found
             .as_f64()
             .filter(|f| f.is_finite() && f.abs() < 9.2e15)
-            .map(|s| (s * 1000.0).round() as i64)
-            .ok_or_else(|| wrong("a number of seconds")),
-        TimestampFormat::Rfc3339 => found
-            .as_str()
-            .and_then(rfc3339_ms)
-            .ok_or_else(|| wrong("an RFC 3339 date and time")),
-    }
+            .map(|s| (s * 1000.0).round() as i64),
+        TimestampFormat::Rfc3339 => found.as_str().and_then(rfc3339_ms),
+    };
+    read.ok_or_else(|| TimestampError::WrongFormat {
+        pointer: pointer.clone(),
+        found: found.clone(),
+        format: spec.format,
+    })
 }
 
 /// A century, in milliseconds: how far from now a first timestamp may lie.
@@ -108,6 +127,15 @@ fn describe_ms(ms: i64) -> String {
 
 impl TimestampFormat {
     /// As the job file writes it.
+    /// What a value of this format is, for errors.
+    fn expected(self) -> &'static str {
+        match self {
+            Self::Ms => "a number of milliseconds",
+            Self::S => "a number of seconds",
+            Self::Rfc3339 => "an RFC 3339 date and time",
+        }
+    }
+
     pub fn name(self) -> &'static str {
         match self {
             TimestampFormat::Ms => "ms",
@@ -147,7 +175,7 @@ fn rfc3339_ms(text: &str) -> Option<i64> {
 mod tests {
     use super::*;
 
-    fn read(format: TimestampFormat, value: serde_json::Value) -> Result<i64, String> {
+    fn read(format: TimestampFormat, value: serde_json::Value) -> Result<i64, TimestampError> {
         let spec = TimestampSpec {
             json_pointer: "/ts".into(),
             format,
@@ -174,10 +202,10 @@ mod tests {
             read(TimestampFormat::Rfc3339, json!("2023-11-14T23:13:20+01:00")),
             Ok(1_700_000_000_000)
         );
-        assert!(
-            read(TimestampFormat::Ms, json!("soon"))
-                .expect_err("a string is no number")
-                .contains("not a number")
+        let soon = read(TimestampFormat::Ms, json!("soon")).expect_err("a string is no number");
+        assert_eq!(
+            soon.to_string(),
+            "the timestamp at \"/ts\" is \"soon\", not a number of milliseconds"
         );
         assert!(read(TimestampFormat::Rfc3339, json!("yesterday")).is_err());
         let none = read_timestamp(
@@ -187,7 +215,12 @@ mod tests {
             },
             &json!({}),
         );
-        assert_eq!(none, Err("no timestamp at \"/at\"".into()));
+        assert_eq!(
+            none,
+            Err(TimestampError::Missing {
+                pointer: "/at".into()
+            })
+        );
     }
 
     #[test]

@@ -42,7 +42,10 @@ pub(super) async fn finish(
     let finished = checkpoint.clone();
     tokio::task::spawn_blocking(move || outputs.recover(Some(&finished)))
         .await
-        .map_err(|e| JobError::Panicked(e.to_string()))??;
+        .map_err(|e| JobError::Panicked {
+            task: "the sink".into(),
+            message: e.to_string(),
+        })??;
     // A run killed after its last checkpoint completed may not have cleaned up: every
     // subtask still sweeps what no retained checkpoint references.
     if let Some(checkpointing) = checkpointing {
@@ -60,7 +63,10 @@ pub(super) async fn finish(
         };
         tokio::task::spawn_blocking(move || sweep.run())
             .await
-            .map_err(|e| JobError::Panicked(e.to_string()))?
+            .map_err(|e| JobError::Panicked {
+                task: "the sweep of the finished job's subtasks".into(),
+                message: e.to_string(),
+            })?
             .map_err(JobError::Checkpoint)?;
     }
     Ok(())

@@ -20,18 +20,29 @@ pub enum JobError {
     Source(ConnectorError),
     #[error("sink: {0}")]
     Sink(ConnectorError),
-    #[error("dead letters: {0}")]
-    DeadLetters(String),
+    /// A dead-letter output (a file or a topic) failed.
+    #[error("dead letters to {output}: {source}")]
+    DeadLetters {
+        /// The output as the job file names it: a path, or `kafka:<topic>`.
+        output: String,
+        source: Box<ConnectorError>,
+    },
     #[error(transparent)]
     Route(#[from] RouteError),
     #[error(transparent)]
     Checkpoint(#[from] CheckpointError),
     #[error("the job was stopped")]
     Stopped,
-    #[error("a task of the job panicked: {0}")]
-    Panicked(String),
-    #[error("invalid pipeline: {0}")]
-    Invalid(String),
+    /// A task panicked: a bug in the host, not in the job.
+    #[error("{task} panicked: {message}")]
+    Panicked {
+        /// `the source`, `operator `count` subtask 1`, `the sink`, `the coordinator`.
+        task: String,
+        message: String,
+    },
+    /// A pipeline of no operator (only a program that builds its own can make one).
+    #[error("invalid pipeline: a pipeline needs at least one operator")]
+    NoOperators,
     /// This task stopped because another one failed; never reported when the cause is known.
     #[error("the job was aborted because one of its tasks stopped")]
     Aborted,

@@ -21,6 +21,7 @@
 //! reports the first real failure among them. A job that had finished only commits and
 //! sweeps (`job::finished_sweep`).
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -79,9 +80,7 @@ pub async fn run(
     });
     metrics.start_from(start.restored.as_deref());
     if pipeline.stages.is_empty() {
-        return Err(JobError::Invalid(
-            "a pipeline needs at least one operator".into(),
-        ));
+        return Err(JobError::NoOperators);
     }
     if let Some(checkpoint) = start.restored.as_ref().filter(|m| m.finished) {
         // The job had finished: only its last output may still need committing.
@@ -193,7 +192,7 @@ struct Launch<'a> {
     run_id: Arc<str>,
     /// Raised when every subtask has opened and restored; the sink waits on it (and takes it).
     latch: Option<RestoreLatch>,
-    tasks: JoinSet<Result<(), JobError>>,
+    tasks: Tasks,
 }
 
 impl<'a> Launch<'a> {
@@ -258,7 +257,7 @@ impl<'a> Launch<'a> {
             run_id: crate::ids::new_run_id().into(),
             assignment: start.assignment(),
             latch: Some(latch),
-            tasks: JoinSet::new(),
+            tasks: Tasks::default(),
         }
     }
 
@@ -325,7 +324,8 @@ impl<'a> Launch<'a> {
                     .and_then(|m| m.source_max_timestamp),
             ),
         };
-        self.tasks.spawn_blocking(move || source_task.run());
+        self.tasks
+            .spawn("the source".into(), move || source_task.run());
     }
 
     /// Starts the subtasks of stage `s`, each routing to the next stage or the sink.
@@ -423,7 +423,8 @@ impl<'a> Launch<'a> {
                 acks: self.ack_tx.clone(),
                 metrics: metrics.clone(),
             };
-            self.tasks.spawn_blocking(move || task.run());
+            let name = format!("operator `{}` subtask {i}", stage.name);
+            self.tasks.spawn(name, move || task.run());
         }
     }
 
@@ -441,7 +442,7 @@ impl<'a> Launch<'a> {
             acks: self.ack_tx.clone(),
             metrics: self.metrics.clone(),
         };
-        self.tasks.spawn_blocking(move || sink_task.run());
+        self.tasks.spawn("the sink".into(), move || sink_task.run());
     }
 
     /// Starts the coordinator with the channels to and from every task; what is left of the
@@ -496,9 +497,38 @@ impl<'a> Launch<'a> {
     }
 }
 
+/// A run's tasks, each on a thread of its own, with their names for a panic's report.
+#[derive(Default)]
+struct Tasks {
+    set: JoinSet<Result<(), JobError>>,
+    names: HashMap<tokio::task::Id, String>,
+}
+
+impl Tasks {
+    fn spawn(
+        &mut self,
+        name: String,
+        task: impl FnOnce() -> Result<(), JobError> + Send + 'static,
+    ) {
+        let handle = self.set.spawn_blocking(task);
+        self.names.insert(handle.id(), name);
+    }
+
+    /// The next task to end, with its result; `None` once all have.
+    async fn next(&mut self) -> Option<Result<(), JobError>> {
+        Some(match self.set.join_next_with_id().await? {
+            Ok((_, result)) => result,
+            Err(e) => Err(JobError::Panicked {
+                task: self.names.get(&e.id()).cloned().unwrap_or_default(),
+                message: e.to_string(),
+            }),
+        })
+    }
+}
+
 /// A run's tasks and its coordinator, started.
 struct Running {
-    tasks: JoinSet<Result<(), JobError>>,
+    tasks: Tasks,
     coordinator: JoinHandle<Result<(), CheckpointError>>,
 }
 
@@ -520,13 +550,16 @@ impl Running {
                 stop_coordinator.abort();
             }
         };
-        while let Some(joined) = self.tasks.join_next().await {
-            note(joined.unwrap_or_else(|e| Err(JobError::Panicked(e.to_string()))));
+        while let Some(result) = self.tasks.next().await {
+            note(result);
         }
         note(match self.coordinator.await {
             Ok(result) => result.map_err(JobError::Checkpoint),
             Err(e) if e.is_cancelled() => Err(JobError::Aborted),
-            Err(e) => Err(JobError::Panicked(e.to_string())),
+            Err(e) => Err(JobError::Panicked {
+                task: "the coordinator".into(),
+                message: e.to_string(),
+            }),
         });
         failure.map_or(Ok(()), Err)
     }

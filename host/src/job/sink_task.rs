@@ -52,9 +52,11 @@ impl SinkTask {
                         .fetch_add(batch.len() as u64, Ordering::Relaxed);
                 }
                 Event::DeadLetters { file, batch } => {
-                    if let Some((_, sink)) = self.outputs.dead_letters.get_mut(file) {
-                        sink.write(&batch)
-                            .map_err(|e| JobError::DeadLetters(e.to_string()))?;
+                    if let Some((output, sink)) = self.outputs.dead_letters.get_mut(file) {
+                        sink.write(&batch).map_err(|source| JobError::DeadLetters {
+                            output: output.clone(),
+                            source: Box::new(source),
+                        })?;
                     }
                 }
                 Event::Barrier(barrier) => {
@@ -136,7 +138,10 @@ impl Outputs {
                 checkpoint: m.id,
                 position: m.dead_letters.get(path.as_str()),
             }))
-            .map_err(|e| JobError::DeadLetters(e.to_string()))?;
+            .map_err(|source| JobError::DeadLetters {
+                output: path.clone(),
+                source: Box::new(source),
+            })?;
         }
         Ok(())
     }
@@ -156,9 +161,12 @@ impl Outputs {
 
     fn commit(&mut self, checkpoint: CheckpointId) -> Result<(), JobError> {
         self.sink.commit(checkpoint).map_err(JobError::Sink)?;
-        for (_, sink) in &mut self.dead_letters {
+        for (output, sink) in &mut self.dead_letters {
             sink.commit(checkpoint)
-                .map_err(|e| JobError::DeadLetters(e.to_string()))?;
+                .map_err(|source| JobError::DeadLetters {
+                    output: output.clone(),
+                    source: Box::new(source),
+                })?;
         }
         Ok(())
     }

@@ -209,6 +209,18 @@ impl JobSpec {
     }
 }
 
+/// A parallelism a job cannot be given.
+#[derive(Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum RescaleError {
+    #[error("parallelism {parallelism} is out of range: use 1 to max_parallelism ({max})")]
+    OutOfRange { parallelism: u32, max: u32 },
+    #[error("job `{job}` has no operator `{operator}`")]
+    NoSuchOperator { job: String, operator: String },
+    #[error("job `{job}` has no keyed operator; name one: --parallelism OPERATOR=N")]
+    NoKeyedOperator { job: String },
+}
+
 /// A job file that cannot be run, with what and where.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -239,12 +251,10 @@ impl JobSpec {
         &mut self,
         operator: Option<&str>,
         parallelism: u32,
-    ) -> Result<(), String> {
+    ) -> Result<(), RescaleError> {
         let max = self.key_groups.count();
         if !(1..=max).contains(&parallelism) {
-            return Err(format!(
-                "parallelism {parallelism} is out of range: use 1 to max_parallelism ({max})"
-            ));
+            return Err(RescaleError::OutOfRange { parallelism, max });
         }
         let mut found = false;
         for op in &mut self.operators {
@@ -259,11 +269,13 @@ impl JobSpec {
         }
         match (found, operator) {
             (true, _) => Ok(()),
-            (false, Some(name)) => Err(format!("job `{}` has no operator `{name}`", self.name)),
-            (false, None) => Err(format!(
-                "job `{}` has no keyed operator; name one: --parallelism OPERATOR=N",
-                self.name
-            )),
+            (false, Some(name)) => Err(RescaleError::NoSuchOperator {
+                job: self.name.clone(),
+                operator: name.to_owned(),
+            }),
+            (false, None) => Err(RescaleError::NoKeyedOperator {
+                job: self.name.clone(),
+            }),
         }
     }
 
