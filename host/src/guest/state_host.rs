@@ -52,6 +52,7 @@ impl GuestState {
 }
 
 impl wit::Host for GuestState {
+    #[tracing::instrument(level = "trace", skip(self))]
     fn declare(&mut self, name: String, kind: wit::StateKind) -> Result<wit::StateId, String> {
         let kind = match kind {
             wit::StateKind::Value => StateKind::Value,
@@ -64,6 +65,7 @@ impl wit::Host for GuestState {
             .map_err(|e| e.to_string())
     }
 
+    #[tracing::instrument(level = "trace", skip(self, slots), fields(slots = slots.len()))]
     fn read_values(&mut self, state: wit::StateId, slots: Vec<u8>) -> Result<wit::Values, String> {
         self.guest_state(state)?;
         let slots = Numbers::<u32>::from_bytes(slots);
@@ -103,6 +105,7 @@ impl wit::Host for GuestState {
         })
     }
 
+    #[tracing::instrument(level = "trace", skip_all, fields(ops_bytes = ops.len(), data_bytes = data.len()))]
     fn apply(&mut self, ops: Vec<u8>, data: Vec<u8>) -> Result<(), String> {
         if !ops.len().is_multiple_of(OP_BYTES) {
             return Err(format!(
@@ -188,6 +191,7 @@ impl wit::Host for GuestState {
         self.limiter.check_state(self.backend.live_bytes())
     }
 
+    #[tracing::instrument(level = "trace", skip(self, map_key))]
     fn map_get(
         &mut self,
         state: wit::StateId,
@@ -202,6 +206,7 @@ impl wit::Host for GuestState {
         }
     }
 
+    #[tracing::instrument(level = "trace", skip(self))]
     fn map_size(&mut self, state: wit::StateId, slot: u32) -> Result<u32, String> {
         self.guest_state(state)?;
         let key = self.slots.key(slot)?;
@@ -213,6 +218,7 @@ impl wit::Host for GuestState {
         }
     }
 
+    #[tracing::instrument(level = "trace", skip(self, after))]
     fn map_entries(
         &mut self,
         state: wit::StateId,
@@ -243,6 +249,7 @@ impl wit::Host for GuestState {
         })
     }
 
+    #[tracing::instrument(level = "trace", skip(self))]
     fn list_read(&mut self, state: wit::StateId, slot: u32) -> Result<Blobs, String> {
         self.guest_state(state)?;
         let key = self.slots.key(slot)?;

@@ -152,6 +152,7 @@ pub async fn run(
 }
 
 /// What a run's wiring reads of its pipeline.
+#[derive(Clone, Copy)]
 struct Shape<'a> {
     name: &'a str,
     key_groups: KeyGroups,
@@ -257,7 +258,7 @@ impl<'a> Launch<'a> {
             run_id: crate::ids::new_run_id().into(),
             assignment: start.assignment(),
             latch: Some(latch),
-            tasks: Tasks::default(),
+            tasks: Tasks::new(shape.name),
         }
     }
 
@@ -498,19 +499,39 @@ impl<'a> Launch<'a> {
 }
 
 /// A run's tasks, each on a thread of its own, with their names for a panic's report.
-#[derive(Default)]
 struct Tasks {
+    job: String,
     set: JoinSet<Result<(), JobError>>,
     names: HashMap<tokio::task::Id, String>,
 }
 
 impl Tasks {
+    fn new(job: &str) -> Self {
+        Self {
+            job: job.to_owned(),
+            set: JoinSet::new(),
+            names: HashMap::new(),
+        }
+    }
+
+    /// Starts `task` on a thread of its own, its life (start, end, failure) in a span at
+    /// debug level.
     fn spawn(
         &mut self,
         name: String,
         task: impl FnOnce() -> Result<(), JobError> + Send + 'static,
     ) {
-        let handle = self.set.spawn_blocking(task);
+        let span = tracing::debug_span!("task", job = %self.job, task = %name);
+        let handle = self.set.spawn_blocking(move || {
+            let _entered = span.enter();
+            tracing::debug!("started");
+            let result = task();
+            match &result {
+                Ok(()) => tracing::debug!("ended"),
+                Err(e) => tracing::debug!(error = %e, "ended"),
+            }
+            result
+        });
         self.names.insert(handle.id(), name);
     }
 
