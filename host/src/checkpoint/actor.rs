@@ -18,7 +18,8 @@ pub enum Actor {
         operator: String,
         subtask: u32,
     },
-    /// A run's lease (`crate::checkpoint::lease`): it writes and deletes only in the folder's `lease/`.
+    /// A run's lease (`crate::checkpoint::lease`): it writes and deletes only in the
+    /// folder's `lease/`.
     Lease,
 }
 

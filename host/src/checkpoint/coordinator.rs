@@ -70,7 +70,9 @@ const LAST_CHECKPOINT_ATTEMPTS: u32 = 10;
 /// Counters of a job's checkpoints.
 #[derive(Debug, Default)]
 pub struct CheckpointCounters {
+    /// Checkpoints completed since the run started.
     pub completed: AtomicU64,
+    /// Checkpoints aborted (failed, timed out) since the run started.
     pub aborted: AtomicU64,
     /// Duration of the last completed checkpoint, trigger to metadata written.
     pub last_duration_us: AtomicU64,
@@ -79,7 +81,9 @@ pub struct CheckpointCounters {
     /// The last completed checkpoint's longest start delay, alignment and synchronous pause
     /// of any task, in microseconds ([`CheckpointTiming`]).
     pub last_start_delay_us: AtomicU64,
+    /// See `last_start_delay_us`.
     pub last_alignment_us: AtomicU64,
+    /// See `last_start_delay_us`.
     pub last_sync_pause_us: AtomicU64,
     /// When the last checkpoint completed, Unix time in milliseconds (0 before the first).
     pub last_completed_at_ms: AtomicU64,
@@ -223,8 +227,11 @@ enum Outcome {
 pub struct Coordinator {
     setup: CoordinatorSetup,
     retained: VecDeque<CheckpointId>,
+    /// Barriers to the source, which puts each in line with its records.
     triggers: std::sync::mpsc::Sender<Barrier>,
+    /// Every task's acknowledgements; ends when the last task has stopped.
     acks: UnboundedReceiver<Ack>,
+    /// Completions, aborts and retakes, one channel per task (source, subtasks, sink).
     notify: Vec<UnboundedSender<Notification>>,
     counters: Arc<CheckpointCounters>,
     /// The source's latest position and records read, for a retaken last checkpoint.

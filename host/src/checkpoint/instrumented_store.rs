@@ -35,10 +35,15 @@ pub struct Faults {
 /// What went through the store.
 #[derive(Debug, Default)]
 pub struct StoreStats {
+    /// Objects written.
     pub puts: AtomicU64,
+    /// Bytes of the objects written.
     pub bytes_written: AtomicU64,
+    /// Objects read (whole or ranges).
     pub gets: AtomicU64,
+    /// Bytes read.
     pub bytes_read: AtomicU64,
+    /// Calls failed on purpose by the fault plan.
     pub injected_errors: AtomicU64,
     /// Deletes per path (a path deleted twice shows 2).
     deletes: Mutex<HashMap<Path, u32>>,
@@ -130,6 +135,7 @@ pub struct InstrumentedStore {
     stats: Arc<StoreStats>,
     faults: Faults,
     hold: WriteHold,
+    /// Calls so far: each call's number seeds the fault plan's draw for it.
     calls: AtomicU64,
 }
 

@@ -72,6 +72,7 @@ impl Link {
 pub struct SubtaskCheckpoints {
     store: CheckpointStore,
     runtime: Handle,
+    /// Acknowledgements to the coordinator, sent once a snapshot's chain is stored.
     acks: UnboundedSender<Ack>,
     operator: String,
     operator_index: usize,
@@ -113,6 +114,7 @@ pub struct SnapshotCounters {
     /// Entries the last snapshot wrote: keys changed since the one before, plus entries
     /// re-written to bound the chain.
     pub last_entries: AtomicU64,
+    /// Entries every snapshot of the run wrote, summed.
     pub entries_total: AtomicU64,
     /// Bytes of artifacts uploaded.
     pub uploaded_bytes: AtomicU64,

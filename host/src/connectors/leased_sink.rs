@@ -1,5 +1,6 @@
 //! [`LeasedSink`]: a sink that stages and commits only while its run holds its leases
-//! (`crate::checkpoint::lease`), so that a run another one took over stops before it touches the output.
+//! (`crate::checkpoint::lease`), so that a run another one took over stops before it
+//! touches the output.
 
 use super::{ConnectorError, Sink, SinkPosition, SinkRestore};
 use crate::checkpoint::lease::LeaseCheck;

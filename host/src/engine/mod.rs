@@ -121,6 +121,7 @@ impl Engine {
 
 /// A thread that advances the engine's epoch every [`EPOCH_TICK`] until dropped.
 struct EpochTicker {
+    /// Raised when the ticker is dropped: its thread ends.
     stop: Arc<AtomicBool>,
 }
 

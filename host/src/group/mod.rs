@@ -108,6 +108,7 @@ impl GroupError {
 /// `/metrics`): the partitions it owns, each with its counters and lag.
 #[derive(Debug, Default)]
 pub struct GroupView {
+    /// Owned partitions by number; the member's pipelines update their entries, readers copy them.
     partitions: Mutex<BTreeMap<i32, PartitionView>>,
 }
 
@@ -173,9 +174,12 @@ struct Shared {
     engine: Engine,
     options: RunOptions,
     runtime: Handle,
+    /// Each partition this process has started, running or finished: whether it may start it again
+    /// (under the lock, so a rebalance callback and the poller never both start one).
     tasks: Mutex<BTreeMap<i32, PartitionTask>>,
     /// Partitions whose pipeline finished (`stop_at_end`) or was stopped, with results.
     results: Mutex<Vec<(i32, Result<RunSummary, GroupError>)>>,
+    /// The member, for commits from the pipelines; weak, so that the member's thread owns it.
     member: OnceLock<Weak<BaseConsumer<MemberContext>>>,
     /// Raised when the process leaves the group: no new pipelines start.
     leaving: AtomicBool,

@@ -41,6 +41,8 @@ struct Buffers {
 pub struct GuestOutput {
     stream: Stream,
     log: LogContext,
+    /// The partial line of each stream: shared by the clones wasmtime makes of a stream, locked per
+    /// write.
     buffers: Arc<Mutex<Buffers>>,
 }
 

@@ -105,7 +105,11 @@ impl wit::Host for GuestState {
         })
     }
 
-    #[tracing::instrument(level = "trace", skip_all, fields(ops_bytes = ops.len(), data_bytes = data.len()))]
+    #[tracing::instrument(
+        level = "trace",
+        skip_all,
+        fields(ops_bytes = ops.len(), data_bytes = data.len())
+    )]
     fn apply(&mut self, ops: Vec<u8>, data: Vec<u8>) -> Result<(), String> {
         if !ops.len().is_multiple_of(OP_BYTES) {
             return Err(format!(

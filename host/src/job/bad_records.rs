@@ -25,7 +25,9 @@ use crate::record::{RecordBatch, RecordRef};
 /// Bad records one place (the source, or an operator) set aside in this run.
 #[derive(Debug, Default)]
 pub struct BadRecordCounters {
+    /// Records dropped by a `skip` policy.
     pub skipped: AtomicU64,
+    /// Records sent to a dead-letter output.
     pub dead_lettered: AtomicU64,
 }
 

@@ -175,6 +175,7 @@ pub fn channel(capacity: usize, batch_size: usize) -> (Output, Input) {
 /// The producer's end of a channel.
 #[derive(Debug)]
 pub struct Output {
+    /// The batches, barriers and watermarks to the consumer, in order.
     tx: mpsc::Sender<Message>,
     budget: Arc<Budget>,
     /// Where the producer's time blocked on this channel adds up, in microseconds: its
@@ -255,6 +256,7 @@ impl Output {
 /// The consumer's end of a channel.
 #[derive(Debug)]
 pub struct Input {
+    /// The producer's batches, barriers and watermarks, in order.
     rx: mpsc::Receiver<Message>,
     budget: Arc<Budget>,
 }

@@ -77,6 +77,7 @@ pub struct InputGate {
     pace: Pace,
     /// The last barrier has been delivered: only notifications come now.
     ended: bool,
+    /// The coordinator's completions and aborts, for this task.
     notifications: UnboundedReceiver<Notification>,
     /// Where the next round-robin poll starts, so no input starves the others.
     next: usize,

@@ -18,6 +18,7 @@ pub struct LatencyHistogram {
     /// Observations at most `BUCKETS[i]` and above `BUCKETS[i - 1]`; the last slot counts
     /// those above every bound.
     counts: [AtomicU64; BUCKETS.len() + 1],
+    /// The sum of every observation, in nanoseconds.
     sum_ns: AtomicU64,
 }
 

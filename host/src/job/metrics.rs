@@ -32,10 +32,13 @@ pub struct OperatorMetrics {
 /// (snapshots, uploads, deletes); read by `/metrics` while it runs.
 #[derive(Debug, Default)]
 pub struct SubtaskMetrics {
+    /// Records the operator received, and sent on.
     pub records_in: AtomicU64,
+    /// See `records_in`.
     pub records_out: AtomicU64,
     /// Key and value bytes of the records in and out.
     pub bytes_in: AtomicU64,
+    /// See `bytes_in`.
     pub bytes_out: AtomicU64,
     /// How long each `process` call took, host work around the guest included.
     pub batch_latency: LatencyHistogram,
@@ -43,6 +46,7 @@ pub struct SubtaskMetrics {
     pub snapshots: Arc<SnapshotCounters>,
     /// The last barrier's start delay and alignment at the subtask, in microseconds.
     pub barrier_start_delay_us: AtomicU64,
+    /// See `barrier_start_delay_us`.
     pub barrier_alignment_us: AtomicU64,
     /// The subtask's watermark.
     watermark: WatermarkGauge,
@@ -54,6 +58,7 @@ pub struct SubtaskMetrics {
     pub dropped_late: AtomicU64,
     /// Timers pending in the subtask's state (both clocks), and fired so far.
     pub timers_pending: AtomicU64,
+    /// See `timers_pending`.
     pub timers_fired: AtomicU64,
     /// Time the subtask spent blocked on sending downstream, in microseconds: its share of
     /// each second is its backpressure.
@@ -153,9 +158,11 @@ impl Default for WatermarkGauge {
 #[derive(Debug)]
 pub struct JobMetrics {
     pub checkpoints: Arc<CheckpointCounters>,
+    /// Records the source read, and the sink wrote.
     pub source_records: AtomicU64,
     /// Lines the source could not read, set aside (`[source] on_bad_record`).
     pub source_bad_records: Arc<BadRecordCounters>,
+    /// See `source_records`.
     pub sink_records: AtomicU64,
     /// Lines the source dropped for want of a usable timestamp.
     pub source_skipped_timestamps: AtomicU64,

@@ -61,8 +61,8 @@ pub struct Pipeline {
     pub checkpointing: Option<Checkpointing>,
     /// How the source makes watermarks; `None`: only the end of input's.
     pub watermarks: Option<WatermarkPolicy>,
-    /// The leases the run holds (`crate::checkpoint::lease`), checked before every commit; empty for a
-    /// pipeline run without them (benchmarks, tests).
+    /// The leases the run holds (`crate::checkpoint::lease`), checked before every commit;
+    /// empty for a pipeline run without them (benchmarks, tests).
     pub leases: Vec<LeaseCheck>,
 }
 

@@ -21,7 +21,10 @@ use super::run_options::StartedSignal;
 pub struct RestoreLatch(Arc<Shared>);
 
 struct Shared {
+    /// How many subtasks are still restoring, and whether one failed: changed under the lock,
+    /// waited on through `changed`.
     state: Mutex<Progress>,
+    /// Signalled whenever `state` changes.
     changed: Condvar,
     /// Raised when the last subtask has restored.
     started: StartedSignal,

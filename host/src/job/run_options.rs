@@ -35,8 +35,8 @@ pub struct RunOptions {
     /// in the job's folder, for `weir job ID --logs`).
     pub guest_log: Option<Arc<GuestLogFile>>,
     /// How long to wait for a lease another run holds on the job's folder or an output
-    /// (`crate::checkpoint::lease`) before giving up; zero refuses at once. A Kafka partition's pipeline
-    /// waits for the process that had the partition to let go of it.
+    /// (`crate::checkpoint::lease`) before giving up; zero refuses at once. A Kafka
+    /// partition's pipeline waits for the process that had the partition to let go of it.
     pub lease_wait: Duration,
     /// Raised once every subtask of a run has opened its operator and restored its state: the
     /// job has started (`weir submit` waits for it, to say whether it did).

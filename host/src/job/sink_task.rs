@@ -32,6 +32,7 @@ pub(super) struct SinkTask {
     pub(super) restored: Option<Arc<CheckpointMetadata>>,
     /// Opens once every subtask has restored its state: only then does the output roll back.
     pub(super) latch: RestoreLatch,
+    /// Acknowledgements to the coordinator: staged output per barrier.
     pub(super) acks: UnboundedSender<Ack>,
     pub(super) metrics: Arc<JobMetrics>,
 }

@@ -33,11 +33,13 @@ pub(super) struct SourceTask {
     pub(super) rejected: Vec<Rejected>,
     pub(super) downstream: Downstream,
     pub(super) batch_size: usize,
+    /// Barriers from the coordinator, injected between batches.
     pub(super) triggers: std::sync::mpsc::Receiver<Barrier>,
     /// The coordinator's news, for [`Source::checkpoint_completed`].
     pub(super) notifications: mpsc::UnboundedReceiver<Notification>,
     /// The positions of checkpoints acknowledged and not yet complete or aborted.
     pub(super) acked: std::collections::VecDeque<(CheckpointId, crate::connectors::SourcePosition)>,
+    /// Acknowledgements to the coordinator: the source's position per barrier.
     pub(super) acks: UnboundedSender<Ack>,
     pub(super) metrics: Arc<JobMetrics>,
     pub(super) stop: StopSignal,

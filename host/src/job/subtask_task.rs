@@ -48,6 +48,7 @@ pub(super) struct SubtaskTask {
     pub(super) assignment: RestoreAssignment,
     /// Given back once the state is restored, which lets the sink roll back its output.
     pub(super) restoring: Restoring,
+    /// Acknowledgements to the coordinator (through the checkpoints, or directly without them).
     pub(super) acks: UnboundedSender<Ack>,
     pub(super) metrics: Arc<JobMetrics>,
 }

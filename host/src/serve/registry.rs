@@ -110,7 +110,9 @@ struct HostedJob {
 pub struct Registry {
     engine: Engine,
     data_dir: PathBuf,
+    /// Every job submitted, by id; held only to look up, insert or list, never across a job's work.
     jobs: Mutex<BTreeMap<String, Arc<HostedJob>>>,
+    /// The number of the next job submitted (ids `job-<n>`).
     next: AtomicU64,
 }
 

@@ -6,7 +6,7 @@
 //! max_parallelism = 128          # key groups; optional, default 128
 //!
 //! [source]
-//! kind = "text-lines"            # or "json-lines", "generator", "kafka" (`crate::connectors::kafka`)
+//! kind = "text-lines"            # or "json-lines", "generator", "kafka"
 //! path = "input.txt"             # relative to the job file
 //! # json-lines only: a line that is not JSON, or has no value at key_pointer:
 //! # on_bad_record = "fail"       # or "skip", or { dead_letter = "bad.jsonl" }
