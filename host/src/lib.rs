@@ -115,7 +115,7 @@ pub mod bindings;
 pub mod build;
 pub mod checkpoint;
 pub mod cli;
-pub mod clock;
+pub(crate) mod clock;
 pub mod connectors;
 pub mod engine;
 pub mod group;
@@ -127,7 +127,7 @@ pub mod partition;
 pub mod record;
 pub mod serve;
 pub mod state;
-pub mod vocabulary;
+pub(crate) mod vocabulary;
 
 #[cfg(test)]
 mod module_layers;

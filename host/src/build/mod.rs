@@ -40,8 +40,8 @@ mod rust_sdk;
 mod skeleton;
 mod staging;
 mod staleness;
-pub mod toolchain;
-pub mod toolchains;
+pub(crate) mod toolchain;
+pub(crate) mod toolchains;
 
 use std::path::{Path, PathBuf};
 use std::time::Instant;

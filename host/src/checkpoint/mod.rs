@@ -28,20 +28,20 @@
 
 pub mod actor;
 pub mod checkpoint_store;
-pub mod coordinator;
-pub mod error;
+pub(crate) mod coordinator;
+pub(crate) mod error;
 pub mod format;
-pub mod history;
+pub(crate) mod history;
 pub mod instrumented_store;
 pub mod lease;
 pub mod metadata;
 pub mod ownership;
 pub mod protocol;
-pub mod release;
-pub mod start;
+pub(crate) mod release;
+pub(crate) mod start;
 pub mod storage;
 pub mod subtask_checkpoints;
-pub mod verify;
+pub(crate) mod verify;
 
 pub use checkpoint_store::CheckpointStore;
 pub use error::CheckpointError;

@@ -10,12 +10,12 @@
 //! the tasks that run operators.
 
 pub mod generator;
-pub mod json_records;
+pub(crate) mod json_records;
 pub mod kafka;
-pub mod leased_sink;
+pub(crate) mod leased_sink;
 pub mod lines;
-pub mod sinks;
-pub mod timestamps;
+pub(crate) mod sinks;
+pub(crate) mod timestamps;
 
 use std::path::PathBuf;
 use std::sync::Arc;

@@ -106,7 +106,8 @@ pub fn read(path: &Path) -> std::io::Result<Vec<u8>> {
     Ok(files)
 }
 
-/// Decodes the `bundle.files` encoding (the host's tests and tools read bundles with it).
+/// Decodes the `bundle.files` encoding (as the guest's runner does).
+#[cfg(test)]
 pub fn decode(mut bytes: &[u8]) -> Option<Vec<BundledFile>> {
     fn part<'a>(bytes: &mut &'a [u8]) -> Option<&'a [u8]> {
         let (len, rest) = bytes.split_first_chunk::<4>()?;

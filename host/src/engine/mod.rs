@@ -13,10 +13,10 @@
 //! guest instantiates its component through the engine. They stay two modules because
 //! `weir build` and the CLI use the engine (compile, cache, check) without any instance.
 
-pub mod bundle;
-pub mod cache;
-pub mod component;
-pub mod function_cache;
+pub(crate) mod bundle;
+pub(crate) mod cache;
+pub(crate) mod component;
+pub(crate) mod function_cache;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};

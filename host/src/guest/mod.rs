@@ -16,14 +16,14 @@
 //! Where a guest's log lines are kept ([`crate::operator::GuestLogFile`]) is the operator's:
 //! the runtime hands it to every subtask.
 
-pub mod bundle_host;
-pub mod limits;
-pub mod log_host;
-pub mod metrics_host;
-pub mod output;
-pub mod slots;
-pub mod state_host;
-pub mod wasm_operator;
+pub(crate) mod bundle_host;
+pub(crate) mod limits;
+pub(crate) mod log_host;
+pub(crate) mod metrics_host;
+pub(crate) mod output;
+pub(crate) mod slots;
+pub(crate) mod state_host;
+pub(crate) mod wasm_operator;
 
 use std::sync::Arc;
 

@@ -361,6 +361,7 @@ impl Pace {
     }
 
     /// Records per second of work, smoothed, once measured.
+    #[cfg(test)]
     pub fn rate(&self) -> Option<f64> {
         self.rate
     }

@@ -30,25 +30,25 @@
 pub mod bad_records;
 mod downstream;
 mod finished_sweep;
-pub mod in_flight;
-pub mod input_gate;
+pub(crate) mod in_flight;
+pub(crate) mod input_gate;
 mod job_error;
-pub mod latency_histogram;
-pub mod metrics;
-pub mod pipeline;
-pub mod progress;
+pub(crate) mod latency_histogram;
+pub(crate) mod metrics;
+pub(crate) mod pipeline;
+pub(crate) mod progress;
 #[cfg(test)]
 mod readme_job_files;
 mod restore_latch;
 pub mod router;
 mod run_leases;
 mod run_options;
-pub mod runtime;
+pub(crate) mod runtime;
 mod sink_task;
 mod source_task;
 pub mod spec;
 mod subtask_task;
-pub mod supervisor;
+pub(crate) mod supervisor;
 pub mod watermarks;
 
 pub use metrics::{JobMetrics, RunSummary, SubtaskMetrics};

@@ -6,7 +6,7 @@
 //! state backend, which is how Wasm is compared with native code.
 
 mod error;
-pub mod log_file;
+pub(crate) mod log_file;
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -17,12 +17,12 @@
 //! assets hold no data and need none.
 
 pub mod api;
-pub mod console;
-pub mod graph;
+pub(crate) mod console;
+pub(crate) mod graph;
 pub mod job_checkpoints;
-pub mod prometheus;
+pub(crate) mod prometheus;
 pub mod protocol;
-pub mod rates;
+pub(crate) mod rates;
 pub mod registry;
 
 use std::net::SocketAddr;

@@ -32,19 +32,19 @@
 //!   `weir state get|scan`.
 
 mod aging;
-pub mod backend;
-pub mod bytes;
-pub mod inspect;
-pub mod list;
-pub mod map;
+pub(crate) mod backend;
+pub(crate) mod bytes;
+pub(crate) mod inspect;
+pub(crate) mod list;
+pub(crate) mod map;
 mod merge;
 mod restore;
-pub mod snapshot;
-pub mod table;
+pub(crate) mod snapshot;
+pub(crate) mod table;
 mod take;
-pub mod timers;
-pub mod undo;
-pub mod value;
+pub(crate) mod timers;
+pub(crate) mod undo;
+pub(crate) mod value;
 
 #[cfg(test)]
 mod oracle_tests;

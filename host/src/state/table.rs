@@ -263,9 +263,6 @@ impl<T> KeyedTable<T> {
         self.entries.len()
     }
 
-    pub fn is_empty(&self) -> bool {
-        self.entries.is_empty()
-    }
 
     /// Number of entries written since the last snapshot.
     pub fn dirty_len(&self) -> usize {

@@ -341,10 +341,6 @@ fn binary_search(set: &[u8], timer: &[u8; TIMER_BYTES]) -> Result<usize, usize> 
     Err(low * TIMER_BYTES)
 }
 
-/// Counts timers in the timer sets of a restored increment's changes, for inspection.
-pub fn count_timers(set: &[u8]) -> usize {
-    set.len() / TIMER_BYTES
-}
 
 #[cfg(test)]
 mod tests {

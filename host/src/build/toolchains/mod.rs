@@ -36,7 +36,7 @@ use std::path::{Path, PathBuf};
 
 pub use install::{InstallError, InstallOptions, Installed, install};
 pub use progress::Progress;
-pub use status::{Status, status};
+pub use status::status;
 
 /// A language whose toolchain `weir toolchain install` installs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, clap::ValueEnum)]

@@ -10,7 +10,6 @@ use crate::build::Tool;
 /// One language's toolchain as a build would find it.
 #[derive(Clone, Debug)]
 pub struct Status {
-    pub toolchain: Toolchain,
     /// Versions of its tools, e.g. `componentize-py 0.25.1`; empty when missing.
     pub versions: Vec<String>,
     /// Where its tools are.
@@ -19,16 +18,9 @@ pub struct Status {
     pub missing: Option<String>,
 }
 
-impl Status {
-    pub fn is_installed(&self) -> bool {
-        self.missing.is_none()
-    }
-}
-
 /// The toolchain of `toolchain` as `weir build` would find it.
 pub fn status(toolchain: Toolchain) -> Status {
     let mut status = Status {
-        toolchain,
         versions: Vec::new(),
         paths: Vec::new(),
         missing: None,

@@ -7,8 +7,8 @@
 //!   broker transactions) or at least once.
 
 pub mod settings;
-pub mod sink;
-pub mod source;
+pub(crate) mod sink;
+pub(crate) mod source;
 
 pub use sink::KafkaSink;
 pub use source::PartitionSource;

@@ -56,7 +56,7 @@
 //!   [`crate::vocabulary`]'s, re-exported here.
 
 mod check;
-pub mod file;
+pub(crate) mod file;
 #[cfg(test)]
 mod tests;
 
