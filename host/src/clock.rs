@@ -2,7 +2,7 @@
 //! one UTC format for times printed by the CLI and written in leases.
 
 /// The wall clock in milliseconds since the Unix epoch (0 before it).
-pub fn now_ms() -> i64 {
+pub(crate) fn now_ms() -> i64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as i64)
@@ -10,7 +10,7 @@ pub fn now_ms() -> i64 {
 
 /// `2023-11-14 22:13:20 UTC` from milliseconds since the Unix epoch, by hand: a calendar
 /// crate for one timestamp format is not worth the dependency.
-pub fn utc(ms: u64) -> String {
+pub(crate) fn utc(ms: u64) -> String {
     let secs = ms / 1000;
     let (y, mo, d) = civil_from_days((secs / 86_400) as i64);
     let s = secs % 86_400;

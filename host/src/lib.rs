@@ -10,10 +10,12 @@
 //! store and restart from the latest one when they fail; file sinks commit output only with
 //! the checkpoint that covers it, so results are exactly-once across crashes.
 //!
+//! An embedder starts from the items re-exported here, at the crate root; the modules below
+//! are public for the end-to-end tests, benchmarks and fuzzers that drive their parts (the
+//! rest of the crate is crate-private, and the lint `unreachable_pub` keeps it so).
+//!
 //! ```no_run
-//! use weir_host::checkpoint::RestoreFrom;
-//! use weir_host::engine::{ComponentCache, Engine, EngineOptions};
-//! use weir_host::job::{JobSpec, RunOptions, run_job};
+//! use weir_host::{ComponentCache, Engine, EngineOptions, JobSpec, RestoreFrom, RunOptions, run_job};
 //!
 //! # async fn example() -> anyhow::Result<()> {
 //! let spec = JobSpec::load("examples/wordcount/job.toml".as_ref())?;
@@ -110,6 +112,7 @@
 //!   since aborting could free artifacts of a checkpoint that exists.
 
 #![deny(unsafe_code)]
+#![warn(unreachable_pub)]
 
 pub mod bindings;
 pub mod build;
@@ -131,3 +134,7 @@ pub(crate) mod vocabulary;
 
 #[cfg(test)]
 mod module_layers;
+
+pub use checkpoint::{CheckpointStore, RestoreFrom};
+pub use engine::{ComponentCache, Engine, EngineOptions};
+pub use job::{JobError, JobSpec, RunOptions, RunSummary, SpecError, run_job};

@@ -45,7 +45,7 @@ pub(super) const C_SDK: &str = include_str!("../../../guest-sdk-c/weir.h");
 pub(super) const WORLD: &str = "operator";
 
 /// The staging folder's name inside a project.
-pub const STAGING_DIR: &str = ".weir-build";
+pub(super) const STAGING_DIR: &str = ".weir-build";
 const LOCK_FILE: &str = ".lock";
 
 /// A project's staging folder, locked for one build.

@@ -92,7 +92,7 @@ pub struct CheckpointCounters {
 }
 
 /// What the coordinator knows of the job.
-pub struct CoordinatorSetup {
+pub(crate) struct CoordinatorSetup {
     pub job: String,
     pub key_groups: u32,
     /// Name and parallelism of every operator, in order.
@@ -208,7 +208,10 @@ impl InFlight {
 /// Retention: of the completed checkpoints `retained` (oldest first, the newest last), the
 /// newest `retain` stay; returns them and those that leave, oldest first. The newest always
 /// stays, whatever `retain` says.
-pub fn retention(retained: &[CheckpointId], retain: usize) -> (&[CheckpointId], &[CheckpointId]) {
+pub(crate) fn retention(
+    retained: &[CheckpointId],
+    retain: usize,
+) -> (&[CheckpointId], &[CheckpointId]) {
     let keep = retain.max(1).min(retained.len());
     let (leave, stay) = retained.split_at(retained.len() - keep);
     (stay, leave)
@@ -224,7 +227,7 @@ enum Outcome {
     Failed(CheckpointError),
 }
 
-pub struct Coordinator {
+pub(crate) struct Coordinator {
     setup: CoordinatorSetup,
     retained: VecDeque<CheckpointId>,
     /// Barriers to the source, which puts each in line with its records.
@@ -251,7 +254,7 @@ pub struct Coordinator {
 }
 
 impl Coordinator {
-    pub fn new(
+    pub(crate) fn new(
         setup: CoordinatorSetup,
         triggers: std::sync::mpsc::Sender<Barrier>,
         acks: UnboundedReceiver<Ack>,
@@ -279,7 +282,7 @@ impl Coordinator {
     }
 
     /// Runs until the last checkpoint completes; an error fails the job.
-    pub async fn run(mut self) -> Result<(), CheckpointError> {
+    pub(crate) async fn run(mut self) -> Result<(), CheckpointError> {
         let mut ticker = self.setup.interval.map(|period| {
             let mut t = tokio::time::interval_at(Instant::now() + period, period);
             t.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -409,7 +412,7 @@ impl Coordinator {
     /// How long to wait after `failures` checkpoints failed in a row before the interval may
     /// trigger another: the interval, doubled for each failure after the first, at most
     /// [`MAX_BACKOFF`]; so a store that is down is not asked again and again.
-    pub fn backoff(interval: Duration, failures: u32) -> Duration {
+    pub(crate) fn backoff(interval: Duration, failures: u32) -> Duration {
         let doublings = failures.saturating_sub(1).min(16);
         interval
             .saturating_mul(1 << doublings)

@@ -16,7 +16,7 @@ use super::metadata::CheckpointMetadata;
 use crate::ids::CheckpointId;
 
 /// How many checkpoints a history keeps: at a 1 s interval, the last ten minutes or so.
-pub const KEPT: usize = 600;
+pub(crate) const KEPT: usize = 600;
 
 /// Where a checkpoint is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]

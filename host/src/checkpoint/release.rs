@@ -12,7 +12,7 @@ use crate::ids::CheckpointId;
 
 /// What a subtask remembers of the artifacts it owns.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Owned {
+pub(crate) struct Owned {
     /// Per checkpoint that may still be retained: the subtask's artifacts it references.
     pub referenced: BTreeMap<CheckpointId, Vec<String>>,
     /// Artifacts of aborted checkpoints, not yet deleted.
@@ -22,7 +22,7 @@ pub struct Owned {
 /// `complete(completed, earliest_retained)`: forgets the checkpoints that left retention and
 /// returns the artifacts to delete. `chain` is the subtask's current chain, whose artifacts
 /// stay; `undeleted` are artifacts whose deletion failed before.
-pub fn release(
+pub(crate) fn release(
     owned: &mut Owned,
     completed: CheckpointId,
     earliest_retained: CheckpointId,

@@ -22,7 +22,7 @@ use crate::state::{Increment, KeyedStateBackend};
 
 /// What [`verify`] found in one checkpoint.
 #[derive(Clone, Debug, Serialize)]
-pub struct CheckpointReport {
+pub(crate) struct CheckpointReport {
     pub job: String,
     pub checkpoint: CheckpointId,
     /// The metadata object, as the store names it.
@@ -38,7 +38,7 @@ pub struct CheckpointReport {
 
 /// One artifact: whole, or how it is damaged.
 #[derive(Clone, Debug, Serialize)]
-pub struct ArtifactReport {
+pub(crate) struct ArtifactReport {
     /// As recorded in the metadata (relative to the job's folder).
     pub path: String,
     /// As the store names it.
@@ -53,7 +53,7 @@ pub struct ArtifactReport {
 
 /// A subtask's chain that does not apply.
 #[derive(Clone, Debug, Serialize)]
-pub struct ChainDamage {
+pub(crate) struct ChainDamage {
     pub operator: String,
     pub subtask: u32,
     /// The artifact whose increment failed to apply.
@@ -63,14 +63,14 @@ pub struct ChainDamage {
 
 impl CheckpointReport {
     /// Nothing is damaged: a restore of this checkpoint would read it all.
-    pub fn is_whole(&self) -> bool {
+    pub(crate) fn is_whole(&self) -> bool {
         self.metadata_damage.is_none()
             && self.chains.is_empty()
             && self.artifacts.iter().all(|a| a.damage.is_none())
     }
 
     /// Everything damaged, one line each.
-    pub fn damage(&self) -> Vec<String> {
+    pub(crate) fn damage(&self) -> Vec<String> {
         let metadata = self
             .metadata_damage
             .iter()
@@ -91,7 +91,7 @@ impl CheckpointReport {
 
 /// Reads and checks checkpoint `id` of the store's job. Damage is reported; only a store
 /// that cannot be read (or a checkpoint that does not exist) is an error.
-pub async fn verify(
+pub(crate) async fn verify(
     store: &CheckpointStore,
     job: &str,
     id: CheckpointId,

@@ -7,7 +7,7 @@ use crate::bindings::PACKAGE;
 use crate::build::{BuildError, BuildOptions, Project};
 
 #[derive(Debug, clap::Args)]
-pub struct BuildArgs {
+pub(super) struct BuildArgs {
     /// The operator project: a folder with Cargo.toml (Rust), operator.py (Python),
     /// operator.js (JavaScript) or operator.c (C).
     #[arg(default_value = ".")]
@@ -20,7 +20,7 @@ pub struct BuildArgs {
     force: bool,
 }
 
-pub fn build(args: BuildArgs) -> Result<(), Failure> {
+pub(super) fn build(args: BuildArgs) -> Result<(), Failure> {
     let project = Project::detect(&args.path).map_err(failure)?;
     let options = BuildOptions {
         out: args.out,

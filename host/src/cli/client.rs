@@ -26,7 +26,7 @@ use crate::serve::protocol::{
 };
 
 #[derive(Debug, clap::Args)]
-pub struct HostArgs {
+pub(super) struct HostArgs {
     /// The host's URL.
     #[arg(long, env = "WEIR_HOST", default_value = "http://127.0.0.1:7070")]
     host: String,
@@ -46,7 +46,7 @@ impl HostArgs {
 }
 
 #[derive(Debug, clap::Subcommand)]
-pub enum ClientCommand {
+pub(super) enum ClientCommand {
     /// Submit a job file and its components to a host.
     Submit {
         job: PathBuf,
@@ -102,7 +102,7 @@ pub enum ClientCommand {
     },
 }
 
-pub fn client(command: ClientCommand) -> Result<(), Failure> {
+pub(super) fn client(command: ClientCommand) -> Result<(), Failure> {
     let runtime = super::runtime(false)?;
     runtime.block_on(async {
         match command {

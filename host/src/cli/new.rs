@@ -6,7 +6,7 @@ use super::Failure;
 use crate::build::{Language, create_skeleton};
 
 #[derive(Debug, clap::Args)]
-pub struct NewArgs {
+pub(super) struct NewArgs {
     /// The operator's language.
     #[arg(long, value_enum)]
     lang: Language,
@@ -14,7 +14,7 @@ pub struct NewArgs {
     name: PathBuf,
 }
 
-pub fn new(args: NewArgs) -> Result<(), Failure> {
+pub(super) fn new(args: NewArgs) -> Result<(), Failure> {
     let files = create_skeleton(&args.name, args.lang).map_err(|e| {
         if e.is_input_error() {
             Failure::input(e)

@@ -8,7 +8,7 @@ use crate::checkpoint::{RestoreFrom, StartFrom};
 use crate::job::{JobSpec, RunOptions, run_job};
 
 #[derive(Debug, clap::Args)]
-pub struct RunArgs {
+pub(super) struct RunArgs {
     /// The job file (TOML).
     job: PathBuf,
     /// Start from a checkpoint: `latest`, a checkpoint id, or a metadata file. With
@@ -33,7 +33,7 @@ pub struct RunArgs {
 }
 
 /// Runs the job; `quiet`: print errors only, no summary.
-pub fn run(args: RunArgs, quiet: bool) -> Result<(), Failure> {
+pub(super) fn run(args: RunArgs, quiet: bool) -> Result<(), Failure> {
     let mut spec = JobSpec::load(&args.job).map_err(Failure::input)?;
     for stale in crate::build::stale_components(
         spec.operators

@@ -9,7 +9,7 @@ use super::Failure;
 use crate::serve::{ServeOptions, serve as run_server};
 
 #[derive(Debug, clap::Args)]
-pub struct ServeArgs {
+pub(super) struct ServeArgs {
     /// Address to listen on (port 0 picks a free port).
     #[arg(long, default_value = "127.0.0.1:7070")]
     listen: SocketAddr,
@@ -21,7 +21,7 @@ pub struct ServeArgs {
     token_file: Option<PathBuf>,
 }
 
-pub fn serve(args: ServeArgs) -> Result<(), Failure> {
+pub(super) fn serve(args: ServeArgs) -> Result<(), Failure> {
     let token = match &args.token_file {
         Some(file) => std::fs::read_to_string(file)
             .with_context(|| format!("cannot read the token file {}", file.display()))

@@ -35,7 +35,7 @@ use crate::state::inspect::{Contents, StateEntry};
 use crate::state::{KeyedStateBackend, TimeDomain, Timer};
 
 #[derive(Debug, clap::Args)]
-pub struct StateArgs {
+pub(super) struct StateArgs {
     #[command(subcommand)]
     command: StateCommand,
 }
@@ -89,7 +89,7 @@ struct Common {
     json: bool,
 }
 
-pub fn state(args: StateArgs) -> Result<(), Failure> {
+pub(super) fn state(args: StateArgs) -> Result<(), Failure> {
     let runtime = super::runtime(false)?;
     let (query, common) = match args.command {
         StateCommand::Get {

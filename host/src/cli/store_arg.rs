@@ -23,10 +23,10 @@ use crate::job::JobSpec;
 
 /// What joins a Kafka job's name and a partition's number in the name of the partition's
 /// checkpoints: their folder.
-pub const PARTITIONS: &str = "/partitions/";
+pub(super) const PARTITIONS: &str = "/partitions/";
 
 /// An opened STORE argument.
-pub struct StoreArg {
+pub(super) struct StoreArg {
     /// The store's URL, for messages.
     pub url: String,
     store: Arc<dyn ObjectStore>,
@@ -38,7 +38,7 @@ pub struct StoreArg {
 impl StoreArg {
     /// Reads STORE: a job file if it is a file or looks like one, a folder, else a URL.
     /// `hint` ends the message for an argument that is none of them.
-    pub fn open(arg: &str, hint: &str) -> Result<Self, Failure> {
+    pub(super) fn open(arg: &str, hint: &str) -> Result<Self, Failure> {
         let as_path = std::path::Path::new(arg);
         let (url, job) = if as_path.is_file() || arg.ends_with(".toml") {
             let spec = JobSpec::load(as_path).map_err(Failure::input)?;
@@ -83,7 +83,7 @@ impl StoreArg {
     }
 
     /// The checkpoints of `job`, or of a Kafka job's partition named `job/partitions/p`.
-    pub fn store_of(&self, job: &str) -> CheckpointStore {
+    pub(super) fn store_of(&self, job: &str) -> CheckpointStore {
         let store = match job
             .split_once(PARTITIONS)
             .and_then(|(name, p)| Some((name, p.parse().ok()?)))
@@ -97,7 +97,7 @@ impl StoreArg {
     }
 
     /// A store error as an input failure that names the store.
-    pub fn unreadable(&self, e: impl Into<anyhow::Error>) -> Failure {
+    pub(super) fn unreadable(&self, e: impl Into<anyhow::Error>) -> Failure {
         Failure::input(
             e.into()
                 .context(format!("cannot read the store {}", self.url)),
@@ -106,7 +106,7 @@ impl StoreArg {
 
     /// The job to read: `job` (`--job`), the one STORE names, or the store's only one.
     /// `what` is what was asked for (`checkpoint 7`), for the message when there is none.
-    pub async fn one_job(&self, job: Option<&str>, what: &str) -> Result<String, Failure> {
+    pub(super) async fn one_job(&self, job: Option<&str>, what: &str) -> Result<String, Failure> {
         if let Some(job) = job.or(self.job.as_deref()) {
             return Ok(job.to_owned());
         }
@@ -128,7 +128,7 @@ impl StoreArg {
     /// The jobs to look at: the one STORE names, or every folder under the prefix that has a
     /// `checkpoints/` folder and every partition of a Kafka job (`job/partitions/p`), sorted
     /// by name, partitions in number order.
-    pub async fn jobs(&self) -> Result<Vec<String>, Failure> {
+    pub(super) async fn jobs(&self) -> Result<Vec<String>, Failure> {
         if let Some(job) = &self.job {
             return Ok(vec![job.clone()]);
         }

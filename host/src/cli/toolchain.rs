@@ -10,7 +10,7 @@ use crate::build::toolchains::{
 };
 
 #[derive(Debug, clap::Args)]
-pub struct ToolchainArgs {
+pub(super) struct ToolchainArgs {
     #[command(subcommand)]
     command: ToolchainCommand,
 }
@@ -51,7 +51,7 @@ enum LanguageArg {
     All,
 }
 
-pub fn toolchain(args: ToolchainArgs) -> Result<(), Failure> {
+pub(super) fn toolchain(args: ToolchainArgs) -> Result<(), Failure> {
     match args.command {
         ToolchainCommand::Install {
             languages,

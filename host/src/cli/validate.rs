@@ -5,7 +5,7 @@ use std::path::Path;
 use super::Failure;
 use crate::bindings::PACKAGE;
 
-pub fn validate(component: &Path) -> Result<(), Failure> {
+pub(super) fn validate(component: &Path) -> Result<(), Failure> {
     let engine = super::engine()?;
     engine.load(component).map_err(Failure::failed)?;
     println!(

@@ -5,7 +5,7 @@ use super::timestamps::{TimestampPolicy, TimestampSpec, implausible_unit, read_t
 
 /// What a source takes from each JSON value besides the value itself.
 #[derive(Clone, Debug, Default)]
-pub struct JsonDecoder {
+pub(crate) struct JsonDecoder {
     /// Where the record key is; `None`: the source's own key, if any.
     pub key_pointer: Option<String>,
     /// Where the event time is; `None`: the source's own timestamp, if any.
@@ -20,7 +20,7 @@ pub struct JsonDecoder {
 
 /// One JSON value, decoded.
 #[derive(Debug, PartialEq, Eq)]
-pub enum Decoded<'a> {
+pub(crate) enum Decoded<'a> {
     /// A record: its key if the decoder takes keys, its timestamp if it takes timestamps.
     Record {
         key: Option<&'a [u8]>,
@@ -36,7 +36,7 @@ pub enum Decoded<'a> {
 }
 
 impl JsonDecoder {
-    pub fn new(
+    pub(crate) fn new(
         key_pointer: Option<String>,
         timestamp: Option<TimestampSpec>,
         on_bad_timestamp: TimestampPolicy,
@@ -51,7 +51,7 @@ impl JsonDecoder {
     }
 
     /// Decodes `raw`, one JSON value.
-    pub fn decode(&mut self, raw: &[u8]) -> Decoded<'_> {
+    pub(crate) fn decode(&mut self, raw: &[u8]) -> Decoded<'_> {
         let value = match serde_json::from_slice::<serde_json::Value>(raw) {
             Ok(value) => value,
             Err(e) => return Decoded::Bad(format!("not valid JSON: {e}")),

@@ -39,7 +39,7 @@ pub enum TimestampPolicy {
 /// Why a record has no usable event time.
 #[derive(Clone, Debug, PartialEq, thiserror::Error)]
 #[non_exhaustive]
-pub enum TimestampError {
+pub(crate) enum TimestampError {
     #[error("no timestamp at {pointer:?}")]
     Missing { pointer: String },
     /// The value at the pointer is not of the configured format.
@@ -53,7 +53,7 @@ pub enum TimestampError {
 
 /// The event time, in milliseconds since the Unix epoch, of the JSON value `value`, or why
 /// it has none.
-pub fn read_timestamp(
+pub(crate) fn read_timestamp(
     spec: &TimestampSpec,
     value: &serde_json::Value,
 ) -> Result<i64, TimestampError> {
@@ -91,7 +91,7 @@ const YEAR_1971_MS: i64 = 365 * 86_400_000;
 /// reads it), says that `spec`'s `format` does not fit the data, or `None` if it may. A
 /// wrong unit is a setting, not one bad record: it would put every window 56,000 years
 /// ahead (seconds that are milliseconds) or into January 1970 (the reverse).
-pub fn implausible_unit(spec: &TimestampSpec, ms: i64, now_ms: i64) -> Option<String> {
+pub(crate) fn implausible_unit(spec: &TimestampSpec, ms: i64, now_ms: i64) -> Option<String> {
     let found = |what: &str| {
         format!(
             "the first timestamp at {:?}, read with format = {:?}, is {}: {what}",

@@ -31,7 +31,7 @@ const TRAILER: usize = 8;
 
 /// One packed file: its name (a path relative to the project folder) and its contents.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct BundledFile {
+pub(crate) struct BundledFile {
     pub name: String,
     pub contents: Vec<u8>,
 }
@@ -39,12 +39,12 @@ pub struct BundledFile {
 /// Why files cannot be packed.
 #[derive(Debug, thiserror::Error)]
 #[error("cannot pack {name} into the component: it is larger than 4 GiB")]
-pub struct TooLarge {
+pub(crate) struct TooLarge {
     pub name: String,
 }
 
 /// `files` in the encoding `bundle.files` returns.
-pub fn encode(files: &[BundledFile]) -> Result<Vec<u8>, TooLarge> {
+pub(crate) fn encode(files: &[BundledFile]) -> Result<Vec<u8>, TooLarge> {
     let mut out = Vec::new();
     for file in files {
         for part in [file.name.as_bytes(), &file.contents] {
@@ -59,7 +59,7 @@ pub fn encode(files: &[BundledFile]) -> Result<Vec<u8>, TooLarge> {
 }
 
 /// `component` (without a bundle) with `files` packed at its end.
-pub fn append(component: &[u8], files: &[BundledFile]) -> Result<Vec<u8>, TooLarge> {
+pub(crate) fn append(component: &[u8], files: &[BundledFile]) -> Result<Vec<u8>, TooLarge> {
     let encoded = encode(files)?;
     let len = u32::try_from(encoded.len()).map_err(|_| TooLarge {
         name: "the bundle".to_owned(),
@@ -75,7 +75,7 @@ pub fn append(component: &[u8], files: &[BundledFile]) -> Result<Vec<u8>, TooLar
 
 /// A component's bytes split into its code (everything before the bundle's section) and its
 /// bundle's files in the `bundle.files` encoding (empty without a bundle).
-pub fn split(bytes: &[u8]) -> (&[u8], &[u8]) {
+pub(crate) fn split(bytes: &[u8]) -> (&[u8], &[u8]) {
     match locate(bytes.len() as u64, |offset, buf| {
         let start = usize::try_from(offset).ok()?;
         buf.copy_from_slice(bytes.get(start..start + buf.len())?);
@@ -90,7 +90,7 @@ pub fn split(bytes: &[u8]) -> (&[u8], &[u8]) {
 }
 
 /// The bundle of the component file at `path`, read from its end only: empty without one.
-pub fn read(path: &Path) -> std::io::Result<Vec<u8>> {
+pub(crate) fn read(path: &Path) -> std::io::Result<Vec<u8>> {
     let mut file = std::fs::File::open(path)?;
     let len = file.metadata()?.len();
     let mut read_at = |offset: u64, buf: &mut [u8]| -> Option<()> {
@@ -108,7 +108,7 @@ pub fn read(path: &Path) -> std::io::Result<Vec<u8>> {
 
 /// Decodes the `bundle.files` encoding (as the guest's runner does).
 #[cfg(test)]
-pub fn decode(mut bytes: &[u8]) -> Option<Vec<BundledFile>> {
+pub(crate) fn decode(mut bytes: &[u8]) -> Option<Vec<BundledFile>> {
     fn part<'a>(bytes: &mut &'a [u8]) -> Option<&'a [u8]> {
         let (len, rest) = bytes.split_first_chunk::<4>()?;
         let len = u32::from_le_bytes(*len) as usize;

@@ -13,7 +13,7 @@ use crate::record::{FLAG_HAS_KEY, Number, Numbers};
 use crate::state::{EntryHint, KeyRef, StateId};
 
 /// The slot of a record without key.
-pub const NO_SLOT: u32 = u32::MAX;
+pub(crate) const NO_SLOT: u32 = u32::MAX;
 
 /// The distinct keys of the current batch, by slot.
 #[derive(Debug, Default)]

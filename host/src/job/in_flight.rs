@@ -45,15 +45,15 @@ use crate::checkpoint::protocol::Barrier;
 use crate::record::RecordBatch;
 
 /// How often a consumer measures its pace and resets its inputs' limits.
-pub const WINDOW: Duration = Duration::from_millis(50);
+pub(crate) const WINDOW: Duration = Duration::from_millis(50);
 
 /// The least target time: below it, queues too short to cover a scheduling hiccup would cost
 /// fast consumers their throughput for no gain.
-pub const MIN_TARGET: Duration = Duration::from_millis(10);
+pub(crate) const MIN_TARGET: Duration = Duration::from_millis(10);
 
 /// The smallest batch a producer cuts: smaller ones would cost more in per-batch overhead
 /// (a boundary crossing, a channel message) than they save in time in flight.
-pub const MIN_BATCH: usize = 64;
+pub(crate) const MIN_BATCH: usize = 64;
 
 /// Weight of the newest pace measurement in the smoothed pace.
 const SMOOTHING: f64 = 0.3;
@@ -62,7 +62,7 @@ const SMOOTHING: f64 = 0.3;
 /// every `interval`: half the interval split among the consumers a barrier passes on its way
 /// (every operator and the sink), so that the queues a barrier waits behind add up to about
 /// half the interval.
-pub fn target(interval: Duration, operators: usize) -> Duration {
+pub(crate) fn target(interval: Duration, operators: usize) -> Duration {
     let consumers = operators as u32 + 1;
     (interval / (2 * consumers)).max(MIN_TARGET)
 }
@@ -159,7 +159,7 @@ impl Budget {
 
 /// A channel of `capacity` messages whose consumer limits the records queued in it; batches
 /// of up to `batch_size` records.
-pub fn channel(capacity: usize, batch_size: usize) -> (Output, Input) {
+pub(crate) fn channel(capacity: usize, batch_size: usize) -> (Output, Input) {
     let (tx, rx) = mpsc::channel(capacity.max(1));
     let budget = Arc::new(Budget::new(batch_size));
     (
@@ -255,14 +255,14 @@ impl Output {
 
 /// The consumer's end of a channel.
 #[derive(Debug)]
-pub struct Input {
+pub(crate) struct Input {
     /// The producer's batches, barriers and watermarks, in order.
     rx: mpsc::Receiver<Message>,
     budget: Arc<Budget>,
 }
 
 impl Input {
-    pub fn poll_recv(&mut self, cx: &mut Context<'_>) -> Poll<Option<Message>> {
+    pub(crate) fn poll_recv(&mut self, cx: &mut Context<'_>) -> Poll<Option<Message>> {
         let polled = self.rx.poll_recv(cx);
         if let Poll::Ready(Some(Message::Batch(batch))) = &polled {
             self.budget.release(batch.len());
@@ -301,7 +301,7 @@ fn split(batch: &RecordBatch, most: usize) -> Vec<RecordBatch> {
 
 /// A consumer's measure of its pace, and the limits it sets on its inputs from it.
 #[derive(Debug)]
-pub struct Pace {
+pub(crate) struct Pace {
     /// What may wait in front of the consumer, in time of its work; `None`: no limit.
     target: Option<Duration>,
     budgets: Vec<Arc<Budget>>,
@@ -321,7 +321,7 @@ pub struct Pace {
 impl Pace {
     /// The pace of the consumer of `inputs`, keeping what waits in front of it to `target` of
     /// its work (no limit when `None`).
-    pub fn new(inputs: &[Input], target: Option<Duration>, max_batch: usize) -> Self {
+    pub(crate) fn new(inputs: &[Input], target: Option<Duration>, max_batch: usize) -> Self {
         if target.is_some() {
             // Until the first measurement, one batch per input: queues filled before the
             // consumer's pace is known would hold the first barrier back by as much as
@@ -343,13 +343,13 @@ impl Pace {
     }
 
     /// The consumer asks for input: the batch it had is finished.
-    pub fn asking(&mut self) {
+    pub(crate) fn asking(&mut self) {
         self.done += std::mem::take(&mut self.in_hand);
     }
 
     /// The consumer waited `waited` for input and got a batch of `records` (0 for anything
     /// else) at `now`.
-    pub fn received(&mut self, waited: Duration, records: usize, now: Instant) {
+    pub(crate) fn received(&mut self, waited: Duration, records: usize, now: Instant) {
         if self.target.is_none() {
             return;
         }
@@ -362,7 +362,7 @@ impl Pace {
 
     /// Records per second of work, smoothed, once measured.
     #[cfg(test)]
-    pub fn rate(&self) -> Option<f64> {
+    pub(crate) fn rate(&self) -> Option<f64> {
         self.rate
     }
 

@@ -28,7 +28,7 @@ use crate::record::RecordBatch;
 
 /// What flows through a channel between tasks.
 #[derive(Debug)]
-pub enum Message {
+pub(crate) enum Message {
     Batch(RecordBatch),
     /// Dead letters for the job's dead-letter file `file` (only on the channels from every
     /// task to the sink, see [`super::bad_records`]).
@@ -45,7 +45,7 @@ pub enum Message {
 
 /// What a task reads next.
 #[derive(Debug)]
-pub enum Event {
+pub(crate) enum Event {
     Batch(RecordBatch),
     DeadLetters {
         file: usize,
@@ -65,7 +65,7 @@ pub enum Event {
 pub struct Closed;
 
 /// A task's inputs and its notification channel.
-pub struct InputGate {
+pub(crate) struct InputGate {
     inputs: Vec<Input>,
     /// Inputs whose barrier arrived and that wait for the others.
     blocked: Vec<bool>,
@@ -91,7 +91,7 @@ pub struct InputGate {
 impl InputGate {
     /// The gate over `inputs`, keeping the records queued in them to about `target` of the
     /// task's work (no limit when `None`) and batches to at most `batch_size` records.
-    pub fn new(
+    pub(crate) fn new(
         inputs: Vec<Input>,
         notifications: UnboundedReceiver<Notification>,
         target: Option<Duration>,
@@ -116,20 +116,20 @@ impl InputGate {
 
     /// Starts the task's watermark at `restored` (a restored checkpoint's): it never goes
     /// below it.
-    pub fn restoring_watermark(mut self, restored: Option<i64>) -> Self {
+    pub(crate) fn restoring_watermark(mut self, restored: Option<i64>) -> Self {
         self.watermarks.restore_floor(restored);
         self
     }
 
     /// The task's watermark.
-    pub fn watermark(&self) -> Option<i64> {
+    pub(crate) fn watermark(&self) -> Option<i64> {
         self.watermarks.current()
     }
 
     /// The gate with `inputs` added that carry dead letters (to the sink): they take part in
     /// barrier alignment, but not in the pace that bounds the records queued in front of the
     /// task, whose limit they would only split.
-    pub fn with_dead_letters(mut self, inputs: Vec<Input>) -> Self {
+    pub(crate) fn with_dead_letters(mut self, inputs: Vec<Input>) -> Self {
         let n = self.inputs.len() + inputs.len();
         self.inputs.extend(inputs);
         self.blocked = vec![false; n];
@@ -139,13 +139,13 @@ impl InputGate {
 
     /// Blocks the calling (non-async) thread until something arrives. The task has finished
     /// what it received before.
-    pub fn recv(&mut self) -> Result<Event, Closed> {
+    pub(crate) fn recv(&mut self) -> Result<Event, Closed> {
         self.recv_until(None)
     }
 
     /// [`Self::recv`], or [`Event::Deadline`] once `deadline` passes first. A deadline needs
     /// the tokio runtime (the task runs on one of its blocking threads).
-    pub fn recv_until(&mut self, deadline: Option<Instant>) -> Result<Event, Closed> {
+    pub(crate) fn recv_until(&mut self, deadline: Option<Instant>) -> Result<Event, Closed> {
         self.pace.asking();
         let asked = Instant::now();
         let next = std::future::poll_fn(|cx| self.poll_next(cx));
@@ -167,7 +167,7 @@ impl InputGate {
     }
 
     /// What the last barrier delivered cost: its start delay and alignment.
-    pub fn barrier_timing(&self) -> BarrierTiming {
+    pub(crate) fn barrier_timing(&self) -> BarrierTiming {
         self.barrier_timing
     }
 

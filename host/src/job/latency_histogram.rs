@@ -8,7 +8,7 @@ use std::time::Duration;
 
 /// Upper bounds of the buckets, in seconds: a batch call takes from tens of microseconds (a
 /// small batch of a Rust guest) to seconds (a slow guest near its CPU limit).
-pub const BUCKETS: [f64; 12] = [
+pub(crate) const BUCKETS: [f64; 12] = [
     0.000_05, 0.000_1, 0.000_25, 0.000_5, 0.001, 0.002_5, 0.005, 0.01, 0.025, 0.1, 0.5, 2.5,
 ];
 

@@ -126,7 +126,7 @@ impl Pipeline {
 
 /// Where the job's checkpoints live: the job file's store, and in it the job's folder (a
 /// Kafka partition's pipeline: its partition's folder). `None` for a job that keeps none.
-pub fn checkpoint_store(spec: &JobSpec) -> Result<Option<CheckpointStore>, StorageError> {
+pub(crate) fn checkpoint_store(spec: &JobSpec) -> Result<Option<CheckpointStore>, StorageError> {
     let Some(checkpoints) = &spec.checkpoints else {
         return Ok(None);
     };
@@ -139,7 +139,7 @@ pub fn checkpoint_store(spec: &JobSpec) -> Result<Option<CheckpointStore>, Stora
 
 /// The files the job writes, its output's and its dead letters', each of which one run at a
 /// time may own.
-pub fn file_outputs(spec: &JobSpec) -> Vec<std::path::PathBuf> {
+pub(crate) fn file_outputs(spec: &JobSpec) -> Vec<std::path::PathBuf> {
     let sink = match &spec.sink {
         SinkSpec::File { path } => Some(path.clone()),
         _ => None,

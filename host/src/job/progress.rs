@@ -11,14 +11,14 @@ use super::JobMetrics;
 use crate::connectors::SourceProgress;
 
 /// Shows progress until dropped.
-pub struct Progress {
+pub(crate) struct Progress {
     bar: ProgressBar,
     task: tokio::task::JoinHandle<()>,
 }
 
 impl Progress {
     /// Starts the display if standard error is a terminal.
-    pub fn start(metrics: Arc<JobMetrics>, source: Arc<SourceProgress>) -> Option<Self> {
+    pub(crate) fn start(metrics: Arc<JobMetrics>, source: Arc<SourceProgress>) -> Option<Self> {
         if !std::io::stderr().is_terminal() {
             return None;
         }

@@ -18,7 +18,7 @@ use super::run_options::StartedSignal;
 
 /// Counts the subtasks still restoring; the sink waits on it.
 #[derive(Clone)]
-pub struct RestoreLatch(Arc<Shared>);
+pub(super) struct RestoreLatch(Arc<Shared>);
 
 struct Shared {
     /// How many subtasks are still restoring, and whether one failed: changed under the lock,
@@ -37,7 +37,7 @@ struct Progress {
 
 /// One subtask's part: [`Restoring::restored`] when its state is back; dropped without it
 /// (the subtask failed, or never got there), the restore failed.
-pub struct Restoring {
+pub(super) struct Restoring {
     latch: RestoreLatch,
     done: bool,
 }
@@ -45,7 +45,7 @@ pub struct Restoring {
 impl RestoreLatch {
     /// A latch for `subtasks` subtasks, each to be given one [`Restoring`]; raises `started`
     /// once all of them restored.
-    pub fn new(subtasks: usize, started: StartedSignal) -> Self {
+    pub(super) fn new(subtasks: usize, started: StartedSignal) -> Self {
         if subtasks == 0 {
             started.raise();
         }
@@ -60,7 +60,7 @@ impl RestoreLatch {
     }
 
     /// A subtask's part.
-    pub fn part(&self) -> Restoring {
+    pub(super) fn part(&self) -> Restoring {
         Restoring {
             latch: self.clone(),
             done: false,
@@ -68,7 +68,7 @@ impl RestoreLatch {
     }
 
     /// Blocks until every subtask has restored (`true`) or one has failed (`false`).
-    pub fn wait(&self) -> bool {
+    pub(super) fn wait(&self) -> bool {
         let mut progress = self.0.state.lock().unwrap_or_else(|e| e.into_inner());
         while progress.restoring > 0 && !progress.failed {
             progress = self
@@ -96,7 +96,7 @@ impl RestoreLatch {
 
 impl Restoring {
     /// This subtask's state is restored (once; later calls do nothing).
-    pub fn restored(&mut self) {
+    pub(super) fn restored(&mut self) {
         if !self.done {
             self.done = true;
             self.latch.settle(true);

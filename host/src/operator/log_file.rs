@@ -14,7 +14,7 @@ use std::time::SystemTime;
 use serde::{Deserialize, Serialize};
 
 /// Size at which the file is rotated.
-pub const MAX_BYTES: u64 = 8 << 20;
+pub(crate) const MAX_BYTES: u64 = 8 << 20;
 
 /// One line a guest logged or printed.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

@@ -19,7 +19,7 @@ use axum::routing::get;
 
 /// The policy of every response. `img-src data:` is for the chart's canvas exports; uPlot
 /// sets styles through the CSSOM, which `style-src 'self'` allows.
-pub const CONTENT_SECURITY_POLICY: &str = "default-src 'none'; script-src 'self'; \
+pub(crate) const CONTENT_SECURITY_POLICY: &str = "default-src 'none'; script-src 'self'; \
      style-src 'self'; img-src 'self' data:; connect-src 'self'; base-uri 'none'; \
      form-action 'none'; frame-ancestors 'none'";
 
@@ -58,7 +58,7 @@ const ASSETS: &[(&str, &str, &str)] = &[
 ];
 
 /// The console's routes (no token needed: they serve no data).
-pub fn router<S: Clone + Send + Sync + 'static>() -> Router<S> {
+pub(crate) fn router<S: Clone + Send + Sync + 'static>() -> Router<S> {
     ASSETS
         .iter()
         .fold(Router::new(), |router, &(path, content_type, body)| {
@@ -80,7 +80,7 @@ pub fn router<S: Clone + Send + Sync + 'static>() -> Router<S> {
 }
 
 /// Adds the console's security headers to `request`'s response.
-pub async fn security_headers(request: Request, next: Next) -> Response {
+pub(crate) async fn security_headers(request: Request, next: Next) -> Response {
     let mut response = next.run(request).await;
     let headers = response.headers_mut();
     headers.insert(

@@ -111,7 +111,7 @@ impl Backpressure {
 }
 
 /// What each node of `spec` is, source to sink.
-pub fn describe(spec: &JobSpec) -> Vec<String> {
+pub(crate) fn describe(spec: &JobSpec) -> Vec<String> {
     let mut nodes = vec![match &spec.source {
         SourceSpec::TextLines { path, .. } => format!("text lines of {}", path.display()),
         SourceSpec::JsonLines { path, .. } => format!("JSON lines of {}", path.display()),
@@ -135,7 +135,7 @@ pub fn describe(spec: &JobSpec) -> Vec<String> {
 }
 
 /// What a [`JobGraph`] is made from.
-pub struct GraphInputs<'a> {
+pub(crate) struct GraphInputs<'a> {
     pub job: &'a str,
     pub name: &'a str,
     pub status: JobStatus,
@@ -161,7 +161,7 @@ struct Task {
     sends: bool,
 }
 
-pub fn graph(inputs: &GraphInputs<'_>) -> JobGraph {
+pub(crate) fn graph(inputs: &GraphInputs<'_>) -> JobGraph {
     let last = inputs.details.len().saturating_sub(1);
     let nodes = inputs
         .details

@@ -241,7 +241,7 @@ impl PipelineCounters {
 }
 
 /// Renders the metrics of every job of `registry`.
-pub fn render(registry: &Registry) -> String {
+pub(crate) fn render(registry: &Registry) -> String {
     render_jobs(&registry.metrics())
 }
 

@@ -20,25 +20,25 @@ use super::Registry;
 use crate::job::JobMetrics;
 
 /// How often the sampler reads the counters.
-pub const INTERVAL: Duration = Duration::from_secs(1);
+pub(crate) const INTERVAL: Duration = Duration::from_secs(1);
 
 /// Points kept: five minutes at one a second.
-pub const KEPT: usize = 300;
+pub(crate) const KEPT: usize = 300;
 
 /// One task of a pipeline: `(partition, node, subtask)`, where node 0 is the source, node
 /// `i` the operator `i - 1`, and the last node the sink.
-pub type TaskKey = (Option<i32>, usize, u32);
+pub(crate) type TaskKey = (Option<i32>, usize, u32);
 
 /// One pipeline of a job, as the sampler reads it: a Kafka job has one per owned partition.
 #[derive(Clone, Debug)]
-pub struct PipelineView {
+pub(crate) struct PipelineView {
     pub partition: Option<i32>,
     pub metrics: Arc<JobMetrics>,
 }
 
 /// A task's counters at a reading.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
-pub struct TaskCounters {
+pub(crate) struct TaskCounters {
     pub records_in: u64,
     pub records_out: u64,
     pub blocked_us: u64,
@@ -46,7 +46,7 @@ pub struct TaskCounters {
 
 /// A task's rates between the last two readings.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
-pub struct TaskRate {
+pub(crate) struct TaskRate {
     pub in_per_second: f64,
     pub out_per_second: f64,
     /// The share of the time it was blocked on sending downstream, 0 to 1.
@@ -73,7 +73,7 @@ pub struct RatesBody {
 
 /// A job's rates: the ring of points and the latest rates of each task.
 #[derive(Debug)]
-pub struct RateHistory {
+pub(crate) struct RateHistory {
     /// Source, operators, sink.
     nodes: Vec<String>,
     last: Option<(Instant, BTreeMap<TaskKey, TaskCounters>)>,
@@ -84,7 +84,7 @@ pub struct RateHistory {
 }
 
 impl RateHistory {
-    pub fn new<'a>(operators: impl IntoIterator<Item = &'a str>) -> Self {
+    pub(crate) fn new<'a>(operators: impl IntoIterator<Item = &'a str>) -> Self {
         let mut nodes = vec!["source".to_owned()];
         nodes.extend(operators.into_iter().map(str::to_owned));
         nodes.push("sink".to_owned());
@@ -98,12 +98,17 @@ impl RateHistory {
     }
 
     /// Reads `pipelines`' counters at `at` (Unix time `unix_ms`).
-    pub fn sample(&mut self, pipelines: &[PipelineView], at: Instant, unix_ms: u64) {
+    pub(crate) fn sample(&mut self, pipelines: &[PipelineView], at: Instant, unix_ms: u64) {
         self.record(read(pipelines), at, unix_ms);
     }
 
     /// Takes a reading: rates against the one before, for the tasks in both.
-    pub fn record(&mut self, now: BTreeMap<TaskKey, TaskCounters>, at: Instant, unix_ms: u64) {
+    pub(crate) fn record(
+        &mut self,
+        now: BTreeMap<TaskKey, TaskCounters>,
+        at: Instant,
+        unix_ms: u64,
+    ) {
         if let Some((then, before)) = &self.last {
             let seconds = at.duration_since(*then).as_secs_f64();
             if seconds > 0.0 {
@@ -126,22 +131,22 @@ impl RateHistory {
     }
 
     /// The nodes' names: `source`, the operators', `sink`.
-    pub fn nodes(&self) -> &[String] {
+    pub(crate) fn nodes(&self) -> &[String] {
         &self.nodes
     }
 
     /// The rates of task `key` at the last reading.
-    pub fn task(&self, key: TaskKey) -> Option<TaskRate> {
+    pub(crate) fn task(&self, key: TaskKey) -> Option<TaskRate> {
         self.latest.get(&key).copied()
     }
 
     /// When the last rates were taken.
-    pub fn latest_at_ms(&self) -> Option<u64> {
+    pub(crate) fn latest_at_ms(&self) -> Option<u64> {
         self.latest_at_ms
     }
 
     /// Node `node`'s rates at the last reading: (in, out).
-    pub fn node(&self, node: usize) -> Option<(f64, f64)> {
+    pub(crate) fn node(&self, node: usize) -> Option<(f64, f64)> {
         self.points
             .back()
             .filter(|(at, _)| Some(*at) == self.latest_at_ms)
@@ -150,7 +155,7 @@ impl RateHistory {
 
     /// The points after `since_ms` (all of them when `None`), as columns: the source's
     /// output, each operator's input and output, the sink's input.
-    pub fn body(&self, since_ms: Option<u64>) -> RatesBody {
+    pub(crate) fn body(&self, since_ms: Option<u64>) -> RatesBody {
         let points: Vec<_> = self
             .points
             .iter()
@@ -243,7 +248,7 @@ fn rates(
 }
 
 /// Samples every running job of `registry` each [`INTERVAL`], for as long as the host runs.
-pub async fn sample_every(registry: Arc<Registry>) {
+pub(crate) async fn sample_every(registry: Arc<Registry>) {
     let mut ticker = tokio::time::interval(INTERVAL);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {

@@ -12,7 +12,7 @@ use std::ops::Deref;
 use bytes::Bytes;
 
 /// Longest byte string stored inline.
-pub const INLINE_CAPACITY: usize = 23;
+pub(crate) const INLINE_CAPACITY: usize = 23;
 
 /// A key or value: inline if short, shared if long. Immutable once made.
 #[derive(Clone)]

@@ -5,7 +5,7 @@ use crate::ids::CheckpointId;
 
 /// One key's list, appended to.
 #[derive(Debug, Default)]
-pub struct ListBody {
+pub(crate) struct ListBody {
     pub items: Vec<StateBytes>,
     /// How many leading items earlier snapshots already hold; the next increment holds only
     /// `items[persisted..]`.
@@ -19,12 +19,12 @@ pub struct ListBody {
 }
 
 impl ListBody {
-    pub fn append(&mut self, item: &[u8]) {
+    pub(crate) fn append(&mut self, item: &[u8]) {
         self.bytes += item.len();
         self.items.push(StateBytes::copy_from_slice(item));
     }
 
-    pub fn clear(&mut self) {
+    pub(crate) fn clear(&mut self) {
         self.bytes = 0;
         self.items.clear();
         self.persisted = 0;
@@ -33,7 +33,7 @@ impl ListBody {
 
     /// Writes the whole list again at the next snapshot: a clear event and every item, so
     /// that the increment alone holds the list (bounded chains, `state::aging`).
-    pub fn rewrite(&mut self) {
+    pub(crate) fn rewrite(&mut self) {
         self.persisted = 0;
         self.cleared = true;
     }

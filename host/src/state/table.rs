@@ -9,7 +9,7 @@ use crate::partition::KeyHash;
 
 /// One key's entry: the key, its hash, when it was last written, and the kind's payload.
 #[derive(Debug)]
-pub struct Entry<T> {
+pub(crate) struct Entry<T> {
     pub key: StateBytes,
     /// The stable key hash; kept so the table can grow without rehashing keys.
     pub hash: KeyHash,
@@ -25,7 +25,7 @@ pub struct Entry<T> {
 /// bucket far away in a half-empty table of large buckets, then the entry's data), and the
 /// index of a large state stays small enough to sit in cache.
 #[derive(Debug)]
-pub struct KeyedTable<T> {
+pub(crate) struct KeyedTable<T> {
     entries: Vec<Entry<T>>,
     /// Positions in `entries`, with the entry's hash, so that growing the index never
     /// reads the entries.
@@ -65,7 +65,7 @@ impl<T> Default for KeyedTable<T> {
 impl<T> KeyedTable<T> {
     /// Where `key`'s entry is, if it exists.
     #[inline]
-    pub fn position(&self, key: &[u8], hash: KeyHash) -> Option<usize> {
+    pub(crate) fn position(&self, key: &[u8], hash: KeyHash) -> Option<usize> {
         let entries = &self.entries;
         let hash32 = hash.table_hash() as u32;
         self.index
@@ -82,7 +82,7 @@ impl<T> KeyedTable<T> {
     /// other. Returns a value derived from the load, for the caller to pass to
     /// [`std::hint::black_box`] so that the load is not optimised away.
     #[inline]
-    pub fn touch(&self, hash: KeyHash) -> u64 {
+    pub(crate) fn touch(&self, hash: KeyHash) -> u64 {
         let hash32 = hash.table_hash() as u32;
         self.index
             .find(index_hash(hash32), |slot| slot.hash == hash32)
@@ -91,19 +91,19 @@ impl<T> KeyedTable<T> {
 
     /// The entry at `position` (from [`KeyedTable::position`]).
     #[inline]
-    pub fn entry_at(&self, position: usize) -> Option<&Entry<T>> {
+    pub(crate) fn entry_at(&self, position: usize) -> Option<&Entry<T>> {
         self.entries.get(position)
     }
 
     #[inline]
-    pub fn get(&self, key: &[u8], hash: KeyHash) -> Option<&Entry<T>> {
+    pub(crate) fn get(&self, key: &[u8], hash: KeyHash) -> Option<&Entry<T>> {
         self.position(key, hash).map(|i| &self.entries[i])
     }
 
     /// The entry of `key` for writing, created with `make` if absent, and marked dirty in
     /// `epoch`.
     #[inline]
-    pub fn write(
+    pub(crate) fn write(
         &mut self,
         key: &[u8],
         hash: KeyHash,
@@ -161,7 +161,7 @@ impl<T> KeyedTable<T> {
     /// the hint is usually right and saves the hash lookup; it is checked, so a wrong one
     /// only costs that lookup.
     #[inline]
-    pub fn write_hinted(
+    pub(crate) fn write_hinted(
         &mut self,
         hint: Option<usize>,
         key: &[u8],
@@ -182,7 +182,7 @@ impl<T> KeyedTable<T> {
 
     /// The entry of `key` for writing if it exists, marked dirty in `epoch`.
     #[inline]
-    pub fn write_existing(
+    pub(crate) fn write_existing(
         &mut self,
         key: &[u8],
         hash: KeyHash,
@@ -207,7 +207,7 @@ impl<T> KeyedTable<T> {
 
     /// Takes the positions of the entries written since the last snapshot, in ascending
     /// order (the synchronous phase of a snapshot).
-    pub fn take_dirty(&mut self) -> Vec<u32> {
+    pub(crate) fn take_dirty(&mut self) -> Vec<u32> {
         let mut dirty = std::mem::take(&mut self.dirty);
         dirty.sort_unstable();
         dirty
@@ -215,12 +215,12 @@ impl<T> KeyedTable<T> {
 
     /// The entry at `position`, for changes that must not mark it dirty (snapshots, restore).
     #[inline]
-    pub fn entry_at_mut(&mut self, position: usize) -> Option<&mut Entry<T>> {
+    pub(crate) fn entry_at_mut(&mut self, position: usize) -> Option<&mut Entry<T>> {
         self.entries.get_mut(position)
     }
 
     /// Puts an entry restored from a snapshot: not dirty, written in `written_in`.
-    pub fn restore(
+    pub(crate) fn restore(
         &mut self,
         key: &[u8],
         hash: KeyHash,
@@ -235,7 +235,7 @@ impl<T> KeyedTable<T> {
 
     /// Removes `key`'s entry, if any. The last entry moves into its place (its index slot is
     /// updated), so positions handed out before are no longer valid.
-    pub fn remove(&mut self, key: &[u8], hash: KeyHash) -> Option<Entry<T>> {
+    pub(crate) fn remove(&mut self, key: &[u8], hash: KeyHash) -> Option<Entry<T>> {
         let position = self.position(key, hash)?;
         let hash32 = hash.table_hash() as u32;
         if let Ok(slot) = self
@@ -259,17 +259,16 @@ impl<T> KeyedTable<T> {
     }
 
     /// Number of entries, tombstones included.
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.entries.len()
     }
 
-
     /// Number of entries written since the last snapshot.
-    pub fn dirty_len(&self) -> usize {
+    pub(crate) fn dirty_len(&self) -> usize {
         self.dirty.len()
     }
 
-    pub fn iter(&self) -> impl Iterator<Item = &Entry<T>> {
+    pub(crate) fn iter(&self) -> impl Iterator<Item = &Entry<T>> {
         self.entries.iter()
     }
 }

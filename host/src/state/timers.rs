@@ -341,7 +341,6 @@ fn binary_search(set: &[u8], timer: &[u8; TIMER_BYTES]) -> Result<usize, usize> 
     Err(low * TIMER_BYTES)
 }
 
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -12,7 +12,7 @@ use crate::partition::KeyHash;
 
 /// What a write is about to change, to record before it.
 #[derive(Clone, Copy, Debug)]
-pub enum Write<'a> {
+pub(crate) enum Write<'a> {
     /// A value set or removed.
     Value,
     /// A map entry put or removed, by its map key.
@@ -69,14 +69,14 @@ enum Undo {
 
 /// The changes of one call, oldest first.
 #[derive(Debug, Default)]
-pub struct UndoLog {
+pub(crate) struct UndoLog {
     entries: Vec<(StateId, Key, Undo)>,
 }
 
 impl UndoLog {
     /// Records what `write` to `key` of `state` is about to replace. Call it just before a
     /// write that then succeeds (a failed write changes nothing: leave it out).
-    pub fn record(
+    pub(crate) fn record(
         &mut self,
         backend: &KeyedStateBackend,
         state: StateId,
@@ -118,12 +118,12 @@ impl UndoLog {
     }
 
     /// Forgets what was recorded (the call succeeded).
-    pub fn clear(&mut self) {
+    pub(crate) fn clear(&mut self) {
         self.entries.clear();
     }
 
     /// Undoes every recorded change, newest first, and forgets them.
-    pub fn roll_back(&mut self, backend: &mut KeyedStateBackend) -> Result<(), StateError> {
+    pub(crate) fn roll_back(&mut self, backend: &mut KeyedStateBackend) -> Result<(), StateError> {
         // Timer writes are value writes; the index that fires them follows the state.
         backend.timers_changed();
         while let Some((state, key, undo)) = self.entries.pop() {

@@ -4,4 +4,4 @@ use super::StateBytes;
 
 /// A value-state entry's value: `None` is a tombstone, kept until a snapshot records the
 /// removal.
-pub type ValueBody = Option<StateBytes>;
+pub(crate) type ValueBody = Option<StateBytes>;

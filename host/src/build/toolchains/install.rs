@@ -20,7 +20,7 @@ const STAMP: &str = ".weir-installed";
 
 /// Where and how to install.
 #[derive(Clone, Debug)]
-pub struct InstallOptions {
+pub(crate) struct InstallOptions {
     /// The toolchains folder.
     pub dir: PathBuf,
     /// The cache folder of downloads.
@@ -32,7 +32,7 @@ pub struct InstallOptions {
 /// Why an install failed.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
-pub enum InstallError {
+pub(crate) enum InstallError {
     /// A program the install runs is missing and could not be installed.
     #[error("{what}: {hint}")]
     Missing { what: String, hint: String },
@@ -70,14 +70,14 @@ fn io(what: &'static str, path: &Path) -> impl FnOnce(std::io::Error) -> Install
 
 /// What installing `toolchain` did.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Installed {
+pub(crate) enum Installed {
     /// It was already installed: nothing ran.
     Already,
     Now,
 }
 
 /// Installs `toolchain` as `options` say, reporting its steps to `progress`.
-pub fn install(
+pub(crate) fn install(
     toolchain: Toolchain,
     options: &InstallOptions,
     progress: &Progress,

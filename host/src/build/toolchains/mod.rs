@@ -34,13 +34,13 @@ mod status;
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 
-pub use install::{InstallError, InstallOptions, Installed, install};
-pub use progress::Progress;
-pub use status::status;
+pub(crate) use install::{InstallError, InstallOptions, Installed, install};
+pub(crate) use progress::Progress;
+pub(crate) use status::status;
 
 /// A language whose toolchain `weir toolchain install` installs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, clap::ValueEnum)]
-pub enum Toolchain {
+pub(crate) enum Toolchain {
     Rust,
     Python,
     #[value(name = "js")]
@@ -49,7 +49,7 @@ pub enum Toolchain {
 }
 
 impl Toolchain {
-    pub const ALL: [Toolchain; 4] = [
+    pub(crate) const ALL: [Toolchain; 4] = [
         Toolchain::Rust,
         Toolchain::Python,
         Toolchain::JavaScript,
@@ -57,7 +57,7 @@ impl Toolchain {
     ];
 
     /// The name `weir toolchain install` takes.
-    pub fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             Toolchain::Rust => "rust",
             Toolchain::Python => "python",
@@ -84,13 +84,13 @@ impl std::fmt::Display for Toolchain {
 }
 
 /// The componentize-py release Python operators are built with.
-pub const COMPONENTIZE_PY: &str = "componentize-py==0.25.1";
+pub(crate) const COMPONENTIZE_PY: &str = "componentize-py==0.25.1";
 
 /// The npm packages JavaScript operators are built with. jco 1.35.0 alone pulls
 /// componentize-js 0.22 (5x slower) and preview2-shim 0.26.1, which breaks `jco componentize`
 /// ("failed to get path metadata (os error 44)"): the overrides pin both. The QuickJS backend
 /// (`--backend qjs`, componentize-qjs) comes with jco.
-pub const JS_PACKAGE: &str = r#"{
+pub(crate) const JS_PACKAGE: &str = r#"{
   "name": "weir-js-toolchain",
   "private": true,
   "description": "Installed by weir toolchain install js",
@@ -107,7 +107,7 @@ pub const JS_PACKAGE: &str = r#"{
 
 /// The system packages C operators are built with (Debian and Ubuntu names), and a file of
 /// each that shows it is installed.
-pub const C_PACKAGES: [(&str, &str); 4] = [
+pub(crate) const C_PACKAGES: [(&str, &str); 4] = [
     ("clang-16", "/usr/bin/clang-16"),
     ("lld-16", "/usr/bin/wasm-ld-16"),
     ("wasi-libc", "/usr/lib/wasm32-wasi/libc.a"),
@@ -119,7 +119,7 @@ pub const C_PACKAGES: [(&str, &str); 4] = [
 
 /// The source of `weir-cbuild` (`tools/weir-cbuild`), which `weir toolchain install c`
 /// builds: path inside the crate, contents.
-pub const CBUILD_SOURCE: [(&str, &str); 3] = [
+pub(crate) const CBUILD_SOURCE: [(&str, &str); 3] = [
     (
         "Cargo.toml",
         include_str!("../../../../tools/weir-cbuild/Cargo.toml"),
@@ -135,7 +135,7 @@ pub const CBUILD_SOURCE: [(&str, &str); 3] = [
 ];
 
 /// `$WEIR_HOME`, or `~/.weir`; `None` without either variable.
-pub fn weir_home(env: &dyn Fn(&str) -> Option<OsString>) -> Option<PathBuf> {
+pub(crate) fn weir_home(env: &dyn Fn(&str) -> Option<OsString>) -> Option<PathBuf> {
     if let Some(home) = env("WEIR_HOME").filter(|v| !v.is_empty()) {
         return Some(PathBuf::from(home));
     }
@@ -145,19 +145,22 @@ pub fn weir_home(env: &dyn Fn(&str) -> Option<OsString>) -> Option<PathBuf> {
 }
 
 /// The toolchains folder `weir toolchain install` uses by default: `$WEIR_HOME/toolchains`.
-pub fn default_dir(env: &dyn Fn(&str) -> Option<OsString>) -> Option<PathBuf> {
+pub(crate) fn default_dir(env: &dyn Fn(&str) -> Option<OsString>) -> Option<PathBuf> {
     weir_home(env).map(|home| home.join("toolchains"))
 }
 
 /// The cache folder of downloads by default: `$WEIR_HOME/cache`.
-pub fn default_cache(env: &dyn Fn(&str) -> Option<OsString>) -> Option<PathBuf> {
+pub(crate) fn default_cache(env: &dyn Fn(&str) -> Option<OsString>) -> Option<PathBuf> {
     weir_home(env).map(|home| home.join("cache"))
 }
 
 /// The toolchains folders a build looks in, in order: `$WEIR_HOME/toolchains`, then the
 /// `tools/` folder next to the binary `exe` (`target/tools/` for `target/debug/weir`, and for
 /// a benchmark in `target/release/deps/`).
-pub fn search_dirs(env: &dyn Fn(&str) -> Option<OsString>, exe: Option<&Path>) -> Vec<PathBuf> {
+pub(crate) fn search_dirs(
+    env: &dyn Fn(&str) -> Option<OsString>,
+    exe: Option<&Path>,
+) -> Vec<PathBuf> {
     let mut dirs: Vec<PathBuf> = default_dir(env).into_iter().collect();
     if let Some(exe) = exe {
         dirs.extend(
@@ -171,7 +174,7 @@ pub fn search_dirs(env: &dyn Fn(&str) -> Option<OsString>, exe: Option<&Path>) -
 }
 
 /// The process's own environment, as the functions here take it.
-pub fn process_env(name: &str) -> Option<OsString> {
+pub(crate) fn process_env(name: &str) -> Option<OsString> {
     std::env::var_os(name)
 }
 

@@ -6,14 +6,14 @@ use std::time::{Duration, Instant};
 use indicatif::{ProgressBar, ProgressStyle};
 
 /// Reports the steps of an install on standard error.
-pub struct Progress {
+pub(crate) struct Progress {
     spinner: Option<ProgressBar>,
     started: Instant,
 }
 
 impl Progress {
     /// A spinner when `terminal`, plain lines otherwise.
-    pub fn new(terminal: bool) -> Self {
+    pub(crate) fn new(terminal: bool) -> Self {
         let spinner = terminal.then(|| {
             let bar = ProgressBar::new_spinner();
             bar.set_style(
@@ -30,7 +30,7 @@ impl Progress {
     }
 
     /// A new step of the install begins.
-    pub fn step(&self, message: impl Into<String>) {
+    pub(crate) fn step(&self, message: impl Into<String>) {
         let message = message.into();
         match &self.spinner {
             Some(bar) => {
@@ -42,7 +42,7 @@ impl Progress {
     }
 
     /// A line that stays (a toolchain done, a warning), above the spinner.
-    pub fn println(&self, line: impl AsRef<str>) {
+    pub(crate) fn println(&self, line: impl AsRef<str>) {
         match &self.spinner {
             Some(bar) => bar.println(line.as_ref()),
             None => eprintln!("{}", line.as_ref()),
@@ -50,14 +50,14 @@ impl Progress {
     }
 
     /// The install is over: the spinner goes away.
-    pub fn finish(&self) {
+    pub(crate) fn finish(&self) {
         if let Some(bar) = &self.spinner {
             bar.finish_and_clear();
         }
     }
 
     /// Time since the install began.
-    pub fn elapsed(&self) -> Duration {
+    pub(crate) fn elapsed(&self) -> Duration {
         self.started.elapsed()
     }
 }

@@ -9,7 +9,7 @@ use crate::build::Tool;
 
 /// One language's toolchain as a build would find it.
 #[derive(Clone, Debug)]
-pub struct Status {
+pub(crate) struct Status {
     /// Versions of its tools, e.g. `componentize-py 0.25.1`; empty when missing.
     pub versions: Vec<String>,
     /// Where its tools are.
@@ -19,7 +19,7 @@ pub struct Status {
 }
 
 /// The toolchain of `toolchain` as `weir build` would find it.
-pub fn status(toolchain: Toolchain) -> Status {
+pub(crate) fn status(toolchain: Toolchain) -> Status {
     let mut status = Status {
         versions: Vec::new(),
         paths: Vec::new(),

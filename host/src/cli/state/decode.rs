@@ -17,7 +17,7 @@ use std::fmt::Write;
 use serde_json::{Map, Number, Value};
 
 /// `0x` and the bytes in lower-case hex.
-pub fn hex(bytes: &[u8]) -> String {
+pub(super) fn hex(bytes: &[u8]) -> String {
     let mut out = String::with_capacity(2 + 2 * bytes.len());
     out.push_str("0x");
     for b in bytes {
@@ -28,7 +28,7 @@ pub fn hex(bytes: &[u8]) -> String {
 
 /// A record key as text: its UTF-8 when it is valid and has no control characters (which
 /// would break a table's lines), else its hex.
-pub fn key_text(bytes: &[u8]) -> String {
+pub(super) fn key_text(bytes: &[u8]) -> String {
     match std::str::from_utf8(bytes) {
         Ok(text) if !text.chars().any(char::is_control) => text.to_owned(),
         _ => hex(bytes),
@@ -36,7 +36,7 @@ pub fn key_text(bytes: &[u8]) -> String {
 }
 
 /// The value `bytes` encode, if they are one JSON text or one CBOR item.
-pub fn decode(bytes: &[u8]) -> Option<Value> {
+pub(super) fn decode(bytes: &[u8]) -> Option<Value> {
     if let Ok(value) = serde_json::from_slice::<Value>(bytes) {
         return Some(value);
     }
@@ -46,13 +46,13 @@ pub fn decode(bytes: &[u8]) -> Option<Value> {
 }
 
 /// The value `bytes` encode, or their hex as a string.
-pub fn shown(bytes: &[u8]) -> Value {
+pub(super) fn shown(bytes: &[u8]) -> Value {
     decode(bytes).unwrap_or_else(|| Value::String(hex(bytes)))
 }
 
 /// A map's entry key as the key of a JSON object: a decoded string as itself, another
 /// decoded value as its JSON text, else hex.
-pub fn map_key(bytes: &[u8]) -> String {
+pub(super) fn map_key(bytes: &[u8]) -> String {
     match decode(bytes) {
         Some(Value::String(s)) => s,
         Some(other) => other.to_string(),

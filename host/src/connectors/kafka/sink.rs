@@ -46,7 +46,7 @@ use crate::ids::CheckpointId;
 use crate::record::RecordBatch;
 
 /// The header that names each record the exactly-once mode publishes.
-pub const ID_HEADER: &str = "weir-id";
+pub(crate) const ID_HEADER: &str = "weir-id";
 
 /// How long a flush may wait for the broker to acknowledge what was sent.
 const FLUSH_TIMEOUT: Duration = Duration::from_secs(60);
@@ -56,7 +56,7 @@ const STAGED_MAGIC: &[u8; 8] = b"WEIRKSO1";
 
 /// Remembers the first failed delivery, so the next flush fails with it.
 #[derive(Default)]
-pub struct DeliveryErrors(Mutex<Option<String>>);
+pub(crate) struct DeliveryErrors(Mutex<Option<String>>);
 
 impl ClientContext for DeliveryErrors {}
 

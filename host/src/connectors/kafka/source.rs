@@ -35,7 +35,7 @@ const POLL_WAIT: Duration = Duration::from_millis(50);
 
 /// Commits a partition's checkpointed offset to the consumer group (for lag tools only: the
 /// checkpoint is what a restore reads).
-pub type OffsetCommitter = Arc<dyn Fn(i32, i64) + Send + Sync>;
+pub(crate) type OffsetCommitter = Arc<dyn Fn(i32, i64) + Send + Sync>;
 
 /// What a partition's pipeline shares with the process's group member: where to commit
 /// offsets, and how far behind the partition's end it is.
