@@ -119,6 +119,61 @@ fn new_c_project_builds_and_runs() {
     new_project_builds_and_runs("c");
 }
 
+/// The README's first operator in `lang`: the fenced block whose info string is `lang FILE`,
+/// and `FILE`.
+fn readme_operator(lang: &str) -> (String, String) {
+    let readme = std::fs::read_to_string(repo().join("README.md")).expect("README.md");
+    let mut lines = readme.lines();
+    while let Some(line) = lines.next() {
+        let Some(file) = line
+            .strip_prefix("```")
+            .and_then(|info| info.strip_prefix(lang))
+            .and_then(|rest| rest.strip_prefix(' '))
+        else {
+            continue;
+        };
+        let code: Vec<&str> = lines.by_ref().take_while(|l| *l != "```").collect();
+        return (file.to_owned(), code.join("\n") + "\n");
+    }
+    panic!("README.md has no ```{lang} FILE block");
+}
+
+/// The README's first operator of a language, put in place of a new project's, builds and
+/// counts as the project's own does: the operators a newcomer copies first work.
+fn readme_operator_builds_and_runs(lang: &str, fence: &str) {
+    let (_dir, project) = new_project(lang, &format!("readme-{lang}"));
+    let (file, code) = readme_operator(fence);
+    assert!(
+        project.join(&file).is_file(),
+        "a {lang} project has no {file}"
+    );
+    std::fs::write(project.join(&file), code).expect("write the operator");
+    build(&project);
+    let out = weir(&["run", path_str(&project.join("job.toml")), "--quiet"]);
+    assert!(out.status.success(), "weir run failed:\n{}", stderr(&out));
+    assert_eq!(String::from_utf8_lossy(&out.stdout), SKELETON_OUTPUT);
+}
+
+#[test]
+fn the_readmes_rust_operator_builds_and_runs() {
+    readme_operator_builds_and_runs("rust", "rust");
+}
+
+#[test]
+fn the_readmes_python_operator_builds_and_runs() {
+    readme_operator_builds_and_runs("python", "python");
+}
+
+#[test]
+fn the_readmes_js_operator_builds_and_runs() {
+    readme_operator_builds_and_runs("js", "js");
+}
+
+#[test]
+fn the_readmes_c_operator_builds_and_runs() {
+    readme_operator_builds_and_runs("c", "c");
+}
+
 /// Appends `broken` to the project's `file`, builds, and expects exit code 1 with every one
 /// of `expected` on standard error, the build's failure named, and no stack trace.
 fn syntax_error_fails_with_the_compilers_message(

@@ -203,7 +203,7 @@ fn conformance_with_gap(target: Target, gap: Option<&Gap>) {
                 )),
                 (Ok(()), Some(_)) => failures.push(format!(
                     "{name}: passed, though this server was known to fail it: \
-                     take it out of the gap (and out of the README's)"
+                     take it out of the gap (and out of docs/checkpoints.md's)"
                 )),
             }
         }

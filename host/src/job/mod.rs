@@ -1,7 +1,7 @@
 //! Jobs: the job file, the pipeline it describes, and the runtime that runs it.
 //!
-//! - [`spec`]: the TOML job file and its checks ([`JobSpec`]); `readme_job_files` (a test)
-//!   reads the README's job files with it.
+//! - [`spec`]: the TOML job file and its checks ([`JobSpec`]); `docs_job_files` (a test)
+//!   reads the job files of the README and docs/ with it.
 //! - [`pipeline`]: [`Pipeline`], a runnable job: a source, a chain of [`Stage`]s, a sink.
 //! - [`router`]: [`router::Router`], how one task's output is split among the next stage's
 //!   subtasks (by key group, or round robin).
@@ -28,6 +28,8 @@
 //! - [`progress`]: the progress line on a terminal.
 
 pub mod bad_records;
+#[cfg(test)]
+mod docs_job_files;
 mod downstream;
 mod finished_sweep;
 pub(crate) mod in_flight;
@@ -37,8 +39,6 @@ pub(crate) mod latency_histogram;
 pub(crate) mod metrics;
 pub(crate) mod pipeline;
 pub(crate) mod progress;
-#[cfg(test)]
-mod readme_job_files;
 mod restore_latch;
 pub mod router;
 mod run_leases;
