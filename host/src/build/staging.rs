@@ -16,8 +16,48 @@ pub(super) const PYTHON_SDK: &[(&str, &str)] = &[
         include_str!("../../../guest-sdk-python/weir_sdk/__init__.py"),
     ),
     (
+        "weir_sdk/_codec.py",
+        include_str!("../../../guest-sdk-python/weir_sdk/_codec.py"),
+    ),
+    (
+        "weir_sdk/_emitter.py",
+        include_str!("../../../guest-sdk-python/weir_sdk/_emitter.py"),
+    ),
+    (
+        "weir_sdk/_errors.py",
+        include_str!("../../../guest-sdk-python/weir_sdk/_errors.py"),
+    ),
+    (
+        "weir_sdk/_export.py",
+        include_str!("../../../guest-sdk-python/weir_sdk/_export.py"),
+    ),
+    (
+        "weir_sdk/_failures.py",
+        include_str!("../../../guest-sdk-python/weir_sdk/_failures.py"),
+    ),
+    (
+        "weir_sdk/_guest_log.py",
+        include_str!("../../../guest-sdk-python/weir_sdk/_guest_log.py"),
+    ),
+    (
         "weir_sdk/_logging.py",
         include_str!("../../../guest-sdk-python/weir_sdk/_logging.py"),
+    ),
+    (
+        "weir_sdk/_operator.py",
+        include_str!("../../../guest-sdk-python/weir_sdk/_operator.py"),
+    ),
+    (
+        "weir_sdk/_records.py",
+        include_str!("../../../guest-sdk-python/weir_sdk/_records.py"),
+    ),
+    (
+        "weir_sdk/_runtime.py",
+        include_str!("../../../guest-sdk-python/weir_sdk/_runtime.py"),
+    ),
+    (
+        "weir_sdk/_timer.py",
+        include_str!("../../../guest-sdk-python/weir_sdk/_timer.py"),
     ),
     // The runner: imports the operator from the files packed into the component.
     (
