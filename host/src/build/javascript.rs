@@ -1,14 +1,15 @@
 //! JavaScript: `jco componentize` with the QuickJS backend.
 //!
-//! The project's modules are staged in `.weir-build/js/` together with the SDK as `weir.js`,
-//! which operators import as `./weir.js`; jco's module root (`--cwd`) is that folder.
+//! The project's modules are staged in `.weir-build/js/` together with the SDK (`weir.js`,
+//! which operators import as `./weir.js`, its modules in `weir/`, and `windows.js`); jco's
+//! module root (`--cwd`) is that folder.
 //! `--backend-qjs-disable-async`: the host does not enable wasmtime's component-model-async,
 //! and an async build fails to load ("`task.cancel` requires the component model async
 //! feature").
 
 use std::path::Path;
 
-use super::staging::{JS_SDK, JS_WINDOWS, Staging, WORLD};
+use super::staging::{JS_SDK, Staging, WORLD};
 use super::{BuildError, Language, Project, Tool};
 
 pub(super) fn build(project: &Project, staging: &Staging, out: &Path) -> Result<(), BuildError> {
@@ -23,9 +24,11 @@ pub(super) fn build(project: &Project, staging: &Staging, out: &Path) -> Result<
     }
     // After the project's files: a `weir.js` of the project (kept for an editor, say) gives
     // way to the SDK of this host.
-    let root = staging.write("js/weir.js", JS_SDK)?;
-    staging.write("js/windows.js", JS_WINDOWS)?;
-    let root = root.parent().unwrap_or(staging.dir());
+    for (path, text) in JS_SDK {
+        staging.write(&format!("js/{path}"), text)?;
+    }
+    let root = staging.dir().join("js");
+    let root = root.as_path();
     let mut command = tool.command();
     command
         .arg("componentize")

@@ -74,10 +74,52 @@ pub(super) const PYTHON_SDK: &[(&str, &str)] = &[
         include_str!("../../../guest-sdk-python/weir_sdk/windows.py"),
     ),
 ];
-/// The JavaScript SDK, staged as `weir.js` beside the operator's modules.
-pub(super) const JS_SDK: &str = include_str!("../../../guest-sdk-js/weir.js");
-/// The JavaScript SDK's windows library, staged as `windows.js` beside `weir.js`.
-pub(super) const JS_WINDOWS: &str = include_str!("../../../guest-sdk-js/windows.js");
+/// The JavaScript SDK, staged beside the operator's modules (paths in the staging folder's
+/// `js/`): the entry `weir.js` operators import, its modules in `weir/`, and the windows
+/// library `windows.js`.
+pub(super) const JS_SDK: &[(&str, &str)] = &[
+    ("weir.js", include_str!("../../../guest-sdk-js/weir.js")),
+    (
+        "windows.js",
+        include_str!("../../../guest-sdk-js/windows.js"),
+    ),
+    (
+        "weir/bytes.js",
+        include_str!("../../../guest-sdk-js/weir/bytes.js"),
+    ),
+    (
+        "weir/context.js",
+        include_str!("../../../guest-sdk-js/weir/context.js"),
+    ),
+    (
+        "weir/emitter.js",
+        include_str!("../../../guest-sdk-js/weir/emitter.js"),
+    ),
+    (
+        "weir/errors.js",
+        include_str!("../../../guest-sdk-js/weir/errors.js"),
+    ),
+    (
+        "weir/log.js",
+        include_str!("../../../guest-sdk-js/weir/log.js"),
+    ),
+    (
+        "weir/operator.js",
+        include_str!("../../../guest-sdk-js/weir/operator.js"),
+    ),
+    (
+        "weir/records.js",
+        include_str!("../../../guest-sdk-js/weir/records.js"),
+    ),
+    (
+        "weir/runtime.js",
+        include_str!("../../../guest-sdk-js/weir/runtime.js"),
+    ),
+    (
+        "weir/timer.js",
+        include_str!("../../../guest-sdk-js/weir/timer.js"),
+    ),
+];
 /// The C SDK, staged as `weir.h`.
 pub(super) const C_SDK: &str = include_str!("../../../guest-sdk-c/weir.h");
 
@@ -190,6 +232,31 @@ mod tests {
         assert_eq!(
             embedded, found,
             "PYTHON_SDK must list every module of weir_sdk/"
+        );
+    }
+
+    #[test]
+    fn every_module_of_the_javascript_sdk_is_embedded() {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../guest-sdk-js");
+        let mut found = Vec::new();
+        for folder in ["", "weir/"] {
+            for entry in std::fs::read_dir(root.join(folder)).expect("read the SDK") {
+                let name = entry
+                    .expect("entry")
+                    .file_name()
+                    .to_string_lossy()
+                    .into_owned();
+                if name.ends_with(".js") {
+                    found.push(format!("{folder}{name}"));
+                }
+            }
+        }
+        found.sort();
+        let mut embedded: Vec<&str> = JS_SDK.iter().map(|(path, _)| *path).collect();
+        embedded.sort();
+        assert_eq!(
+            embedded, found,
+            "JS_SDK must list every module of guest-sdk-js/"
         );
     }
 }
