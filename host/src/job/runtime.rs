@@ -84,25 +84,8 @@ pub async fn run(
     }
     if let Some(checkpoint) = start.restored.as_ref().filter(|m| m.finished) {
         // The job had finished: only its last output may still need committing.
-        let Pipeline {
-            name,
-            key_groups,
-            sink,
-            dead_letters,
-            checkpointing,
-            stages,
-            ..
-        } = pipeline;
-        finished_sweep::finish(
-            checkpoint,
-            &start,
-            sink,
-            dead_letters,
-            checkpointing.as_ref(),
-            &stages,
-            key_groups,
-        )
-        .await?;
+        let name = pipeline.name.clone();
+        finish_finished(pipeline, checkpoint, &start).await?;
         return Ok(metrics.summary(&name, started.elapsed()));
     }
     let Pipeline {
@@ -149,6 +132,33 @@ pub async fn run(
     let result = launch.spawn_coordinator(leases).join().await;
     let summary = metrics.summary(&name, started.elapsed());
     result.map(|()| summary)
+}
+
+/// Commits what a finished job's last checkpoint covers and sweeps what no retained
+/// checkpoint references (`job::finished_sweep`).
+async fn finish_finished(
+    pipeline: Pipeline,
+    checkpoint: &Arc<CheckpointMetadata>,
+    start: &JobStart,
+) -> Result<(), JobError> {
+    let Pipeline {
+        key_groups,
+        sink,
+        dead_letters,
+        checkpointing,
+        stages,
+        ..
+    } = pipeline;
+    finished_sweep::finish(
+        checkpoint,
+        start,
+        sink,
+        dead_letters,
+        checkpointing.as_ref(),
+        &stages,
+        key_groups,
+    )
+    .await
 }
 
 /// What a run's wiring reads of its pipeline.
