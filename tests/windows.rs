@@ -637,10 +637,13 @@ fn processing_time_timers_fire_from_the_clock_and_those_due_while_down_fire_afte
         let dir = tempfile::tempdir().expect("tempdir");
         std::fs::write(dir.path().join("input.jsonl"), &input).expect("write");
         let delay = Duration::from_millis(delay_ms);
-        if killed_before_due(dir.path(), delay) {
+        if let Some(due) = killed_before_due(dir.path(), delay) {
             let job = dir.path().join("job.toml");
             let job = job.to_str().expect("utf-8");
-            std::thread::sleep(delay);
+            // The event: the wall clock passing the instant every timer is due.
+            while Instant::now() < due {
+                std::thread::sleep(due - Instant::now());
+            }
             let out = support::weir(&["run", job, "--restore", "latest", "-q"]);
             assert!(out.status.success(), "{}", stderr(&out));
             assert_eq!(
@@ -656,9 +659,9 @@ fn processing_time_timers_fire_from_the_clock_and_those_due_while_down_fire_afte
 }
 
 /// Runs the reminders job with `delay` in `dir` until a checkpoint holds its 40 timers, then
-/// kills it; false when that did not happen before the timers were due (a slow machine).
-/// Nothing may have fired by the kill.
-fn killed_before_due(dir: &Path, delay: Duration) -> bool {
+/// kills it; returns the instant by which every timer is due, or `None` when the kill came too
+/// late (a slow machine). Nothing may have fired by the kill.
+fn killed_before_due(dir: &Path, delay: Duration) -> Option<Instant> {
     let job = reminders_job(dir, delay.as_millis() as u64);
     let job = job.to_str().expect("utf-8");
     let folder = dir.join(".weir-checkpoints/reminders/checkpoints");
@@ -689,17 +692,19 @@ fn killed_before_due(dir: &Path, delay: Duration) -> bool {
         if started.elapsed() >= delay {
             child.kill().expect("SIGKILL");
             child.wait().expect("wait");
-            return false;
+            return None;
         }
         std::thread::sleep(Duration::from_millis(5));
     }
     child.kill().expect("SIGKILL");
     child.wait().expect("wait");
     if started.elapsed() >= delay {
-        return false;
+        return None;
     }
     assert_eq!(committed(dir), Vec::<String>::new(), "none fired yet");
-    true
+    // Registered after `started`, each timer is due by `started + delay` (plus the
+    // registration's own lag, which the restored run's timers fire after anyway).
+    Some(started + delay + Duration::from_millis(100))
 }
 
 #[test]
