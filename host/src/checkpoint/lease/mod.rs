@@ -458,9 +458,18 @@ impl Lease {
     }
 
     /// Lets go of the lease, so that the next run takes it at once. Does nothing when the
-    /// lease was lost.
+    /// lease was lost. Gives up after the lease's time to live: by then the lease has expired
+    /// by itself, and a store that does not answer (the very reason a run may be ending)
+    /// must not hold the run's exit for the minutes its client would retry.
     pub async fn release(&self) {
-        acting(Actor::Lease, self.release_here()).await;
+        let release = acting(Actor::Lease, self.release_here());
+        if tokio::time::timeout(self.ttl, release).await.is_err() {
+            tracing::warn!(
+                what = %self.check.state.what,
+                "the store did not answer the lease's release within {} s: it expires by itself",
+                self.ttl.as_secs()
+            );
+        }
     }
 
     async fn release_here(&self) {

@@ -182,3 +182,32 @@ async fn a_record_that_does_not_parse_counts_as_free() {
     world.acquire().await.expect("free");
     assert_eq!(world.generations().await, ["00000000000000000005"]);
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_release_the_store_does_not_answer_gives_up_when_the_lease_expires() {
+    use crate::checkpoint::instrumented_store::{Faults, InstrumentedStore};
+    let store = InstrumentedStore::new(Arc::new(InMemory::new()), Faults::default());
+    let hold = store.write_hold();
+    let mut world = World::new();
+    world.store = Arc::new(store);
+    let lease = world.acquire().await.expect("first");
+    hold.hold("");
+    let started = tokio::time::Instant::now();
+    lease.release().await;
+    assert_eq!(
+        started.elapsed(),
+        TTL,
+        "the release waits out the lease, no longer"
+    );
+    assert_eq!(hold_count(&hold).await, 1, "the release's write was held");
+}
+
+async fn hold_count(hold: &crate::checkpoint::instrumented_store::WriteHold) -> usize {
+    let count = std::sync::Mutex::new(0);
+    hold.held_until(|paths| {
+        *count.lock().expect("count") = paths.len();
+        true
+    })
+    .await;
+    count.into_inner().expect("count")
+}
