@@ -77,7 +77,7 @@ impl Host {
         Self {
             url: format!("http://{address}"),
             cache: cache.to_owned(),
-            http: reqwest::Client::new(),
+            http: weir_host::http::client(),
             runtime,
         }
     }

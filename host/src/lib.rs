@@ -33,8 +33,9 @@
 //! before it (a test, `module_layers`, keeps it so), but for `engine` and `guest`, two halves
 //! of one concept.
 //!
-//! - [`ids`], [`clock`], [`vocabulary`]: identifier newtypes, the wall clock, and the words
-//!   the job file shares with the connectors (record policies, watermark settings).
+//! - [`ids`], [`clock`], [`vocabulary`], [`http`]: identifier newtypes, the wall clock, the
+//!   words the job file shares with the connectors (record policies, watermark settings), and
+//!   HTTP clients with their TLS crypto.
 //! - [`partition`]: key hashing, key groups and their ranges per subtask.
 //! - [`bindings`]: the one `bindgen!` over `wit/`, the single source of the interface.
 //! - [`record`]: [`record::RecordBatch`], the flat batch that crosses tasks and the boundary.
@@ -123,6 +124,7 @@ pub mod connectors;
 pub mod engine;
 pub mod group;
 pub mod guest;
+pub mod http;
 pub mod ids;
 pub mod job;
 pub mod operator;

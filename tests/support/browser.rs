@@ -60,7 +60,7 @@ impl Browser {
         let port = driver_port(&mut driver);
         let chromium =
             std::env::var("WEIR_CHROMIUM").unwrap_or_else(|_| "/usr/bin/chromium".into());
-        let http = reqwest::Client::new();
+        let http = weir_host::http::client();
         let capabilities = json!({
             "capabilities": { "alwaysMatch": {
                 "browserName": "chrome",

@@ -74,6 +74,8 @@ pub fn open_store_with(
         .map(|(k, v)| (k.to_ascii_lowercase(), v))
         .chain(settings)
         .collect();
+    // The cloud stores make their HTTP clients here.
+    crate::http::install_crypto();
     let (store, prefix) =
         object_store::parse_url_opts(&parsed, options).map_err(|e| bad(e.to_string()))?;
     Ok((Arc::from(store), prefix))

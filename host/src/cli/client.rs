@@ -461,7 +461,7 @@ pub(super) async fn call<T: serde::de::DeserializeOwned>(
     body: Option<&impl serde::Serialize>,
 ) -> Result<T, Failure> {
     let url = format!("{}{path}", host.host.trim_end_matches('/'));
-    let mut request = reqwest::Client::new()
+    let mut request = crate::http::client()
         .request(method, &url)
         .bearer_auth(token()?);
     if let Some(body) = body {
