@@ -915,3 +915,81 @@ fn stdout_of(out: &std::process::Output) -> String {
     assert!(out.status.success(), "{}", stderr(out));
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
+
+/// A word count that re-keys: lines of `lines` (`partitions` of them, messages without a
+/// key) tokenized into words, then counted by word, into `counts`.
+fn rekeyed_word_count(dir: &Path, broker: &Broker) -> String {
+    let text = format!(
+        r#"
+[job]
+name = "rekeyed"
+
+[source]
+kind = "kafka"
+brokers = "{brokers}"
+topic = "lines"
+group_id = "rekeyed"
+stop_at_end = true
+
+[[operators]]
+name = "tokenize"
+component = {tokenizer}
+
+[[operators]]
+name = "count"
+component = {counter}
+parallelism = 2
+key_by = "key"
+
+{tail}"#,
+        brokers = broker.bootstrap,
+        tokenizer = toml_path(&component("weir-example-tokenizer")),
+        counter = toml_path(&component("weir-example-counter")),
+        tail = sink_and_checkpoints(&broker.bootstrap, dir),
+    );
+    write_job(dir, &text).to_str().expect("utf-8").to_owned()
+}
+
+#[test]
+fn a_job_that_re_keys_runs_whole_on_one_partition_and_is_refused_on_several() {
+    let mut rng = Rng(seed());
+    let lines: Vec<String> = (0..300).map(|_| words(5, 40, &mut rng).join(" ")).collect();
+    let records: Vec<(Option<&str>, &str)> = lines.iter().map(|l| (None, l.as_str())).collect();
+
+    // `weir plan` shows the cut: tokenize, then the topic keyed by word, then count.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let broker = Broker::start(&[("lines", 1), ("counts", 1)]);
+    let job = rekeyed_word_count(dir.path(), &broker);
+    let plan = weir(&["plan", &job]);
+    assert!(plan.status.success(), "{}", stderr(&plan));
+    let printed = String::from_utf8_lossy(&plan.stdout);
+    assert!(printed.contains("job `rekeyed`: 2 stages"), "{printed}");
+    assert!(
+        printed.contains("-> tokenize (x1) -> topic `weir.rekeyed.count.repartition`"),
+        "{printed}"
+    );
+
+    // One partition: one pipeline sees every line, so each word's count is whole.
+    produce(&broker.bootstrap, "lines", &records);
+    let (status, log) = weir_run(&job).finish();
+    assert!(status.success(), "weir failed: {log}");
+    let words_in_order = lines.iter().flat_map(|l| l.split(' '));
+    assert!(sorted_values(&broker.bootstrap, "counts") == running_counts(words_in_order));
+
+    // Several partitions: refused before anything is read, naming the operator and topic.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let broker = Broker::start(&[("lines", 3), ("counts", 1)]);
+    produce(&broker.bootstrap, "lines", &records);
+    let job = rekeyed_word_count(dir.path(), &broker);
+    let out = weir(&["run", &job, "-q"]);
+    assert_clean_failure(
+        &out,
+        &[
+            "re-keys its input before operator `count`",
+            "topic `lines` has 3 partitions",
+            "weir plan",
+        ],
+    );
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(sorted_values(&broker.bootstrap, "counts").is_empty());
+}

@@ -9,6 +9,7 @@ mod build;
 pub mod checkpoints;
 mod client;
 mod new;
+mod plan;
 mod run;
 mod serve;
 mod state;
@@ -60,6 +61,11 @@ enum Command {
     Validate {
         /// The component (.wasm) to check.
         component: PathBuf,
+    },
+    /// Print a job's stages: where a Kafka job re-keys, and the topics between its stages.
+    Plan {
+        /// The job file.
+        job: PathBuf,
     },
     /// Compile an operator project (Rust, Python, JavaScript, C) into a component and check
     /// it against Weir's world.
@@ -120,6 +126,7 @@ pub fn main() -> ExitCode {
     let result = match cli.command {
         Command::Run(args) => run::run(args, cli.quiet),
         Command::Validate { component } => validate::validate(&component),
+        Command::Plan { job } => plan::plan(&job),
         Command::Build(args) => build::build(args),
         Command::New(args) => new::new(args),
         Command::Toolchain(args) => toolchain::toolchain(args),

@@ -47,6 +47,7 @@ use crate::connectors::kafka::settings::{Assignment, KafkaSourceSpec, client_con
 use crate::connectors::kafka::source::{InputPartition, PartitionLink, kafka_error};
 use crate::engine::Engine;
 use crate::job::spec::{RecordPolicy, SourceSpec};
+use crate::job::stages::StagePlan;
 use crate::job::{
     CheckpointRequest, JobError, JobMetrics, JobSpec, RunOptions, RunSummary, StopSignal,
     SupervisorError, run_job,
@@ -91,6 +92,20 @@ pub enum GroupError {
     },
     #[error("partition {partition}: the task panicked: {message}")]
     Panicked { partition: i32, message: String },
+    /// The job re-keys a topic of several partitions, which needs repartition topics.
+    #[error(
+        "job `{job}` re-keys its input before operator `{operator}`, and topic `{topic}` has \
+         {partitions} partitions: each partition's pipeline would group only its own records, \
+         so a key's results would be split. This Weir does not run repartition topics yet \
+         (`weir plan` shows where the job needs one): read a topic of one partition, or key \
+         the messages by what `{operator}` groups by and read them straight into it"
+    )]
+    Rekeyed {
+        job: String,
+        operator: String,
+        topic: String,
+        partitions: usize,
+    },
 }
 
 impl GroupError {
@@ -99,6 +114,7 @@ impl GroupError {
         match self {
             GroupError::Connect(_) => true,
             GroupError::Partition { error, .. } => error.is_input_error(),
+            GroupError::Rekeyed { .. } => true,
             GroupError::Panicked { .. } => false,
         }
     }
@@ -496,13 +512,16 @@ pub async fn run_group_watched(
         }));
     };
     let check = kafka.clone();
-    tokio::task::spawn_blocking(move || check_topic(&check))
+    let partitions = tokio::task::spawn_blocking(move || check_topic(&check))
         .await
         .map_err(|e| GroupError::Panicked {
             partition: -1,
             message: e.to_string(),
         })?
         .map_err(GroupError::Connect)?;
+    if let Some(refusal) = rekeying_refusal(spec, kafka, partitions) {
+        return Err(refusal);
+    }
     let shared = Arc::new(Shared {
         spec: spec.clone(),
         kafka: kafka.clone(),
@@ -537,6 +556,23 @@ pub async fn run_group_watched(
         Some(error) => Err(error),
         None => Ok(summary),
     }
+}
+
+/// Why a job that re-keys a topic of several partitions is refused: without repartition
+/// topics its keyed state would be per partition, and its answer would depend on the
+/// partitioning. With one partition, one pipeline sees every record, and the answer is whole.
+fn rekeying_refusal(
+    spec: &JobSpec,
+    kafka: &KafkaSourceSpec,
+    partitions: usize,
+) -> Option<GroupError> {
+    let first = StagePlan::of(spec).topics().next()?.operator.clone();
+    (partitions > 1).then(|| GroupError::Rekeyed {
+        job: spec.name.clone(),
+        operator: first,
+        topic: kafka.topic.clone(),
+        partitions,
+    })
 }
 
 /// Makes this process's member of the job's consumer group, subscribed to the topic (unless

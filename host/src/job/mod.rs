@@ -3,6 +3,8 @@
 //! - [`spec`]: the TOML job file and its checks ([`JobSpec`]); `docs_job_files` (a test)
 //!   reads the job files of the README and docs/ with it.
 //! - [`pipeline`]: [`Pipeline`], a runnable job: a source, a chain of [`Stage`]s, a sink.
+//! - [`stages`]: [`stages::StagePlan`], where a Kafka job re-keys and so is cut into stages
+//!   joined by repartition topics.
 //! - [`router`]: [`router::Router`], how one task's output is split among the next stage's
 //!   subtasks (by key group, or round robin).
 //! - [`runtime`]: [`run`], the wiring of a run: one tokio task per subtask, bounded channels
@@ -47,6 +49,7 @@ pub(crate) mod runtime;
 mod sink_task;
 mod source_task;
 pub mod spec;
+pub mod stages;
 mod subtask_task;
 pub(crate) mod supervisor;
 pub mod watermarks;

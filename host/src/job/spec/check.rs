@@ -7,13 +7,16 @@ use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use super::file::{CheckpointsFile, JobFile, KeyByFile, OperatorFile, SinkSpec, SourceSpec};
+use super::file::{
+    CheckpointsFile, JobFile, KeyByFile, OperatorFile, RepartitionFile, SinkSpec, SourceSpec,
+};
 use super::{
     CheckpointSpec, DEFAULT_BATCH_SIZE, JobSpec, KeyBy, OperatorSpec, SpecError, source_policy,
 };
 use crate::checkpoint::ChainPolicy;
 use crate::connectors::kafka::settings::{Guarantee, KafkaSourceSpec, ValueFormat};
 use crate::connectors::timestamps::TimestampPolicy;
+use crate::job::stages::StagePlan;
 use crate::job::watermarks::WatermarkPolicy;
 use crate::operator::GuestLimits;
 use crate::partition::{KeyGroups, MAX_KEY_GROUPS};
@@ -211,7 +214,7 @@ impl Checker<'_> {
                 },
             }),
         };
-        Ok(JobSpec {
+        let spec = JobSpec {
             name: file.job.name,
             key_groups: KeyGroups::new(max),
             batch_size,
@@ -221,7 +224,25 @@ impl Checker<'_> {
             checkpoints,
             watermark,
             input_partition: None,
-        })
+        };
+        self.check_repartitions_used(&spec)?;
+        Ok(spec)
+    }
+
+    /// A `repartition` setting only on an operator that a repartition topic comes before.
+    fn check_repartitions_used(&self, spec: &JobSpec) -> Result<(), SpecError> {
+        let plan = StagePlan::of(spec);
+        let starts: HashSet<&str> = plan.topics().map(|t| t.operator.as_str()).collect();
+        for (i, op) in spec.operators.iter().enumerate() {
+            if op.repartition != RepartitionFile::default() && !starts.contains(op.name.as_str()) {
+                return Err(self.invalid(
+                    format!("operators[{i}] (`{}`) repartition", op.name),
+                    "no repartition topic comes before this operator: only a Kafka job's \
+                     operator whose key_by re-keys its input has one (`weir plan` shows them)",
+                ));
+            }
+        }
+        Ok(())
     }
 
     /// Resolves a record policy's dead-letter path; its folder must exist.
@@ -635,7 +656,9 @@ impl Checker<'_> {
                 "applies to records this operator's key_by cannot key, and it has no key_by",
             ));
         }
+        self.check_repartition(at, &op.repartition)?;
         Ok(OperatorSpec {
+            repartition: op.repartition,
             name: op.name,
             component,
             parallelism: op.parallelism,
@@ -645,6 +668,26 @@ impl Checker<'_> {
             on_error: self.check_policy(&format!("{at} on_error"), op.on_error)?,
             on_bad_record: self.check_policy(&format!("{at} on_bad_record"), op.on_bad_record)?,
         })
+    }
+}
+
+impl Checker<'_> {
+    fn check_repartition(&self, at: &str, repartition: &RepartitionFile) -> Result<(), SpecError> {
+        if let Some(topic) = &repartition.topic {
+            let legal = |c: char| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-');
+            if topic.is_empty() || topic.len() > 249 || !topic.chars().all(legal) {
+                return Err(self.invalid(
+                    format!("{at} repartition.topic"),
+                    format!(
+                        "{topic:?} is not a Kafka topic name: 1 to 249 of a-z, A-Z, 0-9, '.', '_', '-'"
+                    ),
+                ));
+            }
+        }
+        if repartition.partitions == Some(0) {
+            return Err(self.invalid(format!("{at} repartition.partitions"), "must be at least 1"));
+        }
+        Ok(())
     }
 }
 

@@ -118,6 +118,20 @@ pub struct OperatorFile {
     pub on_error: RecordPolicy,
     #[serde(default)]
     pub on_bad_record: RecordPolicy,
+    /// Kafka jobs: the topic before this operator when it re-keys (`weir plan` says whether
+    /// it does).
+    #[serde(default)]
+    pub repartition: RepartitionFile,
+}
+
+/// `[operators.repartition]`: the topic through which a Kafka job re-keys before an operator.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RepartitionFile {
+    /// Default: `weir.<job>.<operator>.repartition`.
+    pub topic: Option<String>,
+    /// Default: as many as the job's input topic.
+    pub partitions: Option<u32>,
 }
 
 fn one() -> u32 {
@@ -150,4 +164,28 @@ pub enum SinkSpec {
     File { path: PathBuf },
     Discard,
     Kafka(KafkaSinkSpec),
+}
+
+impl SourceSpec {
+    /// The `kind` as the job file writes it.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            SourceSpec::TextLines { .. } => "text-lines",
+            SourceSpec::JsonLines { .. } => "json-lines",
+            SourceSpec::Kafka(_) => "kafka",
+            SourceSpec::Generator { .. } => "generator",
+        }
+    }
+}
+
+impl SinkSpec {
+    /// The `kind` as the job file writes it.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            SinkSpec::Stdout => "stdout",
+            SinkSpec::File { .. } => "file",
+            SinkSpec::Discard => "discard",
+            SinkSpec::Kafka(_) => "kafka",
+        }
+    }
 }

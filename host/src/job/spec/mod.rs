@@ -64,8 +64,8 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 pub use file::{
-    CheckpointsFile, JobFile, JobSection, KeyByFile, LimitsFile, OnLimit, OperatorFile, SinkSpec,
-    SourceSpec,
+    CheckpointsFile, JobFile, JobSection, KeyByFile, LimitsFile, OnLimit, OperatorFile,
+    RepartitionFile, SinkSpec, SourceSpec,
 };
 
 use crate::checkpoint::ChainPolicy;
@@ -141,6 +141,8 @@ pub struct OperatorSpec {
     pub on_error: RecordPolicy,
     /// What happens to a record `key_by` cannot key.
     pub on_bad_record: RecordPolicy,
+    /// The topic before this operator if it re-keys a Kafka job ([`crate::job::stages`]).
+    pub repartition: RepartitionFile,
 }
 
 /// How an operator's input is partitioned among its subtasks.

@@ -1,0 +1,215 @@
+//! Where a job is cut into stages, from job files.
+
+use std::path::Path;
+
+use super::*;
+
+/// A Kafka job reading `lines` (with `source_extra` in its `[source]`), with `operators` as
+/// `(name, key_by and other settings)`, writing the topic `out`.
+fn kafka_job(source_extra: &str, operators: &[(&str, &str)]) -> Result<JobSpec, String> {
+    let dir = tempfile::tempdir().expect("tempdir");
+    std::fs::write(dir.path().join("op.wasm"), b"").expect("write");
+    let ops: String = operators
+        .iter()
+        .map(|(name, extra)| {
+            format!("[[operators]]\nname = \"{name}\"\ncomponent = \"op.wasm\"\n{extra}\n")
+        })
+        .collect();
+    let text = format!(
+        r#"
+        [job]
+        name = "wc"
+        [source]
+        kind = "kafka"
+        brokers = "127.0.0.1:9"
+        topic = "lines"
+        group_id = "wc"
+        {source_extra}
+        {ops}
+        [sink]
+        kind = "kafka"
+        brokers = "127.0.0.1:9"
+        topic = "out"
+        [checkpoints]
+        store = "file:///tmp/weir-stages-test"
+        "#
+    );
+    JobSpec::parse(&text, Path::new("job.toml"), dir.path()).map_err(|e| e.to_string())
+}
+
+fn shape(spec: &JobSpec) -> Vec<(Vec<&str>, Option<String>)> {
+    StagePlan::of(spec)
+        .stages
+        .iter()
+        .map(|stage| {
+            let names = spec.operators[stage.operators.clone()]
+                .iter()
+                .map(|o| o.name.as_str())
+                .collect();
+            let topic = match &stage.input {
+                StageInput::Source => None,
+                StageInput::Repartition(t) => Some(t.topic.clone()),
+            };
+            (names, topic)
+        })
+        .collect()
+}
+
+#[test]
+fn an_operator_keyed_by_the_message_key_right_after_the_source_needs_no_topic() {
+    let spec = kafka_job("", &[("count", "key_by = \"key\""), ("format", "")]).expect("valid");
+    assert_eq!(shape(&spec), [(vec!["count", "format"], None)]);
+    assert!(!StagePlan::of(&spec).rekeys());
+}
+
+#[test]
+fn keying_by_what_an_operator_emitted_cuts_the_job_before_that_operator() {
+    let spec = kafka_job(
+        "",
+        &[
+            ("tokenize", ""),
+            ("count", "key_by = \"key\""),
+            ("format", ""),
+        ],
+    )
+    .expect("valid");
+    assert_eq!(
+        shape(&spec),
+        [
+            (vec!["tokenize"], None),
+            (
+                vec!["count", "format"],
+                Some("weir.wc.count.repartition".to_owned())
+            )
+        ]
+    );
+}
+
+#[test]
+fn a_field_of_the_value_or_a_source_key_from_the_value_is_a_new_key() {
+    let by_field = kafka_job(
+        "format = \"json\"",
+        &[("count", "key_by = { json_pointer = \"/page\" }")],
+    )
+    .expect("valid");
+    assert_eq!(
+        shape(&by_field),
+        [
+            (vec![], None),
+            (vec!["count"], Some("weir.wc.count.repartition".to_owned()))
+        ]
+    );
+    let key_from_value = kafka_job(
+        "format = \"json\"\nkey_pointer = \"/user\"",
+        &[("count", "key_by = \"key\"")],
+    )
+    .expect("valid");
+    assert_eq!(StagePlan::of(&key_from_value).stages.len(), 2);
+}
+
+#[test]
+fn every_re_key_is_a_stage_and_the_topics_settings_are_kept() {
+    let spec = kafka_job(
+        "",
+        &[
+            ("tokenize", ""),
+            (
+                "count",
+                "key_by = \"key\"\nrepartition = { topic = \"words\", partitions = 8 }",
+            ),
+            ("top", "key_by = \"key\""),
+        ],
+    )
+    .expect("valid");
+    let plan = StagePlan::of(&spec);
+    let topics: Vec<_> = plan
+        .topics()
+        .map(|t| (t.topic.as_str(), t.partitions, t.operator.as_str()))
+        .collect();
+    assert_eq!(
+        topics,
+        [
+            ("words", Some(8), "count"),
+            ("weir.wc.top.repartition", None, "top")
+        ]
+    );
+    let printed = plan.describe(&spec).to_string();
+    assert!(printed.starts_with("job `wc`: 3 stages\n"), "{printed}");
+    assert!(
+        printed.contains(
+            "stage 1: source kafka topic `lines` (keyed by the message key) -> tokenize (x1) -> topic `words`"
+        ),
+        "{printed}"
+    );
+    assert!(
+        printed.contains("stage 3: topic `weir.wc.top.repartition` (as many as the input's partitions, keyed by the record key) -> top (x1) -> sink kafka topic `out`"),
+        "{printed}"
+    );
+}
+
+#[test]
+fn a_repartition_setting_where_no_topic_comes_is_refused_and_a_bad_topic_name_too() {
+    let unused = kafka_job(
+        "",
+        &[(
+            "count",
+            "key_by = \"key\"\nrepartition = { partitions = 4 }",
+        )],
+    )
+    .expect_err("count does not re-key");
+    assert!(
+        unused.contains("operators[0] (`count`) repartition")
+            && unused.contains("no repartition topic comes before this operator"),
+        "{unused}"
+    );
+    let bad = kafka_job(
+        "",
+        &[
+            ("tokenize", ""),
+            (
+                "count",
+                "key_by = \"key\"\nrepartition = { topic = \"a b\" }",
+            ),
+        ],
+    )
+    .expect_err("a space");
+    assert!(bad.contains("is not a Kafka topic name"), "{bad}");
+    let zero = kafka_job(
+        "",
+        &[
+            ("tokenize", ""),
+            (
+                "count",
+                "key_by = \"key\"\nrepartition = { partitions = 0 }",
+            ),
+        ],
+    )
+    .expect_err("zero");
+    assert!(zero.contains("repartition.partitions"), "{zero}");
+}
+
+#[test]
+fn a_job_that_reads_a_file_has_one_stage_whatever_it_keys_by() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    std::fs::write(dir.path().join("op.wasm"), b"").expect("write");
+    std::fs::write(dir.path().join("in.txt"), "a\n").expect("write");
+    let text = r#"
+        [job]
+        name = "wc"
+        [source]
+        kind = "text-lines"
+        path = "in.txt"
+        [[operators]]
+        name = "tokenize"
+        component = "op.wasm"
+        [[operators]]
+        name = "count"
+        component = "op.wasm"
+        key_by = "key"
+        [sink]
+        kind = "stdout"
+    "#;
+    let spec = JobSpec::parse(text, Path::new("job.toml"), dir.path()).expect("valid");
+    assert_eq!(shape(&spec), [(vec!["tokenize", "count"], None)]);
+    assert!(default_topic("my job", "count/2") == "weir.my_job.count_2.repartition");
+}
