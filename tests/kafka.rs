@@ -52,15 +52,18 @@ stop_at_end = {stop_at_end}
 "session.timeout.ms" = "6000"
 "heartbeat.interval.ms" = "500"
 
-[[operators]]
-name = "count"
-component = {counter}
-parallelism = 2
-key_by = "key"
-
+{count}
 {tail}"#,
-        counter = toml_path(&component("weir-example-counter")),
+        count = count_operator(),
         tail = sink_and_checkpoints(brokers, dir),
+    )
+}
+
+/// The tests' counter: the running count of each key, in 2 subtasks.
+fn count_operator() -> String {
+    format!(
+        "[[operators]]\nname = \"count\"\ncomponent = {}\nparallelism = 2\nkey_by = \"key\"\n",
+        toml_path(&component("weir-example-counter"))
     )
 }
 
@@ -935,16 +938,11 @@ stop_at_end = true
 name = "tokenize"
 component = {tokenizer}
 
-[[operators]]
-name = "count"
-component = {counter}
-parallelism = 2
-key_by = "key"
-
+{count}
 {tail}"#,
         brokers = broker.bootstrap,
         tokenizer = toml_path(&component("weir-example-tokenizer")),
-        counter = toml_path(&component("weir-example-counter")),
+        count = count_operator(),
         tail = sink_and_checkpoints(&broker.bootstrap, dir),
     );
     write_job(dir, &text).to_str().expect("utf-8").to_owned()

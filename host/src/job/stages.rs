@@ -1,5 +1,5 @@
 //! A Kafka job's stages: where the job must re-partition its records by a new key
-//! (DESIGN.md §10).
+//! (DESIGN.md §12.1).
 //!
 //! A Kafka job runs a pipeline per input partition, so keyed state is per partition: it is
 //! whole only when every record of a key arrives on one partition. The input topic is
