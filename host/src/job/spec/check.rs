@@ -8,7 +8,8 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use super::file::{
-    CheckpointsFile, JobFile, KeyByFile, OperatorFile, RepartitionFile, SinkSpec, SourceSpec,
+    CheckpointsFile, JobFile, KeyByFile, LimitsFile, OperatorFile, RepartitionFile, SinkSpec,
+    SourceSpec,
 };
 use super::{
     CheckpointSpec, DEFAULT_BATCH_SIZE, JobSpec, KeyBy, OperatorSpec, SpecError, source_policy,
@@ -98,6 +99,37 @@ impl Checker<'_> {
     }
 
     pub(super) fn check(&self, file: JobFile) -> Result<JobSpec, SpecError> {
+        let (max, batch_size) = self.check_job_section(&file)?;
+        if file.operators.is_empty() {
+            return Err(self.invalid("[[operators]]", "a job needs at least one operator"));
+        }
+        let source = self.check_source(file.source)?;
+        let operators = self.check_operators(file.operators, max)?;
+        let sink = self.check_sink(file.sink, file.checkpoints.is_some())?;
+        self.check_source_and_sink(&source, &sink, file.checkpoints.is_some())?;
+        self.check_dead_letters(&source, &operators, &sink)?;
+        let checkpoints = file
+            .checkpoints
+            .map(|c| self.check_checkpoints(c))
+            .transpose()?;
+        let watermark = watermark_policy(&source);
+        let spec = JobSpec {
+            name: file.job.name,
+            key_groups: KeyGroups::new(max),
+            batch_size,
+            source,
+            operators,
+            sink,
+            checkpoints,
+            watermark,
+            input_partition: None,
+        };
+        self.check_repartitions_used(&spec)?;
+        Ok(spec)
+    }
+
+    /// `[job]`: its name, and the key groups and batch size it sets; returns those two.
+    fn check_job_section(&self, file: &JobFile) -> Result<(u32, usize), SpecError> {
         let job = &file.job;
         if job.name.trim().is_empty() {
             return Err(self.invalid("[job] name", "must not be empty"));
@@ -116,13 +148,18 @@ impl Checker<'_> {
                 format!("{batch_size} is out of range: use 1 to 1048576"),
             ));
         }
-        if file.operators.is_empty() {
-            return Err(self.invalid("[[operators]]", "a job needs at least one operator"));
-        }
-        let source = self.check_source(file.source)?;
+        Ok((max, batch_size))
+    }
+
+    /// `[[operators]]`, each named once.
+    fn check_operators(
+        &self,
+        operators: Vec<OperatorFile>,
+        max: u32,
+    ) -> Result<Vec<OperatorSpec>, SpecError> {
         let mut names = HashSet::new();
-        let mut operators = Vec::new();
-        for (i, op) in file.operators.into_iter().enumerate() {
+        let mut checked = Vec::new();
+        for (i, op) in operators.into_iter().enumerate() {
             let at = format!("operators[{i}] (`{}`)", op.name);
             if op.name.trim().is_empty() {
                 return Err(self.invalid(format!("operators[{i}] name"), "must not be empty"));
@@ -132,9 +169,14 @@ impl Checker<'_> {
                     self.invalid(format!("{at} name"), "another operator has the same name")
                 );
             }
-            operators.push(self.check_operator(&at, op, max)?);
+            checked.push(self.check_operator(&at, op, max)?);
         }
-        let sink = match file.sink {
+        Ok(checked)
+    }
+
+    /// `[sink]`, its path resolved; `checkpointed`: whether the job has `[checkpoints]`.
+    fn check_sink(&self, sink: SinkSpec, checkpointed: bool) -> Result<SinkSpec, SpecError> {
+        Ok(match sink {
             SinkSpec::Stdout => SinkSpec::Stdout,
             SinkSpec::Discard => SinkSpec::Discard,
             SinkSpec::Kafka(kafka) => {
@@ -150,7 +192,7 @@ impl Checker<'_> {
                          they need guarantee = \"exactly-once\"",
                     ));
                 }
-                if kafka.guarantee == Guarantee::ExactlyOnce && file.checkpoints.is_none() {
+                if kafka.guarantee == Guarantee::ExactlyOnce && !checkpointed {
                     return Err(self.invalid(
                         "[sink] guarantee",
                         "\"exactly-once\" publishes output as checkpoints complete: add a \
@@ -175,8 +217,17 @@ impl Checker<'_> {
                 }
                 SinkSpec::File { path: resolved }
             }
-        };
-        if matches!(source, SourceSpec::Kafka(_)) && file.checkpoints.is_none() {
+        })
+    }
+
+    /// What the source and sink need of each other and of `[checkpoints]`.
+    fn check_source_and_sink(
+        &self,
+        source: &SourceSpec,
+        sink: &SinkSpec,
+        checkpointed: bool,
+    ) -> Result<(), SpecError> {
+        if matches!(source, SourceSpec::Kafka(_)) && !checkpointed {
             return Err(self.invalid(
                 "[checkpoints]",
                 "a Kafka source keeps its offsets in checkpoints: add a [checkpoints] section",
@@ -184,7 +235,7 @@ impl Checker<'_> {
         }
         if let (SinkSpec::File { path: output }, SourceSpec::TextLines { path: input, .. })
         | (SinkSpec::File { path: output }, SourceSpec::JsonLines { path: input, .. }) =
-            (&sink, &source)
+            (sink, source)
             && same_file(output, input)
         {
             return Err(self.invalid(
@@ -195,38 +246,7 @@ impl Checker<'_> {
                 ),
             ));
         }
-        self.check_dead_letters(&source, &operators, &sink)?;
-        let checkpoints = file
-            .checkpoints
-            .map(|c| self.check_checkpoints(c))
-            .transpose()?;
-        let watermark = match &source {
-            SourceSpec::TextLines { watermark, .. }
-            | SourceSpec::JsonLines { watermark, .. }
-            | SourceSpec::Kafka(KafkaSourceSpec { watermark, .. })
-            | SourceSpec::Generator { watermark, .. } => watermark.map(|w| WatermarkPolicy {
-                max_out_of_order: Duration::from_millis(w.max_out_of_order_ms),
-                idle: w.idle_ms.map(Duration::from_millis),
-                interval: match w.interval_ms {
-                    None => Some(crate::job::watermarks::DEFAULT_INTERVAL),
-                    Some(0) => None,
-                    Some(ms) => Some(Duration::from_millis(ms)),
-                },
-            }),
-        };
-        let spec = JobSpec {
-            name: file.job.name,
-            key_groups: KeyGroups::new(max),
-            batch_size,
-            source,
-            operators,
-            sink,
-            checkpoints,
-            watermark,
-            input_partition: None,
-        };
-        self.check_repartitions_used(&spec)?;
-        Ok(spec)
+        Ok(())
     }
 
     /// A `repartition` setting only on an operator that a repartition topic comes before.
@@ -443,8 +463,7 @@ impl Checker<'_> {
     fn check_source_kind(&self, source: SourceSpec) -> Result<SourceSpec, SpecError> {
         Ok(match source {
             SourceSpec::TextLines { path, watermark } => SourceSpec::TextLines {
-                path: self
-                    .existing_file("[source] path", &path, "input file", |_| String::new())?,
+                path: self.input_file(&path)?,
                 watermark,
             },
             SourceSpec::JsonLines {
@@ -463,28 +482,14 @@ impl Checker<'_> {
                          line's time is), or remove the watermark",
                     ));
                 }
-                let pointers = [
-                    ("[source] key_pointer", key_pointer.as_ref()),
-                    (
-                        "[source] timestamp.json_pointer",
-                        timestamp.as_ref().map(|t| &t.json_pointer),
-                    ),
-                ];
-                for (at, pointer) in pointers {
-                    if let Some(p) = pointer
-                        && !(p.is_empty() || p.starts_with('/'))
-                    {
-                        return Err(self.invalid(
-                            at,
-                            format!(
-                                "{p:?} is not a JSON pointer: it must be empty or start with '/'"
-                            ),
-                        ));
-                    }
+                if let Some(p) = &key_pointer {
+                    self.check_json_pointer("[source] key_pointer", p)?;
+                }
+                if let Some(t) = &timestamp {
+                    self.check_json_pointer("[source] timestamp.json_pointer", &t.json_pointer)?;
                 }
                 SourceSpec::JsonLines {
-                    path: self
-                        .existing_file("[source] path", &path, "input file", |_| String::new())?,
+                    path: self.input_file(&path)?,
                     key_pointer,
                     on_bad_record: self.check_policy("[source] on_bad_record", on_bad_record)?,
                     timestamp,
@@ -492,46 +497,7 @@ impl Checker<'_> {
                     watermark,
                 }
             }
-            SourceSpec::Kafka(mut kafka) => {
-                for (field, value) in [
-                    ("brokers", &kafka.brokers),
-                    ("topic", &kafka.topic),
-                    ("group_id", &kafka.group_id),
-                ] {
-                    if value.trim().is_empty() {
-                        return Err(self.invalid(format!("[source] {field}"), "must not be empty"));
-                    }
-                }
-                let pointers = [
-                    ("[source] key_pointer", kafka.key_pointer.as_ref()),
-                    (
-                        "[source] timestamp.json_pointer",
-                        kafka.timestamp.as_ref().map(|t| &t.json_pointer),
-                    ),
-                ];
-                for (at, pointer) in pointers {
-                    if let Some(p) = pointer {
-                        if kafka.format != ValueFormat::Json {
-                            return Err(self.invalid(
-                                at,
-                                "reads JSON: add format = \"json\" (the default, \"raw\", \
-                                 takes key and time from the Kafka message)",
-                            ));
-                        }
-                        if !(p.is_empty() || p.starts_with('/')) {
-                            return Err(self.invalid(
-                                at,
-                                format!(
-                                    "{p:?} is not a JSON pointer: it must be empty or start with '/'"
-                                ),
-                            ));
-                        }
-                    }
-                }
-                kafka.on_bad_record =
-                    self.check_policy("[source] on_bad_record", kafka.on_bad_record)?;
-                SourceSpec::Kafka(kafka)
-            }
+            SourceSpec::Kafka(kafka) => SourceSpec::Kafka(self.check_kafka_source(kafka)?),
             SourceSpec::Generator {
                 records,
                 keys,
@@ -567,6 +533,56 @@ impl Checker<'_> {
         })
     }
 
+    /// A file source's input, which must exist.
+    fn input_file(&self, path: &Path) -> Result<PathBuf, SpecError> {
+        self.existing_file("[source] path", path, "input file", |_| String::new())
+    }
+
+    /// `[source] kind = "kafka"`: brokers, topic and group named; pointers only into JSON.
+    fn check_kafka_source(&self, mut kafka: KafkaSourceSpec) -> Result<KafkaSourceSpec, SpecError> {
+        for (field, value) in [
+            ("brokers", &kafka.brokers),
+            ("topic", &kafka.topic),
+            ("group_id", &kafka.group_id),
+        ] {
+            if value.trim().is_empty() {
+                return Err(self.invalid(format!("[source] {field}"), "must not be empty"));
+            }
+        }
+        let pointers = [
+            ("[source] key_pointer", kafka.key_pointer.as_ref()),
+            (
+                "[source] timestamp.json_pointer",
+                kafka.timestamp.as_ref().map(|t| &t.json_pointer),
+            ),
+        ];
+        for (at, pointer) in pointers {
+            if let Some(p) = pointer {
+                if kafka.format != ValueFormat::Json {
+                    return Err(self.invalid(
+                        at,
+                        "reads JSON: add format = \"json\" (the default, \"raw\", \
+                         takes key and time from the Kafka message)",
+                    ));
+                }
+                self.check_json_pointer(at, p)?;
+            }
+        }
+        kafka.on_bad_record = self.check_policy("[source] on_bad_record", kafka.on_bad_record)?;
+        Ok(kafka)
+    }
+
+    /// A JSON pointer: empty (the whole value) or starting with `/`.
+    fn check_json_pointer(&self, at: &str, pointer: &str) -> Result<(), SpecError> {
+        if pointer.is_empty() || pointer.starts_with('/') {
+            return Ok(());
+        }
+        Err(self.invalid(
+            at,
+            format!("{pointer:?} is not a JSON pointer: it must be empty or start with '/'"),
+        ))
+    }
+
     fn check_operator(
         &self,
         at: &str,
@@ -588,68 +604,14 @@ impl Checker<'_> {
             "component",
             crate::build::missing_component_hint,
         )?;
-        let key_by = match op.key_by {
-            None => None,
-            Some(KeyByFile::Named(name)) if name == "key" => Some(KeyBy::RecordKey),
-            Some(KeyByFile::Named(other)) => {
-                return Err(self.invalid(
-                    format!("{at} key_by"),
-                    format!(
-                        "unknown key_by {other:?}: use \"key\" or {{ json_pointer = \"/field\" }}"
-                    ),
-                ));
-            }
-            Some(KeyByFile::Pointer { json_pointer }) => {
-                if !(json_pointer.is_empty() || json_pointer.starts_with('/')) {
-                    return Err(self.invalid(
-                        format!("{at} key_by.json_pointer"),
-                        format!("{json_pointer:?} is not a JSON pointer: it must be empty or start with '/'"),
-                    ));
-                }
-                Some(KeyBy::JsonPointer(json_pointer))
-            }
-        };
+        let key_by = self.check_key_by(at, op.key_by)?;
         let config_json = serde_json::to_string(&op.config).map_err(|e| {
             self.invalid(
                 format!("{at} config"),
                 format!("cannot be expressed as JSON: {e}"),
             )
         })?;
-        let defaults = GuestLimits::default();
-        // In bytes; a shift would wrap a number of MiB too large (2^44 MiB became 0 bytes).
-        let bytes = |field: &str, mb: usize| {
-            mb.checked_mul(1 << 20).ok_or_else(|| {
-                self.invalid(
-                    format!("{at} limits.{field}"),
-                    format!("{mb} MiB is more than can be addressed"),
-                )
-            })
-        };
-        let memory_mb = op.limits.memory_mb.map(|mb| bytes("memory_mb", mb));
-        let state_mb = op.limits.state_mb.map(|mb| bytes("state_mb", mb));
-        let limits = GuestLimits {
-            memory_bytes: memory_mb.transpose()?.unwrap_or(defaults.memory_bytes),
-            cpu_time_per_call: op
-                .limits
-                .cpu_ms_per_call
-                .map_or(defaults.cpu_time_per_call, Duration::from_millis),
-            state_bytes: state_mb.transpose()?.or(defaults.state_bytes),
-        };
-        if limits.memory_bytes < 1 << 20 {
-            return Err(self.invalid(format!("{at} limits.memory_mb"), "must be at least 1"));
-        }
-        if limits.cpu_time_per_call.is_zero() {
-            return Err(self.invalid(
-                format!("{at} limits.cpu_ms_per_call"),
-                "must be at least 1: every call would be stopped at once",
-            ));
-        }
-        if limits.state_bytes == Some(0) {
-            return Err(self.invalid(
-                format!("{at} limits.state_mb"),
-                "must be at least 1: no state could be written",
-            ));
-        }
+        let limits = self.check_limits(at, &op.limits)?;
         if key_by.is_none() && op.on_bad_record != RecordPolicy::Fail {
             return Err(self.invalid(
                 format!("{at} on_bad_record"),
@@ -672,6 +634,71 @@ impl Checker<'_> {
 }
 
 impl Checker<'_> {
+    /// An operator's `key_by`.
+    fn check_key_by(
+        &self,
+        at: &str,
+        key_by: Option<KeyByFile>,
+    ) -> Result<Option<KeyBy>, SpecError> {
+        Ok(match key_by {
+            None => None,
+            Some(KeyByFile::Named(name)) if name == "key" => Some(KeyBy::RecordKey),
+            Some(KeyByFile::Named(other)) => {
+                return Err(self.invalid(
+                    format!("{at} key_by"),
+                    format!(
+                        "unknown key_by {other:?}: use \"key\" or {{ json_pointer = \"/field\" }}"
+                    ),
+                ));
+            }
+            Some(KeyByFile::Pointer { json_pointer }) => {
+                self.check_json_pointer(&format!("{at} key_by.json_pointer"), &json_pointer)?;
+                Some(KeyBy::JsonPointer(json_pointer))
+            }
+        })
+    }
+
+    /// An operator's `limits`, in bytes and durations, defaults filled in.
+    fn check_limits(&self, at: &str, limits: &LimitsFile) -> Result<GuestLimits, SpecError> {
+        let defaults = GuestLimits::default();
+        // In bytes; a shift would wrap a number of MiB too large (2^44 MiB became 0 bytes).
+        let bytes = |field: &str, mb: usize| {
+            mb.checked_mul(1 << 20).ok_or_else(|| {
+                self.invalid(
+                    format!("{at} limits.{field}"),
+                    format!("{mb} MiB is more than can be addressed"),
+                )
+            })
+        };
+        let memory_mb = limits.memory_mb.map(|mb| bytes("memory_mb", mb));
+        let state_mb = limits.state_mb.map(|mb| bytes("state_mb", mb));
+        let checked = GuestLimits {
+            memory_bytes: memory_mb.transpose()?.unwrap_or(defaults.memory_bytes),
+            cpu_time_per_call: limits
+                .cpu_ms_per_call
+                .map_or(defaults.cpu_time_per_call, Duration::from_millis),
+            state_bytes: state_mb.transpose()?.or(defaults.state_bytes),
+        };
+        if checked.memory_bytes < 1 << 20 {
+            return Err(self.invalid(format!("{at} limits.memory_mb"), "must be at least 1"));
+        }
+        if checked.cpu_time_per_call.is_zero() {
+            return Err(self.invalid(
+                format!("{at} limits.cpu_ms_per_call"),
+                "must be at least 1: every call would be stopped at once",
+            ));
+        }
+        if checked.state_bytes == Some(0) {
+            return Err(self.invalid(
+                format!("{at} limits.state_mb"),
+                "must be at least 1: no state could be written",
+            ));
+        }
+        Ok(checked)
+    }
+
+    /// An operator's `repartition` settings, on their own (whether the operator has a topic
+    /// before it is checked on the whole job).
     fn check_repartition(&self, at: &str, repartition: &RepartitionFile) -> Result<(), SpecError> {
         if let Some(topic) = &repartition.topic {
             let legal = |c: char| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-');
@@ -688,6 +715,24 @@ impl Checker<'_> {
             return Err(self.invalid(format!("{at} repartition.partitions"), "must be at least 1"));
         }
         Ok(())
+    }
+}
+
+/// How the source makes watermarks, from its `watermark` setting.
+fn watermark_policy(source: &SourceSpec) -> Option<WatermarkPolicy> {
+    match source {
+        SourceSpec::TextLines { watermark, .. }
+        | SourceSpec::JsonLines { watermark, .. }
+        | SourceSpec::Kafka(KafkaSourceSpec { watermark, .. })
+        | SourceSpec::Generator { watermark, .. } => watermark.map(|w| WatermarkPolicy {
+            max_out_of_order: Duration::from_millis(w.max_out_of_order_ms),
+            idle: w.idle_ms.map(Duration::from_millis),
+            interval: match w.interval_ms {
+                None => Some(crate::job::watermarks::DEFAULT_INTERVAL),
+                Some(0) => None,
+                Some(ms) => Some(Duration::from_millis(ms)),
+            },
+        }),
     }
 }
 
