@@ -20,7 +20,7 @@ use super::metrics::{JobMetrics, SubtaskMetrics};
 use super::pipeline::Stage;
 use super::restore_latch::Restoring;
 use super::watermarks::{WatermarkChange, WatermarkMessage};
-use crate::checkpoint::protocol::{Ack, BarrierReport, Notification};
+use crate::checkpoint::protocol::{Ack, Barrier, BarrierReport, Notification};
 use crate::checkpoint::subtask_checkpoints::{RestoreAssignment, SubtaskCheckpoints};
 use crate::clock;
 use crate::connectors::SourceOrigin;
@@ -55,6 +55,45 @@ pub(super) struct SubtaskTask {
 
 impl SubtaskTask {
     pub(super) fn run(mut self) -> Result<(), JobError> {
+        let (mut operator, counters) = self.open()?;
+        // The last checkpoint, once its barrier has closed the operator.
+        let mut last: Option<CheckpointId> = None;
+        loop {
+            // Processing-time timers due now fire first (after a restore: those that came
+            // due while the job was down); the next one bounds the wait for input.
+            let deadline = if last.is_none() {
+                self.fire_processing_timers(operator.as_mut(), &counters)?
+            } else {
+                None
+            };
+            counters.set_timers_pending(operator.state_mut().timers_pending().ok());
+            match self.gate.recv_until(deadline)? {
+                // Only the sink reads dead letters.
+                Event::Deadline | Event::DeadLetters { .. } => {}
+                Event::Watermark(change) => {
+                    self.on_watermark(operator.as_mut(), change, &counters)?;
+                }
+                Event::Batch(batch) => self.on_batch(operator.as_mut(), batch, &counters)?,
+                Event::Barrier(barrier) => {
+                    if barrier.last {
+                        last = Some(barrier.checkpoint);
+                    }
+                    self.on_barrier(operator.as_mut(), barrier, &counters)?;
+                }
+                Event::Notification(notification) => {
+                    if self.on_notification(operator.as_mut(), notification, last, &counters)? {
+                        break;
+                    }
+                }
+            }
+        }
+        self.finish(operator.as_ref());
+        Ok(())
+    }
+
+    /// Instantiates the operator and restores its state, then lets the sink roll back;
+    /// returns the operator and the subtask's counters.
+    fn open(&mut self) -> Result<(Box<dyn OperatorInstance>, Arc<SubtaskMetrics>), JobError> {
         let mut operator = self.stage.factory.instantiate(&self.ctx)?;
         if !self.on_error.fails() {
             operator.keep_undo_log();
@@ -69,95 +108,115 @@ impl SubtaskTask {
             self.metrics.operators[self.stage_index].subtasks[self.ctx.subtask.0 as usize].clone();
         operator.set_watermark(self.gate.watermark());
         counters.set_watermark(self.gate.watermark());
-        let mut last: Option<CheckpointId> = None;
-        loop {
-            // Processing-time timers due now fire first (after a restore: those that came
-            // due while the job was down); the next one bounds the wait for input.
-            let deadline = if last.is_none() {
-                self.fire_processing_timers(operator.as_mut(), &counters)?
-            } else {
-                None
-            };
-            counters.set_timers_pending(operator.state_mut().timers_pending().ok());
-            match self.gate.recv_until(deadline)? {
-                Event::Deadline => {}
-                Event::Watermark(WatermarkChange::Advanced(watermark)) => {
-                    operator.set_watermark(Some(watermark));
-                    counters.set_watermark(Some(watermark));
-                    self.fire_timers(
-                        operator.as_mut(),
-                        TimeDomain::EventTime,
-                        watermark,
-                        &counters,
-                    )?;
+        Ok((operator, counters))
+    }
+
+    /// A watermark that advanced fires event-time timers and goes on; idleness goes on.
+    fn on_watermark(
+        &mut self,
+        operator: &mut dyn OperatorInstance,
+        change: WatermarkChange,
+        counters: &SubtaskMetrics,
+    ) -> Result<(), JobError> {
+        match change {
+            WatermarkChange::Advanced(watermark) => {
+                operator.set_watermark(Some(watermark));
+                counters.set_watermark(Some(watermark));
+                self.fire_timers(operator, TimeDomain::EventTime, watermark, counters)?;
+                self.downstream.watermark(WatermarkMessage::At(watermark))?;
+            }
+            WatermarkChange::Idle => self.downstream.watermark(WatermarkMessage::Idle)?,
+            WatermarkChange::Active => {
+                if let Some(watermark) = self.gate.watermark() {
                     self.downstream.watermark(WatermarkMessage::At(watermark))?;
-                }
-                Event::Watermark(WatermarkChange::Idle) => {
-                    self.downstream.watermark(WatermarkMessage::Idle)?;
-                }
-                Event::Watermark(WatermarkChange::Active) => {
-                    if let Some(watermark) = self.gate.watermark() {
-                        self.downstream.watermark(WatermarkMessage::At(watermark))?;
-                    }
-                }
-                Event::Batch(batch) => {
-                    if let Some(watermark) = self.gate.watermark() {
-                        counters.count_late(batch.count_at_or_before(watermark));
-                    }
-                    counters.count_in(&batch);
-                    let started = Instant::now();
-                    let out = self.process(operator.as_mut(), batch)?;
-                    counters.batch_latency.observe(started.elapsed());
-                    counters.count_dropped_late(operator.take_dropped_late());
-                    counters.count_out(&out);
-                    self.downstream.send(out)?;
-                }
-                // Only the sink reads dead letters.
-                Event::DeadLetters { .. } => {}
-                Event::Barrier(barrier) => {
-                    if barrier.last {
-                        let out = operator.close()?;
-                        counters.count_out(&out);
-                        self.downstream.send(out)?;
-                        last = Some(barrier.checkpoint);
-                    }
-                    let timing = self.gate.barrier_timing();
-                    counters.barrier_passed(timing);
-                    let report = BarrierReport {
-                        timing,
-                        counts: counters.counts(),
-                        watermark: self.gate.watermark(),
-                        ..BarrierReport::default()
-                    };
-                    self.snapshot(operator.as_mut(), barrier.checkpoint, report)?;
-                    self.downstream.barrier(barrier)?;
-                }
-                Event::Notification(Notification::Complete {
-                    completed,
-                    earliest_retained,
-                }) => {
-                    if let Some(checkpoints) = &mut self.checkpoints {
-                        checkpoints.complete(completed, earliest_retained);
-                    }
-                    if last.is_some_and(|l| completed >= l) {
-                        break;
-                    }
-                }
-                Event::Notification(Notification::Retake(checkpoint)) => {
-                    let report = BarrierReport {
-                        counts: counters.counts(),
-                        watermark: self.gate.watermark(),
-                        ..BarrierReport::default()
-                    };
-                    self.snapshot(operator.as_mut(), checkpoint, report)?;
-                }
-                Event::Notification(Notification::Abort(checkpoint)) => {
-                    if let Some(checkpoints) = &mut self.checkpoints {
-                        checkpoints.abort(checkpoint);
-                    }
                 }
             }
         }
+        Ok(())
+    }
+
+    /// A batch through the operator, its output downstream, counted.
+    fn on_batch(
+        &mut self,
+        operator: &mut dyn OperatorInstance,
+        batch: RecordBatch,
+        counters: &SubtaskMetrics,
+    ) -> Result<(), JobError> {
+        if let Some(watermark) = self.gate.watermark() {
+            counters.count_late(batch.count_at_or_before(watermark));
+        }
+        counters.count_in(&batch);
+        let started = Instant::now();
+        let out = self.process(operator, batch)?;
+        counters.batch_latency.observe(started.elapsed());
+        counters.count_dropped_late(operator.take_dropped_late());
+        counters.count_out(&out);
+        self.downstream.send(out)
+    }
+
+    /// A barrier: the last one closes the operator first; then the state is snapshotted and
+    /// the barrier goes on.
+    fn on_barrier(
+        &mut self,
+        operator: &mut dyn OperatorInstance,
+        barrier: Barrier,
+        counters: &SubtaskMetrics,
+    ) -> Result<(), JobError> {
+        if barrier.last {
+            let out = operator.close()?;
+            counters.count_out(&out);
+            self.downstream.send(out)?;
+        }
+        let timing = self.gate.barrier_timing();
+        counters.barrier_passed(timing);
+        let report = BarrierReport {
+            timing,
+            counts: counters.counts(),
+            watermark: self.gate.watermark(),
+            ..BarrierReport::default()
+        };
+        self.snapshot(operator, barrier.checkpoint, report)?;
+        self.downstream.barrier(barrier)
+    }
+
+    /// The coordinator's word on a checkpoint; returns whether the task is done (the
+    /// `last` checkpoint completed).
+    fn on_notification(
+        &mut self,
+        operator: &mut dyn OperatorInstance,
+        notification: Notification,
+        last: Option<CheckpointId>,
+        counters: &SubtaskMetrics,
+    ) -> Result<bool, JobError> {
+        match notification {
+            Notification::Complete {
+                completed,
+                earliest_retained,
+            } => {
+                if let Some(checkpoints) = &mut self.checkpoints {
+                    checkpoints.complete(completed, earliest_retained);
+                }
+                return Ok(last.is_some_and(|l| completed >= l));
+            }
+            Notification::Retake(checkpoint) => {
+                let report = BarrierReport {
+                    counts: counters.counts(),
+                    watermark: self.gate.watermark(),
+                    ..BarrierReport::default()
+                };
+                self.snapshot(operator, checkpoint, report)?;
+            }
+            Notification::Abort(checkpoint) => {
+                if let Some(checkpoints) = &mut self.checkpoints {
+                    checkpoints.abort(checkpoint);
+                }
+            }
+        }
+        Ok(false)
+    }
+
+    /// The checkpoints' last cleanup, once the task is done.
+    fn finish(&mut self, operator: &dyn OperatorInstance) {
         if let Some(checkpoints) = &mut self.checkpoints {
             checkpoints.finish();
         }
@@ -168,7 +227,6 @@ impl SubtaskTask {
             state_entries = stats.entries,
             "subtask finished"
         );
-        Ok(())
     }
 
     /// Fires the timers of `domain` due at `upto`, batch after batch, until none is due: a
