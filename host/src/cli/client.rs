@@ -347,8 +347,20 @@ fn submission(job: &Path) -> Result<SubmitRequest, Failure> {
     let text = std::fs::read_to_string(job)
         .with_context(|| format!("cannot read {}", job.display()))
         .map_err(Failure::input)?;
+    // The spec resolved paths against the job file's folder; the host needs them whole.
     let mut table: toml::Table = toml::from_str(&text).map_err(Failure::input)?;
-    // The spec resolved them against the job file's folder; the host needs them whole.
+    absolute_paths(&spec, &mut table)?;
+    absolute_dead_letters(&spec, &mut table)?;
+    Ok(SubmitRequest {
+        job: table.to_string(),
+        components: components(&spec)?,
+    })
+}
+
+/// The source's and sink's files named whole in the job file `table`, and a Kafka job's
+/// checkpoint store: it stays the job file's, shared by the hosts of its group (the default
+/// one, next to the job file, is named whole).
+fn absolute_paths(spec: &JobSpec, table: &mut toml::Table) -> Result<(), Failure> {
     let source = match &spec.source {
         SourceSpec::TextLines { path, .. } | SourceSpec::JsonLines { path, .. } => Some(path),
         SourceSpec::Generator { .. } | SourceSpec::Kafka(_) => None,
@@ -361,17 +373,12 @@ fn submission(job: &Path) -> Result<SubmitRequest, Failure> {
         if let Some(path) = path
             && let Some(section) = table.get_mut(section).and_then(|s| s.as_table_mut())
         {
-            let absolute = std::path::absolute(path)
-                .with_context(|| format!("cannot make {} absolute", path.display()))
-                .map_err(Failure::input)?;
             section.insert(
                 "path".into(),
-                toml::Value::String(absolute.display().to_string()),
+                toml::Value::String(absolute(path)?.display().to_string()),
             );
         }
     }
-    // A Kafka job's checkpoints stay in its store, shared by the hosts of its group: the
-    // default one (next to the job file) is named whole.
     if let (SourceSpec::Kafka(_), Some(checkpoints), Some(section)) = (
         &spec.source,
         &spec.checkpoints,
@@ -382,24 +389,26 @@ fn submission(job: &Path) -> Result<SubmitRequest, Failure> {
             toml::Value::String(checkpoints.store.clone()),
         );
     }
-    let absolute = |policy: &RecordPolicy| -> Result<Option<toml::Value>, Failure> {
+    Ok(())
+}
+
+/// Every dead-letter file of the job file `table` named whole.
+fn absolute_dead_letters(spec: &JobSpec, table: &mut toml::Table) -> Result<(), Failure> {
+    let value = |policy: &RecordPolicy| -> Result<Option<toml::Value>, Failure> {
         let Some(path) = policy.dead_letter() else {
             return Ok(None);
         };
-        let absolute = std::path::absolute(path)
-            .with_context(|| format!("cannot make {} absolute", path.display()))
-            .map_err(Failure::input)?;
         let mut table = toml::Table::new();
         table.insert(
             "dead_letter".into(),
-            toml::Value::String(absolute.display().to_string()),
+            toml::Value::String(absolute(path)?.display().to_string()),
         );
         Ok(Some(toml::Value::Table(table)))
     };
     if let (Some(policy), Some(section)) = (
         source_policy(&spec.source),
         table.get_mut("source").and_then(|s| s.as_table_mut()),
-    ) && let Some(value) = absolute(policy)?
+    ) && let Some(value) = value(policy)?
     {
         section.insert("on_bad_record".into(), value);
     }
@@ -412,12 +421,23 @@ fn submission(job: &Path) -> Result<SubmitRequest, Failure> {
                 ("on_error", &spec.on_error),
                 ("on_bad_record", &spec.on_bad_record),
             ] {
-                if let Some(value) = absolute(policy)? {
+                if let Some(value) = value(policy)? {
                     op.insert(field.into(), value);
                 }
             }
         }
     }
+    Ok(())
+}
+
+fn absolute(path: &Path) -> Result<std::path::PathBuf, Failure> {
+    std::path::absolute(path)
+        .with_context(|| format!("cannot make {} absolute", path.display()))
+        .map_err(Failure::input)
+}
+
+/// Each operator's component, base64, by operator name.
+fn components(spec: &JobSpec) -> Result<BTreeMap<String, String>, Failure> {
     let mut components = BTreeMap::new();
     for op in &spec.operators {
         let bytes = std::fs::read(&op.component)
@@ -428,10 +448,7 @@ fn submission(job: &Path) -> Result<SubmitRequest, Failure> {
             base64::engine::general_purpose::STANDARD.encode(bytes),
         );
     }
-    Ok(SubmitRequest {
-        job: table.to_string(),
-        components,
-    })
+    Ok(components)
 }
 
 fn token() -> Result<String, Failure> {

@@ -56,7 +56,7 @@ use crate::checkpoint::{CheckpointError, CheckpointMetadata, JobStart};
 use crate::connectors::{Sink, Source, SourceOrigin};
 use crate::ids::{OperatorName, SubtaskIndex};
 use crate::operator::SubtaskContext;
-use crate::partition::KeyGroups;
+use crate::partition::{KeyGroupRange, KeyGroups};
 
 pub use super::job_error::JobError;
 pub use super::run_options::{
@@ -346,11 +346,9 @@ impl<'a> Launch<'a> {
             key_groups,
             batch_size,
             stages,
-            checkpointing,
             ..
         } = self.shape;
         let stage = &stages[s];
-        let next = stages.get(s + 1);
         let metrics = self.metrics.clone();
         let inputs = std::mem::take(&mut self.edges[s].receivers);
         for (i, input) in inputs.into_iter().enumerate() {
@@ -367,56 +365,9 @@ impl<'a> Launch<'a> {
                 guest_log: self.options.guest_log.clone(),
                 first_checkpoint: self.start.next_checkpoint,
             };
-            let from = format!("operator `{}` subtask {i}", stage.name);
-            let (router, unroutable, next_name) = match next {
-                Some(next) => (
-                    Router::new(
-                        next.key_by.clone(),
-                        key_groups,
-                        next.parallelism,
-                        batch_size,
-                        from,
-                        next.name.clone(),
-                    ),
-                    self.policy(&next.on_bad_record, &metrics.operators[s + 1].bad_records),
-                    next.name.clone(),
-                ),
-                None => (
-                    Router::new(None, key_groups, 1, batch_size, from, "the sink".into()),
-                    BadRecordPolicy::fail(),
-                    "the sink".into(),
-                ),
-            };
-            let downstream = Downstream::new(
-                router,
-                self.edges[s + 1].senders.remove(0),
-                unroutable,
-                next_name,
-                self.origin.clone(),
-                self.letters.next().unwrap_or_default(),
-            )
-            .counting_blocked_time(&metrics.operators[s].subtasks[i].backpressured_us);
+            let downstream = self.downstream_of(s, i);
             let notifications = self.notifications();
-            let checkpoints = checkpointing.map(|c| {
-                let mut checkpoints = SubtaskCheckpoints::new(
-                    c.store.clone(),
-                    Handle::current(),
-                    self.ack_tx.clone(),
-                    SubtaskIdentity {
-                        operator: stage.name.clone(),
-                        operator_index: s,
-                        subtask,
-                        parallelism: stage.parallelism,
-                        key_groups,
-                        range: ctx.range,
-                    },
-                    self.run_id.clone(),
-                    c.chains,
-                );
-                checkpoints.count_into(metrics.operators[s].subtasks[i].snapshots.clone());
-                checkpoints.upload_within(c.timeout);
-                checkpoints
-            });
+            let checkpoints = self.subtask_checkpoints(s, subtask, ctx.range);
             let restored_watermark =
                 restored_watermark(self.start.restored.as_deref(), s, ctx.range);
             let task = SubtaskTask {
@@ -437,6 +388,89 @@ impl<'a> Launch<'a> {
             let name = format!("operator `{}` subtask {i}", stage.name);
             self.tasks.spawn(name, move || task.run());
         }
+    }
+
+    /// Where subtask `i` of stage `s` sends its output: routed to the next stage's subtasks
+    /// by its key (records it cannot key handled as that stage's `on_bad_record` says), or to
+    /// the sink.
+    fn downstream_of(&mut self, s: usize, i: usize) -> Downstream {
+        let Shape {
+            key_groups,
+            batch_size,
+            stages,
+            ..
+        } = self.shape;
+        let stage = &stages[s];
+        let metrics = self.metrics.clone();
+        let from = format!("operator `{}` subtask {i}", stage.name);
+        let (router, unroutable, next_name) = match stages.get(s + 1) {
+            Some(next) => (
+                Router::new(
+                    next.key_by.clone(),
+                    key_groups,
+                    next.parallelism,
+                    batch_size,
+                    from,
+                    next.name.clone(),
+                ),
+                self.policy(&next.on_bad_record, &metrics.operators[s + 1].bad_records),
+                next.name.clone(),
+            ),
+            None => (
+                Router::new(None, key_groups, 1, batch_size, from, "the sink".into()),
+                BadRecordPolicy::fail(),
+                "the sink".into(),
+            ),
+        };
+        Downstream::new(
+            router,
+            self.edges[s + 1].senders.remove(0),
+            unroutable,
+            next_name,
+            self.origin.clone(),
+            self.letters.next().unwrap_or_default(),
+        )
+        .counting_blocked_time(&metrics.operators[s].subtasks[i].backpressured_us)
+    }
+
+    /// The checkpoints of `subtask` of stage `s`, owning `range`; `None` when the job does
+    /// not checkpoint.
+    fn subtask_checkpoints(
+        &self,
+        s: usize,
+        subtask: SubtaskIndex,
+        range: KeyGroupRange,
+    ) -> Option<SubtaskCheckpoints> {
+        let Shape {
+            key_groups,
+            stages,
+            checkpointing,
+            ..
+        } = self.shape;
+        let stage = &stages[s];
+        let c = checkpointing?;
+        let mut checkpoints = SubtaskCheckpoints::new(
+            c.store.clone(),
+            Handle::current(),
+            self.ack_tx.clone(),
+            SubtaskIdentity {
+                operator: stage.name.clone(),
+                operator_index: s,
+                subtask,
+                parallelism: stage.parallelism,
+                key_groups,
+                range,
+            },
+            self.run_id.clone(),
+            c.chains,
+        );
+        checkpoints.count_into(
+            self.metrics.operators[s].subtasks[subtask.0 as usize]
+                .snapshots
+                .clone(),
+        );
+        checkpoints.upload_within(c.timeout);
+        Some(checkpoints)
     }
 
     /// Starts the sink, which takes the last stage's output and every dead letter.
