@@ -357,7 +357,8 @@ pub async fn delete_if_present(store: &dyn ObjectStore, path: &Path) -> Result<(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::checkpoint::metadata::{OperatorHandles, SubtaskHandle};
+    use crate::checkpoint::metadata::{MetadataInconsistency, OperatorHandles, SubtaskHandle};
+    use crate::partition::MAX_KEY_GROUPS;
 
     fn metadata(id: u64) -> CheckpointMetadata {
         CheckpointMetadata {
@@ -392,6 +393,18 @@ mod tests {
             m.operators[0].subtasks[0].key_groups = range;
             let err = parse(&m).expect_err("refused").to_string();
             assert!(err.contains("inconsistent checkpoint metadata"), "{err}");
+            let expected = if (1..=MAX_KEY_GROUPS).contains(&key_groups) {
+                MetadataInconsistency::SubtaskRange {
+                    operator: "count".into(),
+                    subtask: 0,
+                    range,
+                    key_groups,
+                }
+            } else {
+                MetadataInconsistency::KeyGroups { key_groups }
+            };
+            assert_eq!(m.check(), Err(expected.clone()));
+            assert!(err.contains(&expected.to_string()), "{err}");
         }
     }
 

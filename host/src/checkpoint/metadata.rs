@@ -226,27 +226,46 @@ impl CheckpointMetadata {
     /// have, and every subtask's key groups lie within them. A reader sizes a subtask's
     /// tables by its range, so a range past the key groups (or ending before it starts)
     /// would otherwise cost gigabytes or a panic instead of an error.
-    pub fn check(&self) -> Result<(), String> {
+    pub fn check(&self) -> Result<(), MetadataInconsistency> {
         if !(1..=MAX_KEY_GROUPS).contains(&self.key_groups) {
-            return Err(format!(
-                "{} key groups is out of range (1 to {MAX_KEY_GROUPS})",
-                self.key_groups
-            ));
+            return Err(MetadataInconsistency::KeyGroups {
+                key_groups: self.key_groups,
+            });
         }
         for operator in &self.operators {
             for handle in &operator.subtasks {
                 let (start, end) = handle.key_groups;
                 if start > end || end > self.key_groups {
-                    return Err(format!(
-                        "operator `{}` subtask {} owns key groups {start}..{end}, not within \
-                         the checkpoint's {} key groups",
-                        operator.name, handle.subtask, self.key_groups
-                    ));
+                    return Err(MetadataInconsistency::SubtaskRange {
+                        operator: operator.name.clone(),
+                        subtask: handle.subtask,
+                        range: handle.key_groups,
+                        key_groups: self.key_groups,
+                    });
                 }
             }
         }
         Ok(())
     }
+}
+
+/// What [`CheckpointMetadata::check`] found wrong in metadata that parsed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum MetadataInconsistency {
+    #[error("{key_groups} key groups is out of range (1 to {MAX_KEY_GROUPS})")]
+    KeyGroups { key_groups: u32 },
+    #[error(
+        "operator `{operator}` subtask {subtask} owns key groups {}..{}, not within the \
+         checkpoint's {key_groups} key groups",
+        range.0,
+        range.1
+    )]
+    SubtaskRange {
+        operator: String,
+        subtask: u32,
+        range: (u32, u32),
+        key_groups: u32,
+    },
 }
 
 #[cfg(test)]
