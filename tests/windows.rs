@@ -637,12 +637,14 @@ fn processing_time_timers_fire_from_the_clock_and_those_due_while_down_fire_afte
         let dir = tempfile::tempdir().expect("tempdir");
         std::fs::write(dir.path().join("input.jsonl"), &input).expect("write");
         let delay = Duration::from_millis(delay_ms);
-        if let Some(due) = killed_before_due(dir.path(), delay) {
+        if killed_before_due(dir.path(), delay) {
             let job = dir.path().join("job.toml");
             let job = job.to_str().expect("utf-8");
-            // The event: the wall clock passing the instant every timer is due.
-            while Instant::now() < due {
-                std::thread::sleep(due - Instant::now());
+            // The event: the wall clock passing the instant the last timer the checkpoint
+            // holds is due.
+            let due = last_timer_due(job);
+            while std::time::SystemTime::now() < due {
+                std::thread::sleep(Duration::from_millis(20));
             }
             let out = support::weir(&["run", job, "--restore", "latest", "-q"]);
             assert!(out.status.success(), "{}", stderr(&out));
@@ -658,10 +660,41 @@ fn processing_time_timers_fire_from_the_clock_and_those_due_while_down_fire_afte
     panic!("no checkpoint with the timers before they were due, even at 48 s");
 }
 
+/// The instant the last of the 40 reminders held by the reminders job's latest checkpoint is
+/// due, as `weir state` reads it.
+fn last_timer_due(job: &str) -> std::time::SystemTime {
+    let out = support::weir(&[
+        "state",
+        "scan",
+        "--operator",
+        "reminders",
+        "--store",
+        job,
+        "--state",
+        "@timers",
+        "--json",
+        "--limit",
+        "0",
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let rows: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON rows");
+    let due: Vec<u64> = rows
+        .as_array()
+        .expect("rows")
+        .iter()
+        .flat_map(|row| row["value"].as_array().cloned().unwrap_or_default())
+        .filter(|timer| timer["domain"] == "processing-time")
+        .map(|timer| timer["at"].as_u64().expect("a time in ms"))
+        .collect();
+    assert_eq!(due.len(), 40, "the checkpoint holds the reminders: {rows}");
+    let last = due.into_iter().max().expect("40 timers");
+    std::time::UNIX_EPOCH + Duration::from_millis(last)
+}
+
 /// Runs the reminders job with `delay` in `dir` until a checkpoint holds its 40 timers, then
-/// kills it; returns the instant by which every timer is due, or `None` when the kill came too
-/// late (a slow machine). Nothing may have fired by the kill.
-fn killed_before_due(dir: &Path, delay: Duration) -> Option<Instant> {
+/// kills it; false when that did not happen before the timers were due (a slow machine).
+/// Nothing may have fired by the kill.
+fn killed_before_due(dir: &Path, delay: Duration) -> bool {
     let job = reminders_job(dir, delay.as_millis() as u64);
     let job = job.to_str().expect("utf-8");
     let folder = dir.join(".weir-checkpoints/reminders/checkpoints");
@@ -692,19 +725,17 @@ fn killed_before_due(dir: &Path, delay: Duration) -> Option<Instant> {
         if started.elapsed() >= delay {
             child.kill().expect("SIGKILL");
             child.wait().expect("wait");
-            return None;
+            return false;
         }
         std::thread::sleep(Duration::from_millis(5));
     }
     child.kill().expect("SIGKILL");
     child.wait().expect("wait");
     if started.elapsed() >= delay {
-        return None;
+        return false;
     }
     assert_eq!(committed(dir), Vec::<String>::new(), "none fired yet");
-    // Registered after `started`, each timer is due by `started + delay` (plus the
-    // registration's own lag, which the restored run's timers fire after anyway).
-    Some(started + delay + Duration::from_millis(100))
+    true
 }
 
 #[test]
