@@ -120,17 +120,16 @@ impl StagePlan {
     }
 }
 
+/// Whether a Kafka topic name may hold `c`.
+pub fn is_topic_char(c: char) -> bool {
+    c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-')
+}
+
 /// `weir.<job>.<operator>.repartition`, with any character a topic name cannot hold as `_`.
 pub fn default_topic(job: &str, operator: &str) -> String {
     let clean = |name: &str| -> String {
         name.chars()
-            .map(|c| {
-                if c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-') {
-                    c
-                } else {
-                    '_'
-                }
-            })
+            .map(|c| if is_topic_char(c) { c } else { '_' })
             .collect()
     };
     format!("weir.{}.{}.repartition", clean(job), clean(operator))

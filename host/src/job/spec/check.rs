@@ -17,7 +17,7 @@ use super::{
 use crate::checkpoint::ChainPolicy;
 use crate::connectors::kafka::settings::{Guarantee, KafkaSourceSpec, ValueFormat};
 use crate::connectors::timestamps::TimestampPolicy;
-use crate::job::stages::StagePlan;
+use crate::job::stages::{StagePlan, is_topic_char};
 use crate::job::watermarks::WatermarkPolicy;
 use crate::operator::GuestLimits;
 use crate::partition::{KeyGroups, MAX_KEY_GROUPS};
@@ -700,16 +700,15 @@ impl Checker<'_> {
     /// An operator's `repartition` settings, on their own (whether the operator has a topic
     /// before it is checked on the whole job).
     fn check_repartition(&self, at: &str, repartition: &RepartitionFile) -> Result<(), SpecError> {
-        if let Some(topic) = &repartition.topic {
-            let legal = |c: char| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-');
-            if topic.is_empty() || topic.len() > 249 || !topic.chars().all(legal) {
-                return Err(self.invalid(
-                    format!("{at} repartition.topic"),
-                    format!(
-                        "{topic:?} is not a Kafka topic name: 1 to 249 of a-z, A-Z, 0-9, '.', '_', '-'"
-                    ),
-                ));
-            }
+        if let Some(topic) = &repartition.topic
+            && (topic.is_empty() || topic.len() > 249 || !topic.chars().all(is_topic_char))
+        {
+            return Err(self.invalid(
+                format!("{at} repartition.topic"),
+                format!(
+                    "{topic:?} is not a Kafka topic name: 1 to 249 of a-z, A-Z, 0-9, '.', '_', '-'"
+                ),
+            ));
         }
         if repartition.partitions == Some(0) {
             return Err(self.invalid(format!("{at} repartition.partitions"), "must be at least 1"));
