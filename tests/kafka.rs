@@ -948,15 +948,29 @@ component = {tokenizer}
     write_job(dir, &text).to_str().expect("utf-8").to_owned()
 }
 
-#[test]
-fn a_job_that_re_keys_runs_whole_on_one_partition_and_is_refused_on_several() {
-    let mut rng = Rng(seed());
-    let lines: Vec<String> = (0..300).map(|_| words(5, 40, &mut rng).join(" ")).collect();
+/// Lines of words, unkeyed, so that the producer spreads them over the partitions.
+fn lines_of_words(count: usize, rng: &mut Rng) -> Vec<String> {
+    (0..count).map(|_| words(5, 40, rng).join(" ")).collect()
+}
+
+fn produce_lines(broker: &Broker, lines: &[String]) {
     let records: Vec<(Option<&str>, &str)> = lines.iter().map(|l| (None, l.as_str())).collect();
+    produce(&broker.bootstrap, "lines", &records);
+}
+
+/// The test broker cannot create topics (librdkafka's mock cluster has no CreateTopics), as
+/// some production clusters forbid it: the repartition topic is made beforehand there.
+const REPARTITION_TOPIC: &str = "weir.rekeyed.count.repartition";
+
+#[test]
+fn a_job_that_re_keys_counts_each_word_whole_through_a_repartition_topic() {
+    let mut rng = Rng(seed());
+    let lines = lines_of_words(300, &mut rng);
+    let expected = running_counts(lines.iter().flat_map(|l| l.split(' ')));
 
     // `weir plan` shows the cut: tokenize, then the topic keyed by word, then count.
     let dir = tempfile::tempdir().expect("tempdir");
-    let broker = Broker::start(&[("lines", 1), ("counts", 1)]);
+    let broker = Broker::start(&[("lines", 4), ("counts", 1), (REPARTITION_TOPIC, 4)]);
     let job = rekeyed_word_count(dir.path(), &broker);
     let plan = weir(&["plan", &job]);
     assert!(plan.status.success(), "{}", stderr(&plan));
@@ -967,27 +981,64 @@ fn a_job_that_re_keys_runs_whole_on_one_partition_and_is_refused_on_several() {
         "{printed}"
     );
 
-    // One partition: one pipeline sees every line, so each word's count is whole.
-    produce(&broker.bootstrap, "lines", &records);
+    // One process runs both stages: each word's count is over the whole topic, not per
+    // partition of the input.
+    produce_lines(&broker, &lines);
     let (status, log) = weir_run(&job).finish();
     assert!(status.success(), "weir failed: {log}");
-    let words_in_order = lines.iter().flat_map(|l| l.split(' '));
-    assert!(sorted_values(&broker.bootstrap, "counts") == running_counts(words_in_order));
+    assert!(
+        sorted_values(&broker.bootstrap, "counts") == expected,
+        "the counts differ from the whole topic's"
+    );
+    // The stage after the cut checkpoints in a folder of its own.
+    let store = dir.path().join("store");
+    assert!(store.join("rekeyed.stage-1").is_dir(), "{log}");
 
-    // Several partitions: refused before anything is read, naming the operator and topic.
+    // Two processes share both stages' partitions, with the same answer.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let broker = Broker::start(&[("lines", 4), ("counts", 1), (REPARTITION_TOPIC, 4)]);
+    produce_lines(&broker, &lines);
+    let job = rekeyed_word_count(dir.path(), &broker);
+    let (a, b) = (weir_run(&job), weir_run(&job));
+    for member in [a, b] {
+        let (status, log) = member.finish();
+        assert!(status.success(), "weir failed: {log}");
+    }
+    assert!(
+        sorted_values(&broker.bootstrap, "counts") == expected,
+        "the counts of two processes differ from the whole topic's"
+    );
+}
+
+#[test]
+fn a_repartition_topic_the_brokers_will_not_create_is_a_clear_refusal() {
+    let mut rng = Rng(seed());
     let dir = tempfile::tempdir().expect("tempdir");
     let broker = Broker::start(&[("lines", 3), ("counts", 1)]);
-    produce(&broker.bootstrap, "lines", &records);
+    produce_lines(&broker, &lines_of_words(20, &mut rng));
     let job = rekeyed_word_count(dir.path(), &broker);
     let out = weir(&["run", &job, "-q"]);
     assert_clean_failure(
         &out,
         &[
-            "re-keys its input before operator `count`",
-            "topic `lines` has 3 partitions",
+            "topic `weir.rekeyed.count.repartition` between the stages of job `rekeyed`",
+            "did not create it with 3 partitions",
             "weir plan",
         ],
     );
     assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
     assert!(sorted_values(&broker.bootstrap, "counts").is_empty());
+
+    // One that exists with another partition count would split keys: refused too.
+    let broker = Broker::start(&[("lines", 3), ("counts", 1), (REPARTITION_TOPIC, 2)]);
+    let job = rekeyed_word_count(dir.path(), &broker);
+    let out = weir(&["run", &job, "-q"]);
+    assert_clean_failure(
+        &out,
+        &[
+            "topic `weir.rekeyed.count.repartition` between the stages of job `rekeyed` has 2 \
+             partitions where the job needs 3",
+        ],
+    );
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
 }

@@ -1,6 +1,6 @@
 //! Words the job file shares with the parts it configures: what happens to a record that
-//! cannot be processed ([`RecordPolicy`]) and how a source makes watermarks
-//! ([`WatermarkFile`]). A leaf: the job file ([`crate::job::spec`]) and the connectors that
+//! cannot be processed ([`RecordPolicy`]), how a source makes watermarks ([`WatermarkFile`])
+//! and how an operator's input is keyed ([`KeyBy`]). A leaf: the job file ([`crate::job::spec`]) and the connectors that
 //! take these settings (Kafka's `[source]`) both use it, and it uses neither.
 
 use std::path::{Path, PathBuf};
@@ -17,6 +17,16 @@ pub struct WatermarkFile {
     /// At least this often (ms of processing) besides every `batch_size` records; 0: only
     /// there. Default `watermarks::DEFAULT_INTERVAL`.
     pub interval_ms: Option<u64>,
+}
+
+/// How an operator's input is partitioned among its subtasks (and, in front of a stage of a
+/// Kafka job, among the partitions of the repartition topic that feeds it).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum KeyBy {
+    /// By the record's key.
+    RecordKey,
+    /// By the value at a JSON pointer in the record's (JSON) value, which becomes its key.
+    JsonPointer(String),
 }
 
 /// What happens to a record that cannot be processed: one the operator fails on

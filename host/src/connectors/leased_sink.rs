@@ -30,6 +30,10 @@ impl Sink for LeasedSink {
         self.inner.write(batch)
     }
 
+    fn watermark(&mut self, at: i64) {
+        self.inner.watermark(at);
+    }
+
     fn stage(&mut self, checkpoint: CheckpointId) -> Result<Option<SinkPosition>, ConnectorError> {
         self.check()?;
         self.inner.stage(checkpoint)

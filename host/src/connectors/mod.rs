@@ -166,6 +166,13 @@ pub trait Source: Send {
         0
     }
 
+    /// The watermark its input carries, for a source whose input says how far event time has
+    /// come (a repartition topic's writers, DESIGN.md §12.1): it replaces the one the job
+    /// would make from timestamps. `None` for others, or before the input has said.
+    fn watermark(&self) -> Option<i64> {
+        None
+    }
+
     /// The checkpoint whose barrier followed `position` (a position this source returned)
     /// completed. A source that tells its input how far the job got (Kafka commits the
     /// offset to its consumer group) does it here; a restore never relies on it.
@@ -188,6 +195,11 @@ pub struct SinkRestore<'a> {
 pub trait Sink: Send {
     /// Writes records; they belong to the checkpoint whose barrier comes next.
     fn write(&mut self, batch: &RecordBatch) -> Result<(), ConnectorError>;
+
+    /// The job's event time reached the sink: nothing it writes from now on is at or before
+    /// `at` (`i64::MAX`: the input has ended). A sink that passes event time on (into a
+    /// repartition topic, DESIGN.md §12.1) keeps it for its next `stage`; others ignore it.
+    fn watermark(&mut self, _at: i64) {}
 
     /// Makes everything written since the previous `stage` durable as the output of
     /// `checkpoint`, without making it visible. Returns what the checkpoint records of the

@@ -13,9 +13,10 @@
 //! process owns a partition, so every artifact still has exactly one deleter, cleanup runs
 //! where the partition runs, and orphan sweeps work per partition as for any job.
 //!
-//! The price is Kafka Streams' rule: keyed state is per input partition, so records of one key
-//! must arrive on one partition (produce with the key you group by). A job whose keys are
-//! spread over partitions counts them per partition.
+//! Keyed state is per input partition, so records of one key must arrive on one partition.
+//! A job that groups by another key than its input's is cut into stages (`job::stages`,
+//! DESIGN.md §12.1): each stage runs here as a group of its own, reading the topic the stage
+//! before writes, partitioned by its key. Weir creates those topics when they are missing.
 //!
 //! On revocation a process stops the partition's pipeline before it acknowledges the
 //! rebalance, so the next owner never overlaps with it. A process killed outright loses its
@@ -36,17 +37,21 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::Duration;
 
+use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use rdkafka::client::DefaultClientContext;
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext, Rebalance};
+use rdkafka::error::RDKafkaErrorCode;
 use rdkafka::{ClientContext, Offset, TopicPartitionList};
 use tokio::runtime::Handle;
 use tokio::task::JoinHandle;
 
 use crate::checkpoint::{RestoreFrom, StartFrom};
 use crate::connectors::ConnectorError;
+use crate::connectors::kafka::settings::KafkaSinkSpec;
 use crate::connectors::kafka::settings::{Assignment, KafkaSourceSpec, client_config};
 use crate::connectors::kafka::source::{InputPartition, PartitionLink, kafka_error};
 use crate::engine::Engine;
-use crate::job::spec::{RecordPolicy, SourceSpec};
+use crate::job::spec::{RecordPolicy, SinkSpec, SourceSpec};
 use crate::job::stages::StagePlan;
 use crate::job::{
     CheckpointRequest, JobError, JobMetrics, JobSpec, RunOptions, RunSummary, StopSignal,
@@ -62,20 +67,43 @@ const ASSIGNMENT_LOOK_EVERY: Duration = Duration::from_secs(1);
 /// What a process did as a member of its job's group.
 #[derive(Debug, Default)]
 pub struct GroupSummary {
-    /// Each partition's last run in this process, by partition.
+    /// Each partition's last run in this process, by partition (of the job's input topic).
+    pub partitions: BTreeMap<i32, RunSummary>,
+    /// A job that re-keys: what this process did of each later stage, in order.
+    pub stages: Vec<StageSummary>,
+}
+
+/// What a process did of one later stage of a job that re-keys.
+#[derive(Debug)]
+pub struct StageSummary {
+    /// The stage's job name (`<job>.stage-<k>`).
+    pub name: String,
+    /// Each partition's last run in this process, by partition of the stage's topic.
     pub partitions: BTreeMap<i32, RunSummary>,
 }
 
 impl std::fmt::Display for GroupSummary {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let owned: Vec<String> = self.partitions.keys().map(|p| p.to_string()).collect();
-        writeln!(f, "partitions finished here: [{}]", owned.join(", "))?;
-        for (partition, summary) in &self.partitions {
-            writeln!(f, "partition {partition}:")?;
-            writeln!(f, "{summary}")?;
+        write_partitions(f, &self.partitions)?;
+        for stage in &self.stages {
+            writeln!(f, "stage `{}`:", stage.name)?;
+            write_partitions(f, &stage.partitions)?;
         }
         Ok(())
     }
+}
+
+fn write_partitions(
+    f: &mut std::fmt::Formatter<'_>,
+    partitions: &BTreeMap<i32, RunSummary>,
+) -> std::fmt::Result {
+    let owned: Vec<String> = partitions.keys().map(|p| p.to_string()).collect();
+    writeln!(f, "partitions finished here: [{}]", owned.join(", "))?;
+    for (partition, summary) in partitions {
+        writeln!(f, "partition {partition}:")?;
+        writeln!(f, "{summary}")?;
+    }
+    Ok(())
 }
 
 /// Why a group run failed.
@@ -92,20 +120,38 @@ pub enum GroupError {
     },
     #[error("partition {partition}: the task panicked: {message}")]
     Panicked { partition: i32, message: String },
-    /// The job re-keys a topic of several partitions, which needs repartition topics.
+    /// A repartition topic the job needs exists with another partition count: records of
+    /// one key would not all reach one pipeline, or a key's state would be in another one.
     #[error(
-        "job `{job}` re-keys its input before operator `{operator}`, and topic `{topic}` has \
-         {partitions} partitions: each partition's pipeline would group only its own records, \
-         so a key's results would be split. This Weir does not run repartition topics yet \
-         (`weir plan` shows where the job needs one): read a topic of one partition, or key \
-         the messages by what `{operator}` groups by and read them straight into it"
+        "topic `{topic}` between the stages of job `{job}` has {partitions} partitions where \
+         the job needs {wanted} (`weir plan` shows its stages): delete the topic, or give the \
+         operator after it `repartition = {{ partitions = {partitions} }}`"
     )]
-    Rekeyed {
+    TopicMismatch {
         job: String,
-        operator: String,
         topic: String,
-        partitions: usize,
+        partitions: u32,
+        wanted: u32,
     },
+    /// A repartition topic the job needs does not exist, and the brokers did not create it.
+    #[error(
+        "topic `{topic}` between the stages of job `{job}` (`weir plan` shows them) does not \
+         exist, and the brokers did not create it with {partitions} partitions: {message}. \
+         Create it, or allow this client to create topics"
+    )]
+    CannotCreateTopic {
+        job: String,
+        topic: String,
+        partitions: u32,
+        message: String,
+    },
+    /// The job re-keys, and its stages stage their output toward the next in checkpoints.
+    #[error(
+        "job `{job}` re-keys its input before operator `{operator}`, so its stages pass \
+         records through a topic exactly once, which needs checkpoints: add a \
+         [checkpoints] section"
+    )]
+    StagesNeedCheckpoints { job: String, operator: String },
 }
 
 impl GroupError {
@@ -114,7 +160,9 @@ impl GroupError {
         match self {
             GroupError::Connect(_) => true,
             GroupError::Partition { error, .. } => error.is_input_error(),
-            GroupError::Rekeyed { .. } => true,
+            GroupError::TopicMismatch { .. }
+            | GroupError::CannotCreateTopic { .. }
+            | GroupError::StagesNeedCheckpoints { .. } => true,
             GroupError::Panicked { .. } => false,
         }
     }
@@ -404,6 +452,14 @@ fn partition_spec(spec: &JobSpec, input: InputPartition) -> JobSpec {
         own(&mut op.on_error);
         own(&mut op.on_bad_record);
     }
+    if let SinkSpec::Kafka(KafkaSinkSpec {
+        repartition: Some(write),
+        ..
+    }) = &mut spec.sink
+    {
+        // This pipeline is the writer of the next stage's topic named by its partition.
+        write.writer = input.partition as u32;
+    }
     spec.input_partition = Some(input);
     spec
 }
@@ -457,6 +513,17 @@ impl ConsumerContext for MemberContext {
 /// Checks that the brokers answer and the topic exists, within the connect timeout; returns
 /// its partition count.
 pub fn check_topic(kafka: &KafkaSourceSpec) -> Result<usize, ConnectorError> {
+    partition_count(kafka, &kafka.topic)?.ok_or_else(|| {
+        kafka_error(
+            &kafka.brokers,
+            format!("topic `{}` does not exist", kafka.topic),
+        )
+    })
+}
+
+/// The partition count of `topic` on the brokers of `kafka`; `None` if it does not exist. A
+/// consumer asks, which never has the brokers create a topic by asking for it.
+fn partition_count(kafka: &KafkaSourceSpec, topic: &str) -> Result<Option<usize>, ConnectorError> {
     let client: BaseConsumer = client_config(
         &kafka.brokers,
         kafka.connect_timeout(),
@@ -466,22 +533,16 @@ pub fn check_topic(kafka: &KafkaSourceSpec) -> Result<usize, ConnectorError> {
     .create()
     .map_err(|e| kafka_error(&kafka.brokers, format!("cannot create a client: {e}")))?;
     let timeout = kafka.connect_timeout();
-    let metadata = client
-        .fetch_metadata(Some(&kafka.topic), timeout)
-        .map_err(|e| {
-            kafka_error(
-                &kafka.brokers,
-                format!("no broker answered within {timeout:?} ({e})"),
-            )
-        })?;
-    let topic = metadata.topics().first();
-    match topic {
-        Some(t) if t.error().is_none() && !t.partitions().is_empty() => Ok(t.partitions().len()),
-        _ => Err(kafka_error(
+    let metadata = client.fetch_metadata(Some(topic), timeout).map_err(|e| {
+        kafka_error(
             &kafka.brokers,
-            format!("topic `{}` does not exist", kafka.topic),
-        )),
-    }
+            format!("no broker answered within {timeout:?} ({e})"),
+        )
+    })?;
+    Ok(match metadata.topics().first() {
+        Some(t) if t.error().is_none() && !t.partitions().is_empty() => Some(t.partitions().len()),
+        _ => None,
+    })
 }
 
 /// Runs `spec` (whose source is Kafka) as a member of its consumer group until it is stopped
@@ -512,16 +573,199 @@ pub async fn run_group_watched(
         }));
     };
     let check = kafka.clone();
-    let partitions = tokio::task::spawn_blocking(move || check_topic(&check))
+    let partitions = blocking(move || check_topic(&check))
+        .await?
+        .map_err(GroupError::Connect)?;
+    match stage_jobs(spec, kafka, partitions as u32).await? {
+        Some(jobs) => run_stages(&jobs, engine, options, view).await,
+        None => run_stage(spec, kafka, engine, options, view).await,
+    }
+}
+
+/// Runs a blocking Kafka call off the runtime's threads.
+async fn blocking<T: Send + 'static>(
+    call: impl FnOnce() -> T + Send + 'static,
+) -> Result<T, GroupError> {
+    tokio::task::spawn_blocking(call)
         .await
         .map_err(|e| GroupError::Panicked {
             partition: -1,
             message: e.to_string(),
-        })?
-        .map_err(GroupError::Connect)?;
-    if let Some(refusal) = rekeying_refusal(spec, kafka, partitions) {
-        return Err(refusal);
+        })
+}
+
+/// The jobs of the stages of `spec`, whose input topic has `partitions`, with the topics
+/// between them made ready (DESIGN.md §12.1); `None` for a job that runs whole: one that does
+/// not re-key, or whose stages would all have one partition (one pipeline then sees every
+/// record, and the answer is the same without the topics).
+async fn stage_jobs(
+    spec: &JobSpec,
+    kafka: &KafkaSourceSpec,
+    partitions: u32,
+) -> Result<Option<Vec<JobSpec>>, GroupError> {
+    let plan = StagePlan::of(spec);
+    let mut counts = vec![partitions];
+    counts.extend(plan.topics().map(|t| t.partitions.unwrap_or(partitions)));
+    let Some(first) = plan.topics().next() else {
+        return Ok(None);
+    };
+    if counts.iter().all(|c| *c == 1) {
+        return Ok(None);
     }
+    if spec.checkpoints.is_none() {
+        return Err(GroupError::StagesNeedCheckpoints {
+            job: spec.name.clone(),
+            operator: first.operator.clone(),
+        });
+    }
+    for (topic, wanted) in plan.topics().zip(&counts[1..]) {
+        ensure_topic(&spec.name, kafka, &topic.topic, *wanted).await?;
+    }
+    Ok(Some(plan.stage_jobs(spec, &counts)))
+}
+
+/// Makes sure `topic` exists with `wanted` partitions, on the brokers of the job's source:
+/// creates it if it is missing, and says so.
+async fn ensure_topic(
+    job: &str,
+    kafka: &KafkaSourceSpec,
+    topic: &str,
+    wanted: u32,
+) -> Result<(), GroupError> {
+    let mismatch = |partitions: usize| GroupError::TopicMismatch {
+        job: job.to_owned(),
+        topic: topic.to_owned(),
+        partitions: partitions as u32,
+        wanted,
+    };
+    let count = {
+        let (kafka, topic) = (kafka.clone(), topic.to_owned());
+        move || partition_count(&kafka, &topic)
+    };
+    match blocking(count.clone())
+        .await?
+        .map_err(GroupError::Connect)?
+    {
+        Some(partitions) if partitions == wanted as usize => return Ok(()),
+        Some(partitions) => return Err(mismatch(partitions)),
+        None => {}
+    }
+    let cannot = |message: String| GroupError::CannotCreateTopic {
+        job: job.to_owned(),
+        topic: topic.to_owned(),
+        partitions: wanted,
+        message,
+    };
+    let admin: AdminClient<DefaultClientContext> = client_config(
+        &kafka.brokers,
+        kafka.connect_timeout(),
+        &[],
+        &kafka.properties,
+    )
+    .create()
+    .map_err(|e| cannot(format!("cannot create an admin client: {e}")))?;
+    // The brokers' own replication factor (-1).
+    let new = NewTopic::new(topic, wanted as i32, TopicReplication::Fixed(-1));
+    let options = AdminOptions::new()
+        .operation_timeout(Some(kafka.connect_timeout()))
+        .request_timeout(Some(kafka.connect_timeout()));
+    let created = admin
+        .create_topics([&new], &options)
+        .await
+        .map_err(|e| cannot(e.to_string()))?;
+    for result in created {
+        match result {
+            Ok(_) => {
+                tracing::info!(topic, partitions = wanted, "created a repartition topic");
+                eprintln!(
+                    "weir: created topic `{topic}` with {wanted} partitions between the \
+                     stages of `{job}`"
+                );
+            }
+            // Another process of the job made it first.
+            Err((_, RDKafkaErrorCode::TopicAlreadyExists)) => {}
+            Err((_, code)) => return Err(cannot(code.to_string())),
+        }
+    }
+    // Until every broker knows it, a reader of the topic would fail.
+    let deadline = std::time::Instant::now() + kafka.connect_timeout();
+    loop {
+        match blocking(count.clone())
+            .await?
+            .map_err(GroupError::Connect)?
+        {
+            Some(partitions) if partitions == wanted as usize => return Ok(()),
+            Some(partitions) => return Err(mismatch(partitions)),
+            None if std::time::Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            None => return Err(cannot("the new topic did not show in the metadata".into())),
+        }
+    }
+}
+
+/// Runs every stage of a job that re-keys at once, each as a group of its own, until each
+/// ends; the first to fail stops the others.
+async fn run_stages(
+    jobs: &[JobSpec],
+    engine: &Engine,
+    options: RunOptions,
+    view: Arc<GroupView>,
+) -> Result<GroupSummary, GroupError> {
+    let mut runs: futures::stream::FuturesUnordered<_> = jobs
+        .iter()
+        .enumerate()
+        .map(|(k, job)| {
+            // `weir serve` shows the first stage's partitions (the job's input topic).
+            let view = if k == 0 { view.clone() } else { Arc::default() };
+            let options = options.clone();
+            async move {
+                let SourceSpec::Kafka(kafka) = &job.source else {
+                    unreachable!("every stage reads Kafka")
+                };
+                (k, run_stage(job, kafka, engine, options, view).await)
+            }
+        })
+        .collect();
+    let mut summary = GroupSummary::default();
+    let mut later = BTreeMap::new();
+    let mut failure = None;
+    while let Some((k, result)) = futures::StreamExt::next(&mut runs).await {
+        match result {
+            Ok(stage) if k == 0 => summary.partitions = stage.partitions,
+            Ok(stage) => {
+                later.insert(
+                    k,
+                    StageSummary {
+                        name: jobs[k].name.clone(),
+                        partitions: stage.partitions,
+                    },
+                );
+            }
+            Err(error) => {
+                if failure.is_none() {
+                    options.stop.stop();
+                    failure = Some(error);
+                }
+            }
+        }
+    }
+    summary.stages = later.into_values().collect();
+    match failure {
+        Some(error) => Err(error),
+        None => Ok(summary),
+    }
+}
+
+/// Runs one stage of a job (the whole job, if it does not re-key) as a member of the stage's
+/// consumer group.
+async fn run_stage(
+    spec: &JobSpec,
+    kafka: &KafkaSourceSpec,
+    engine: &Engine,
+    options: RunOptions,
+    view: Arc<GroupView>,
+) -> Result<GroupSummary, GroupError> {
     let shared = Arc::new(Shared {
         spec: spec.clone(),
         kafka: kafka.clone(),
@@ -556,23 +800,6 @@ pub async fn run_group_watched(
         Some(error) => Err(error),
         None => Ok(summary),
     }
-}
-
-/// Why a job that re-keys a topic of several partitions is refused: without repartition
-/// topics its keyed state would be per partition, and its answer would depend on the
-/// partitioning. With one partition, one pipeline sees every record, and the answer is whole.
-fn rekeying_refusal(
-    spec: &JobSpec,
-    kafka: &KafkaSourceSpec,
-    partitions: usize,
-) -> Option<GroupError> {
-    let first = StagePlan::of(spec).topics().next()?.operator.clone();
-    (partitions > 1).then(|| GroupError::Rekeyed {
-        job: spec.name.clone(),
-        operator: first,
-        topic: kafka.topic.clone(),
-        partitions,
-    })
 }
 
 /// Makes this process's member of the job's consumer group, subscribed to the topic (unless

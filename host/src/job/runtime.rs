@@ -334,6 +334,7 @@ impl<'a> Launch<'a> {
                     .as_ref()
                     .and_then(|m| m.source_max_timestamp),
             ),
+            carried: None,
         };
         self.tasks
             .spawn("the source".into(), move || source_task.run());

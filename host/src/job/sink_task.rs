@@ -18,6 +18,7 @@ use super::job_error::JobError;
 use super::metrics::JobMetrics;
 use super::pipeline::DeadLetterOutput;
 use super::restore_latch::RestoreLatch;
+use super::watermarks::WatermarkChange;
 use crate::checkpoint::CheckpointMetadata;
 use crate::checkpoint::metadata::{BarrierTiming, TaskCounts};
 use crate::checkpoint::protocol::{Ack, BarrierReport, Notification, StagedOutput};
@@ -77,7 +78,11 @@ impl SinkTask {
                     }
                 }
                 Event::Notification(Notification::Abort(_)) => {}
-                Event::Watermark(_) | Event::Deadline => {}
+                Event::Watermark(WatermarkChange::Advanced(at)) => {
+                    self.outputs.sink.watermark(at);
+                }
+                Event::Watermark(WatermarkChange::Idle | WatermarkChange::Active)
+                | Event::Deadline => {}
             }
         }
     }

@@ -44,6 +44,8 @@ pub(super) struct SourceTask {
     pub(super) metrics: Arc<JobMetrics>,
     pub(super) stop: StopSignal,
     pub(super) watermarks: WatermarkGenerator,
+    /// The last watermark sent that the input carried (`Source::watermark`).
+    pub(super) carried: Option<i64>,
 }
 
 impl SourceTask {
@@ -76,7 +78,11 @@ impl SourceTask {
             self.set_aside_bad_lines();
             let read = self.metrics.source_records.load(Ordering::Relaxed);
             let at_mark = read.is_multiple_of(self.batch_size as u64);
-            let watermark = self.watermarks.observe(&batch, at_mark);
+            let generated = self.watermarks.observe(&batch, at_mark);
+            let watermark = match self.source.watermark() {
+                Some(carried) => self.carried_watermark(carried),
+                None => generated,
+            };
             if !batch.is_empty() {
                 self.downstream.send(batch)?;
             }
@@ -99,6 +105,15 @@ impl SourceTask {
                 return Ok(());
             }
         }
+    }
+
+    /// The watermark the input carries, if it moved since the last one sent.
+    fn carried_watermark(&mut self, carried: i64) -> Option<WatermarkMessage> {
+        if self.carried.is_some_and(|sent| sent >= carried) {
+            return None;
+        }
+        self.carried = Some(carried);
+        Some(WatermarkMessage::At(carried))
     }
 
     /// Sends `watermark` down every edge, and shows it in the job's metrics.

@@ -15,8 +15,10 @@
 use std::fmt;
 use std::ops::Range;
 
-use crate::connectors::kafka::settings::KafkaSourceSpec;
-use crate::job::spec::{JobSpec, KeyBy, SinkSpec, SourceSpec};
+use crate::connectors::kafka::settings::{
+    Guarantee, KafkaSinkSpec, KafkaSourceSpec, RepartitionWrite, StartPosition, ValueFormat,
+};
+use crate::job::spec::{JobSpec, KeyBy, RecordPolicy, SinkSpec, SourceSpec};
 
 /// The stages of a job, in order: stage 0 reads the job's source, the last writes its sink.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -112,6 +114,70 @@ impl StagePlan {
             StageInput::Repartition(topic) => Some(topic),
             StageInput::Source => None,
         })
+    }
+
+    /// The job each stage runs, as a Kafka job of its own (DESIGN.md §12.1), for `spec` (the
+    /// job the plan was made of, which reads Kafka). `partitions[k]` is the partition count
+    /// of stage k's input: the job's topic, then each repartition topic.
+    ///
+    /// Stage 0 is the job itself, up to the first cut. Stage k reads the topic before it in
+    /// the consumer group `<group>.stage-<k>`, as the job `<job>.stage-<k>` (so its
+    /// checkpoints have a folder of their own), from the earliest offset, and takes its
+    /// event time from its writers' markers. Every stage but the last writes the next topic,
+    /// with the guarantee of the job's Kafka sink (exactly once if the job's sink is not
+    /// Kafka), on the brokers and client properties of the job's source.
+    pub fn stage_jobs(&self, spec: &JobSpec, partitions: &[u32]) -> Vec<JobSpec> {
+        let SourceSpec::Kafka(kafka) = &spec.source else {
+            return vec![spec.clone()];
+        };
+        let (guarantee, transactions) = match &spec.sink {
+            SinkSpec::Kafka(sink) => (sink.guarantee, sink.transactions),
+            _ => (Guarantee::ExactlyOnce, false),
+        };
+        let mut jobs = Vec::with_capacity(self.stages.len());
+        for (k, stage) in self.stages.iter().enumerate() {
+            let mut job = spec.clone();
+            job.operators = spec.operators[stage.operators.clone()].to_vec();
+            if let StageInput::Repartition(topic) = &stage.input {
+                job.name = format!("{}.stage-{k}", spec.name);
+                job.source = SourceSpec::Kafka(KafkaSourceSpec {
+                    topic: topic.topic.clone(),
+                    group_id: format!("{}.stage-{k}", kafka.group_id),
+                    start: StartPosition::Earliest,
+                    format: ValueFormat::Raw,
+                    key_pointer: None,
+                    timestamp: None,
+                    on_bad_timestamp: Default::default(),
+                    on_bad_record: RecordPolicy::Fail,
+                    watermark: None,
+                    repartition_input: true,
+                    ..kafka.clone()
+                });
+                job.watermark = None;
+            }
+            if let Some(JobStage {
+                input: StageInput::Repartition(next),
+                ..
+            }) = self.stages.get(k + 1)
+            {
+                job.sink = SinkSpec::Kafka(KafkaSinkSpec {
+                    brokers: kafka.brokers.clone(),
+                    topic: next.topic.clone(),
+                    guarantee,
+                    transactions,
+                    connect_timeout_ms: kafka.connect_timeout_ms,
+                    properties: kafka.properties.clone(),
+                    repartition: Some(RepartitionWrite {
+                        key_by: next.key_by.clone(),
+                        partitions: partitions[k + 1],
+                        writers: partitions[k],
+                        writer: 0,
+                    }),
+                });
+            }
+            jobs.push(job);
+        }
+        jobs
     }
 
     /// The plan as `weir plan` prints it, for `spec` (the job it was made of).

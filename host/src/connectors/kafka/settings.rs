@@ -58,6 +58,11 @@ pub struct KafkaSourceSpec {
     pub properties: BTreeMap<String, String>,
     #[serde(default)]
     pub watermark: Option<WatermarkFile>,
+    /// The topic is a repartition topic between two stages of a job (`crate::job::stages`):
+    /// its writers' markers say where event time is and where the input ends. Set by the
+    /// stage that reads it, never by a job file.
+    #[serde(skip)]
+    pub repartition_input: bool,
 }
 
 /// `[source] assignment`.
@@ -116,6 +121,24 @@ pub struct KafkaSinkSpec {
     pub connect_timeout_ms: Option<u64>,
     #[serde(default)]
     pub properties: BTreeMap<String, String>,
+    /// The topic is a repartition topic, written by a stage of a job
+    /// (`crate::job::stages`); never set by a job file.
+    #[serde(skip)]
+    pub repartition: Option<RepartitionWrite>,
+}
+
+/// How a stage writes the repartition topic toward the next stage.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RepartitionWrite {
+    /// The key of the operator that reads the topic: a record's partition is the key group
+    /// of its key among `partitions` groups, the same in every client that writes it.
+    pub key_by: crate::vocabulary::KeyBy,
+    /// The topic's partitions.
+    pub partitions: u32,
+    /// How many pipelines write the topic: the partitions of the stage's input.
+    pub writers: u32,
+    /// Which of them this is: its input partition (set per pipeline by `crate::group`).
+    pub writer: u32,
 }
 
 /// `[sink] guarantee`.

@@ -23,6 +23,11 @@
 //! consumers then see a checkpoint's output all at once or not at all. The staging and the
 //! read-back stay as they are: the staged object is what survives a crash between the
 //! checkpoint and the commit.
+//!
+//! A sink that writes a repartition topic between two stages of a job (DESIGN.md §12.1)
+//! picks each record's partition from the key the next stage groups by (the key group of its
+//! key hash among the topic's partitions, so every writer agrees), and adds to each
+//! checkpoint's output a marker per partition when its watermark moved (`markers`).
 
 use std::collections::{BTreeMap, HashSet};
 use std::sync::Mutex;
@@ -38,12 +43,16 @@ use rdkafka::producer::{BaseProducer, BaseRecord, DeliveryResult, Producer, Prod
 use rdkafka::{ClientContext, Offset, TopicPartitionList};
 use tokio::runtime::Handle;
 
-use super::settings::{ClientLog, Guarantee, KafkaSinkSpec, client_config};
+use super::markers::{MARKER_HEADER, Marker};
+use super::settings::{ClientLog, Guarantee, KafkaSinkSpec, RepartitionWrite, client_config};
 use super::source::kafka_error;
 use crate::checkpoint::CheckpointStore;
+use crate::connectors::json_records::json_key;
 use crate::connectors::{ConnectorError, Sink, SinkPosition, SinkRestore};
 use crate::ids::CheckpointId;
+use crate::partition::{KeyGroups, hash_key};
 use crate::record::RecordBatch;
+use crate::vocabulary::KeyBy;
 
 /// The header that names each record the exactly-once mode publishes.
 pub(crate) const ID_HEADER: &str = "weir-id";
@@ -51,8 +60,15 @@ pub(crate) const ID_HEADER: &str = "weir-id";
 /// How long a flush may wait for the broker to acknowledge what was sent.
 const FLUSH_TIMEOUT: Duration = Duration::from_secs(60);
 
-/// First bytes of a staged-output object.
-const STAGED_MAGIC: &[u8; 8] = b"WEIRKSO1";
+/// First bytes of a staged-output object: each record with its partition and kind.
+const STAGED_MAGIC: &[u8; 8] = b"WEIRKSO2";
+
+/// First bytes of a staged-output object of the first format (records only), which a run
+/// may find staged by a run of an earlier version.
+const STAGED_MAGIC_V1: &[u8; 8] = b"WEIRKSO1";
+
+/// A staged entry's partition when the producer's partitioner picks it.
+const ANY_PARTITION: i32 = -1;
 
 /// Remembers the first failed delivery, so the next flush fails with it.
 #[derive(Default)]
@@ -80,6 +96,70 @@ pub struct KafkaSink {
     lineage: String,
     /// `None`: at least once.
     staging: Option<Staging>,
+    /// Into a repartition topic: where each record goes, and the markers to send.
+    repartition: Option<Repartition>,
+}
+
+/// A repartition sink's own state.
+struct Repartition {
+    write: RepartitionWrite,
+    groups: KeyGroups,
+    /// The job's latest watermark, reached since the last markers were staged.
+    watermark: Option<i64>,
+    /// The watermark the last markers said.
+    said: Option<i64>,
+}
+
+impl Repartition {
+    fn new(write: &RepartitionWrite) -> Self {
+        Self {
+            write: write.clone(),
+            groups: KeyGroups::new(write.partitions),
+            watermark: None,
+            said: None,
+        }
+    }
+
+    /// The partition of a record, and, keyed by a JSON pointer, the key it is sent with (the
+    /// value there). A record the next stage cannot key goes to partition 0 as it is: the
+    /// next stage's operator meets it as it would in one process, and applies its
+    /// `on_bad_record`.
+    fn place(&self, key: Option<&[u8]>, value: &[u8]) -> (i32, Option<Vec<u8>>) {
+        let (key, new_key) = match &self.write.key_by {
+            KeyBy::RecordKey => (key.map(<[u8]>::to_vec), None),
+            KeyBy::JsonPointer(pointer) => {
+                let found = serde_json::from_slice::<serde_json::Value>(value)
+                    .ok()
+                    .and_then(|json| {
+                        json.pointer(pointer).map(|at| {
+                            let mut key = Vec::new();
+                            json_key(at, &mut key);
+                            key
+                        })
+                    });
+                (found.clone(), found)
+            }
+        };
+        let partition = key.map_or(0, |key| self.groups.of(hash_key(&key)).0 as i32);
+        (partition, new_key)
+    }
+
+    /// The markers due at a checkpoint: one per partition if the watermark moved.
+    fn due_markers(&mut self) -> Option<Vec<u8>> {
+        let watermark = self.watermark?;
+        if self.said.is_some_and(|said| said >= watermark) {
+            return None;
+        }
+        self.said = Some(watermark);
+        Some(
+            Marker {
+                writer: self.write.writer,
+                writers: self.write.writers,
+                watermark,
+            }
+            .encode(),
+        )
+    }
 }
 
 /// The exactly-once mode's state.
@@ -156,6 +236,7 @@ impl KafkaSink {
         };
         Ok(Self {
             producer,
+            repartition: spec.repartition.as_ref().map(Repartition::new),
             spec: spec.clone(),
             lineage,
             staging,
@@ -166,27 +247,37 @@ impl KafkaSink {
         kafka_error(&self.spec.brokers, message)
     }
 
-    /// Sends one record, waiting while the producer's queue is full.
-    fn send(
-        &self,
-        key: Option<&[u8]>,
-        value: &[u8],
-        timestamp: Option<i64>,
-        id: Option<&str>,
-    ) -> Result<(), ConnectorError> {
-        let mut record: BaseRecord<'_, [u8], [u8]> =
-            BaseRecord::to(&self.spec.topic).payload(value);
-        if let Some(key) = key {
+    /// Sends one entry (a record, or a marker as its header), waiting while the producer's
+    /// queue is full.
+    fn send(&self, entry: &StagedRecord<'_>, id: Option<&str>) -> Result<(), ConnectorError> {
+        let mut record: BaseRecord<'_, [u8], [u8]> = BaseRecord::to(&self.spec.topic);
+        if !entry.marker {
+            record = record.payload(entry.value);
+        }
+        if entry.partition != ANY_PARTITION {
+            record = record.partition(entry.partition);
+        }
+        if let Some(key) = entry.key {
             record = record.key(key);
         }
-        if let Some(t) = timestamp {
+        if let Some(t) = entry.timestamp {
             record = record.timestamp(t);
         }
-        if let Some(id) = id {
-            record = record.headers(OwnedHeaders::new().insert(Header {
-                key: ID_HEADER,
-                value: Some(id),
-            }));
+        if id.is_some() || entry.marker {
+            let mut headers = OwnedHeaders::new();
+            if let Some(id) = id {
+                headers = headers.insert(Header {
+                    key: ID_HEADER,
+                    value: Some(id),
+                });
+            }
+            if entry.marker {
+                headers = headers.insert(Header {
+                    key: MARKER_HEADER,
+                    value: Some(entry.value),
+                });
+            }
+            record = record.headers(headers);
         }
         loop {
             match self.producer.send(record) {
@@ -313,7 +404,7 @@ impl KafkaSink {
             id.clear();
             id.push_str(&prefix);
             id.push_str(&seq.to_string());
-            self.send(record.key, record.value, record.timestamp, Some(&id))?;
+            self.send(record, Some(&id))?;
         }
         if self.spec.transactions {
             // Flushes, then commits: every record of the checkpoint becomes visible at once.
@@ -473,30 +564,60 @@ impl Staging {
 
 impl Sink for KafkaSink {
     fn write(&mut self, batch: &RecordBatch) -> Result<(), ConnectorError> {
-        match &mut self.staging {
-            Some(staging) => {
-                for record in batch.iter() {
-                    encode_record(
-                        &mut staging.current,
-                        record.key,
-                        record.value,
-                        record.timestamp,
-                    );
+        for record in batch.iter() {
+            let (partition, new_key) = match &self.repartition {
+                Some(repartition) => repartition.place(record.key, record.value),
+                None => (ANY_PARTITION, None),
+            };
+            let entry = StagedRecord {
+                marker: false,
+                partition,
+                key: new_key.as_deref().or(record.key),
+                value: record.value,
+                timestamp: record.timestamp,
+            };
+            match &mut self.staging {
+                Some(staging) => {
+                    encode_record(&mut staging.current, &entry);
                     staging.current_count += 1;
                 }
-                Ok(())
+                None => self.send(&entry, None)?,
             }
-            None => {
-                for record in batch.iter() {
-                    self.send(record.key, record.value, record.timestamp, None)?;
-                }
-                self.producer.poll(Duration::ZERO);
-                Ok(())
-            }
+        }
+        if self.staging.is_none() {
+            self.producer.poll(Duration::ZERO);
+        }
+        Ok(())
+    }
+
+    fn watermark(&mut self, at: i64) {
+        if let Some(repartition) = &mut self.repartition {
+            repartition.watermark = Some(repartition.watermark.map_or(at, |w| w.max(at)));
         }
     }
 
     fn stage(&mut self, checkpoint: CheckpointId) -> Result<Option<SinkPosition>, ConnectorError> {
+        // The markers go after the checkpoint's records: none of those is later than they say.
+        if let Some(repartition) = &mut self.repartition
+            && let Some(marker) = repartition.due_markers()
+        {
+            for partition in 0..repartition.write.partitions as i32 {
+                let entry = StagedRecord {
+                    marker: true,
+                    partition,
+                    key: None,
+                    value: &marker,
+                    timestamp: None,
+                };
+                match &mut self.staging {
+                    Some(staging) => {
+                        encode_record(&mut staging.current, &entry);
+                        staging.current_count += 1;
+                    }
+                    None => self.send(&entry, None)?,
+                }
+            }
+        }
         if self.staging.as_ref().is_none_or(|s| s.current_count == 0) {
             if self.staging.is_none() {
                 self.flush()?;
@@ -605,21 +726,29 @@ impl KafkaSink {
     }
 }
 
-fn encode_record(out: &mut Vec<u8>, key: Option<&[u8]>, value: &[u8], timestamp: Option<i64>) {
-    match key {
+/// Appends one entry to a staged object's records: its kind (1: a marker), its partition,
+/// then key, value and timestamp.
+fn encode_record(out: &mut Vec<u8>, entry: &StagedRecord<'_>) {
+    out.put_u8(u8::from(entry.marker));
+    out.put_i32_le(entry.partition);
+    match entry.key {
         Some(key) => {
             out.put_u32_le(key.len() as u32);
             out.extend_from_slice(key);
         }
         None => out.put_u32_le(u32::MAX),
     }
-    out.put_u32_le(value.len() as u32);
-    out.extend_from_slice(value);
-    out.put_i64_le(timestamp.unwrap_or(i64::MIN));
+    out.put_u32_le(entry.value.len() as u32);
+    out.extend_from_slice(entry.value);
+    out.put_i64_le(entry.timestamp.unwrap_or(i64::MIN));
 }
 
-/// One staged record, borrowed from its object.
+/// One staged entry, borrowed from its object: a record, or a marker (whose value goes out
+/// as its header).
 struct StagedRecord<'a> {
+    marker: bool,
+    /// [`ANY_PARTITION`]: the producer's partitioner picks.
+    partition: i32,
     key: Option<&'a [u8]>,
     value: &'a [u8],
     timestamp: Option<i64>,
@@ -639,9 +768,14 @@ impl<'a> StagedOutput<'a> {
         if xxhash_rust::xxh3::xxh3_64(body) != sum.get_u64_le() {
             return Err("checksum mismatch: the object is damaged".into());
         }
-        let rest = body
-            .strip_prefix(STAGED_MAGIC)
-            .ok_or("not a staged-output object")?;
+        let (rest, placed) = match body.strip_prefix(STAGED_MAGIC) {
+            Some(rest) => (rest, true),
+            None => (
+                body.strip_prefix(STAGED_MAGIC_V1)
+                    .ok_or("not a staged-output object")?,
+                false,
+            ),
+        };
         let mut cursor = rest;
         let take = |cursor: &mut &'a [u8], n: usize| -> Result<&'a [u8], String> {
             if cursor.len() < n {
@@ -660,6 +794,12 @@ impl<'a> StagedOutput<'a> {
         let records_count = take(&mut cursor, 4)?.get_u32_le();
         let mut records = Vec::with_capacity(records_count as usize);
         for _ in 0..records_count {
+            let (marker, partition) = if placed {
+                let mut head = take(&mut cursor, 5)?;
+                (head.get_u8() == 1, head.get_i32_le())
+            } else {
+                (false, ANY_PARTITION)
+            };
             let key_len = take(&mut cursor, 4)?.get_u32_le();
             let key = match key_len {
                 u32::MAX => None,
@@ -669,6 +809,8 @@ impl<'a> StagedOutput<'a> {
             let value = take(&mut cursor, value_len as usize)?;
             let timestamp = take(&mut cursor, 8)?.get_i64_le();
             records.push(StagedRecord {
+                marker,
+                partition,
                 key,
                 value,
                 timestamp: (timestamp != i64::MIN).then_some(timestamp),
@@ -688,27 +830,125 @@ mod tests {
     #[test]
     fn staged_output_round_trips_and_damage_is_caught() {
         let mut records = Vec::new();
-        encode_record(&mut records, Some(b"k"), b"v1", Some(7));
-        encode_record(&mut records, None, b"", None);
+        let record = |key, value, timestamp| StagedRecord {
+            marker: false,
+            partition: ANY_PARTITION,
+            key,
+            value,
+            timestamp,
+        };
+        encode_record(&mut records, &record(Some(b"k"), b"v1", Some(7)));
+        encode_record(&mut records, &record(None, b"", None));
+        let marker = Marker::end(1, 2).encode();
+        encode_record(
+            &mut records,
+            &StagedRecord {
+                marker: true,
+                partition: 4,
+                ..record(None, &marker, None)
+            },
+        );
         let mut object = STAGED_MAGIC.to_vec();
         object.put_u32_le(1);
         object.put_i32_le(3);
         object.put_i64_le(42);
-        object.put_u32_le(2);
+        object.put_u32_le(3);
         object.extend_from_slice(&records);
         let sum = xxhash_rust::xxh3::xxh3_64(&object);
         object.put_u64_le(sum);
         let staged = StagedOutput::decode(&object).expect("decodes");
         assert_eq!(staged.ends, vec![(3, 42)]);
-        assert_eq!(staged.records.len(), 2);
+        assert_eq!(staged.records.len(), 3);
         assert_eq!(staged.records[0].key, Some(&b"k"[..]));
         assert_eq!(staged.records[0].value, b"v1");
         assert_eq!(staged.records[0].timestamp, Some(7));
         assert_eq!(staged.records[1].key, None);
         assert_eq!(staged.records[1].timestamp, None);
+        assert!(!staged.records[1].marker);
+        assert_eq!(staged.records[1].partition, ANY_PARTITION);
+        assert!(staged.records[2].marker);
+        assert_eq!(staged.records[2].partition, 4);
+        assert_eq!(
+            Marker::decode(staged.records[2].value),
+            Ok(Marker::end(1, 2))
+        );
         let mut damaged = object.clone();
         damaged[10] ^= 1;
         assert!(StagedOutput::decode(&damaged).is_err());
         assert!(StagedOutput::decode(&object[..5]).is_err());
+    }
+
+    #[test]
+    fn an_object_staged_by_an_earlier_version_still_decodes() {
+        // The first format: no ends beyond the count, records without kind or partition.
+        let mut object = STAGED_MAGIC_V1.to_vec();
+        object.put_u32_le(0);
+        object.put_u32_le(1);
+        object.put_u32_le(1);
+        object.extend_from_slice(b"k");
+        object.put_u32_le(2);
+        object.extend_from_slice(b"v1");
+        object.put_i64_le(7);
+        let sum = xxhash_rust::xxh3::xxh3_64(&object);
+        object.put_u64_le(sum);
+        let staged = StagedOutput::decode(&object).expect("decodes");
+        assert_eq!(staged.records.len(), 1);
+        let record = &staged.records[0];
+        assert_eq!((record.key, record.value), (Some(&b"k"[..]), &b"v1"[..]));
+        assert_eq!((record.marker, record.partition), (false, ANY_PARTITION));
+    }
+
+    fn repartition(key_by: KeyBy) -> Repartition {
+        Repartition::new(&RepartitionWrite {
+            key_by,
+            partitions: 4,
+            writers: 2,
+            writer: 1,
+        })
+    }
+
+    #[test]
+    fn a_record_goes_to_the_partition_of_the_next_stages_key() {
+        let by_key = repartition(KeyBy::RecordKey);
+        let by_word = repartition(KeyBy::JsonPointer("/word".into()));
+        let groups = KeyGroups::new(4);
+        let mut used = HashSet::new();
+        for word in ["the", "a", "weir", "river", "stream", "of", "and"] {
+            let expected = groups.of(hash_key(word.as_bytes())).0 as i32;
+            used.insert(expected);
+            assert_eq!(by_key.place(Some(word.as_bytes()), b"x"), (expected, None));
+            // Keyed by a JSON pointer: the value there decides, and becomes the key.
+            let value = format!(r#"{{"word":"{word}","n":1}}"#);
+            assert_eq!(
+                by_word.place(Some(b"other"), value.as_bytes()),
+                (expected, Some(word.as_bytes().to_vec()))
+            );
+        }
+        assert!(used.len() > 1, "keys spread over the partitions: {used:?}");
+        // What the next stage cannot key goes to partition 0 as it is, for its operator to
+        // judge as it would in one process.
+        assert_eq!(by_key.place(None, b"x"), (0, None));
+        assert_eq!(by_word.place(Some(b"k"), b"not json"), (0, None));
+        assert_eq!(by_word.place(Some(b"k"), br#"{"n":1}"#), (0, None));
+    }
+
+    #[test]
+    fn markers_are_due_when_the_watermark_moved_and_say_who_wrote_them() {
+        let mut repartition = repartition(KeyBy::RecordKey);
+        assert_eq!(repartition.due_markers(), None, "no watermark yet");
+        repartition.watermark = Some(10);
+        let due = repartition.due_markers().expect("the watermark moved");
+        assert_eq!(
+            Marker::decode(&due),
+            Ok(Marker {
+                writer: 1,
+                writers: 2,
+                watermark: 10
+            })
+        );
+        assert_eq!(repartition.due_markers(), None, "said already");
+        repartition.watermark = Some(i64::MAX);
+        let end = repartition.due_markers().expect("the end");
+        assert_eq!(Marker::decode(&end), Ok(Marker::end(1, 2)));
     }
 }

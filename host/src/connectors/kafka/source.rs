@@ -5,6 +5,10 @@
 //! offset to resume from comes from the partition's checkpoint, which is the truth on
 //! restore. The offsets of completed checkpoints are then committed to the consumer group
 //! too, through the process's group member, so that lag tools see progress.
+//!
+//! A partition of a repartition topic between two stages of a job also carries its writers'
+//! markers (`markers`): they are read, not passed on as records; they give the partition's
+//! watermark and, once every writer has ended, the end of its input.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, Ordering};
@@ -12,7 +16,7 @@ use std::time::Duration;
 
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::error::KafkaError;
-use rdkafka::message::Message;
+use rdkafka::message::{Headers, Message};
 use rdkafka::{Offset, TopicPartitionList};
 use serde::{Deserialize, Serialize};
 
@@ -20,6 +24,7 @@ use rdkafka::ClientContext;
 use rdkafka::consumer::ConsumerContext;
 use rdkafka::statistics::Statistics;
 
+use super::markers::{MARKER_HEADER, Marker, Writers};
 use super::settings::{
     KafkaSourceSpec, StartPosition, ValueFormat, client_config, log_client_error,
 };
@@ -131,6 +136,9 @@ struct PartitionPosition {
     /// The offset of the next message to read; `None`: nothing read yet, start as the job
     /// file says.
     offset: Option<i64>,
+    /// A repartition topic's: the markers read before `offset`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    writers: Option<Writers>,
 }
 
 /// Reads one partition of a topic.
@@ -143,6 +151,9 @@ pub struct PartitionSource {
     next: Option<i64>,
     /// With `stop_at_end`: where the partition ended when this source started reading.
     end: Option<i64>,
+    /// A repartition topic's partition: its writers' markers read so far. Its input ends
+    /// when they have all ended, not at the partition's end.
+    writers: Option<Writers>,
     /// Shared with the group member: offsets to commit, lag.
     link: Arc<PartitionLink>,
     assigned: bool,
@@ -211,6 +222,7 @@ impl PartitionSource {
             },
             next: None,
             end: None,
+            writers: spec.repartition_input.then(Writers::default),
             link: input.link.clone(),
             assigned: false,
             progress: Arc::default(),
@@ -274,7 +286,7 @@ impl PartitionSource {
         self.next = Some(start);
         self.link.high.store(high, Ordering::Relaxed);
         self.link.next.store(start, Ordering::Relaxed);
-        if self.spec.stop_at_end {
+        if self.spec.stop_at_end && self.writers.is_none() {
             self.end = Some(high);
         }
         self.progress
@@ -288,8 +300,41 @@ impl PartitionSource {
     }
 
     fn at_end(&self) -> bool {
-        matches!((self.next, self.end), (Some(next), Some(end)) if next >= end)
+        match &self.writers {
+            Some(writers) => writers.all_ended(),
+            None => matches!((self.next, self.end), (Some(next), Some(end)) if next >= end),
+        }
     }
+}
+
+/// Counts `message` into `writers` if it is a writer's marker (of a repartition topic, whose
+/// partition `name` is); `false` for a record.
+fn take_marker(
+    writers: &mut Option<Writers>,
+    name: &str,
+    brokers: &str,
+    message: &rdkafka::message::BorrowedMessage<'_>,
+) -> Result<bool, ConnectorError> {
+    let Some(writers) = writers else {
+        return Ok(false);
+    };
+    let Some(marker) = message.headers().and_then(|headers| {
+        headers
+            .iter()
+            .find(|h| h.key == MARKER_HEADER)
+            .map(|h| h.value.unwrap_or_default())
+    }) else {
+        return Ok(false);
+    };
+    Marker::decode(marker)
+        .and_then(|marker| writers.observe(marker))
+        .map_err(|problem| {
+            kafka_error(
+                brokers,
+                format!("{name} offset {}: {problem}", message.offset()),
+            )
+        })?;
+    Ok(true)
 }
 
 impl MessageReader {
@@ -370,7 +415,10 @@ impl Source for PartitionSource {
             match polled {
                 Ok(message) => {
                     self.next = Some(message.offset() + 1);
-                    if self.reader.take(&message, out)? {
+                    let brokers = &self.spec.brokers;
+                    let marker =
+                        take_marker(&mut self.writers, &self.reader.name, brokers, &message)?;
+                    if !marker && self.reader.take(&message, out)? {
                         read += 1;
                     }
                 }
@@ -409,6 +457,7 @@ impl Source for PartitionSource {
             topic: self.spec.topic.clone(),
             partition: self.partition,
             offset: self.next,
+            writers: self.writers.clone(),
         })
         .unwrap_or_default()
     }
@@ -428,6 +477,9 @@ impl Source for PartitionSource {
                 "the checkpoint is of topic `{}` partition {}",
                 position.topic, position.partition
             )));
+        }
+        if self.writers.is_some() {
+            self.writers = Some(position.writers.unwrap_or_default());
         }
         self.next = position.offset;
         self.assigned = false;
@@ -453,6 +505,10 @@ impl Source for PartitionSource {
 
     fn skipped_for_timestamp(&self) -> u64 {
         self.reader.skipped_for_timestamp
+    }
+
+    fn watermark(&self) -> Option<i64> {
+        self.writers.as_ref().and_then(Writers::watermark)
     }
 
     fn checkpoint_completed(&mut self, position: &SourcePosition) {

@@ -74,7 +74,7 @@ use crate::connectors::kafka::source::InputPartition;
 use crate::job::watermarks::WatermarkPolicy;
 use crate::operator::GuestLimits;
 use crate::partition::KeyGroups;
-pub use crate::vocabulary::{RecordPolicy, WatermarkFile};
+pub use crate::vocabulary::{KeyBy, RecordPolicy, WatermarkFile};
 
 /// How a job checkpoints, checked.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -145,15 +145,6 @@ pub struct OperatorSpec {
     pub repartition: RepartitionFile,
 }
 
-/// How an operator's input is partitioned among its subtasks.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum KeyBy {
-    /// By the record's key.
-    RecordKey,
-    /// By the value at a JSON pointer in the record's (JSON) value, which becomes its key.
-    JsonPointer(String),
-}
-
 /// The source's `on_bad_record` policy, for sources that can meet a bad record.
 pub fn source_policy(source: &SourceSpec) -> Option<&RecordPolicy> {
     match source {
@@ -196,6 +187,7 @@ impl JobSpec {
         match (&self.sink, &self.source) {
             (SinkSpec::Kafka(sink), _) => Some(KafkaSinkSpec {
                 topic: topic.to_owned(),
+                repartition: None,
                 ..sink.clone()
             }),
             (_, SourceSpec::Kafka(source)) => Some(KafkaSinkSpec {
@@ -205,6 +197,7 @@ impl JobSpec {
                 transactions: false,
                 connect_timeout_ms: source.connect_timeout_ms,
                 properties: Default::default(),
+                repartition: None,
             }),
             _ => None,
         }

@@ -213,3 +213,61 @@ fn a_job_that_reads_a_file_has_one_stage_whatever_it_keys_by() {
     assert_eq!(shape(&spec), [(vec!["tokenize", "count"], None)]);
     assert!(default_topic("my job", "count/2") == "weir.my_job.count_2.repartition");
 }
+
+#[test]
+fn each_stage_runs_as_a_kafka_job_of_its_own_between_the_topics() {
+    let spec = kafka_job(
+        "stop_at_end = true",
+        &[
+            ("tokenize", ""),
+            (
+                "count",
+                "key_by = \"key\"\nrepartition = { partitions = 6 }",
+            ),
+            ("format", ""),
+        ],
+    )
+    .expect("valid");
+    let plan = StagePlan::of(&spec);
+    let jobs = plan.stage_jobs(&spec, &[4, 6]);
+    assert_eq!(jobs.len(), 2);
+    let (first, second) = (&jobs[0], &jobs[1]);
+    let names =
+        |job: &JobSpec| -> Vec<String> { job.operators.iter().map(|o| o.name.clone()).collect() };
+    assert_eq!(names(first), ["tokenize"]);
+    assert_eq!(names(second), ["count", "format"]);
+    // Stage 1 is the job itself, writing the topic, each record by the next stage's key.
+    assert_eq!(first.name, "wc");
+    let SinkSpec::Kafka(into) = &first.sink else {
+        panic!("stage 1 writes the topic: {:?}", first.sink)
+    };
+    assert_eq!(into.topic, "weir.wc.count.repartition");
+    assert_eq!(
+        into.repartition,
+        Some(RepartitionWrite {
+            key_by: KeyBy::RecordKey,
+            partitions: 6,
+            writers: 4,
+            writer: 0,
+        })
+    );
+    // Stage 2 reads it in a group and a folder of its own, and writes the job's sink.
+    assert_eq!(second.name, "wc.stage-1");
+    let SourceSpec::Kafka(from) = &second.source else {
+        panic!("stage 2 reads the topic")
+    };
+    assert_eq!(from.topic, "weir.wc.count.repartition");
+    assert_eq!(from.group_id, "wc.stage-1");
+    assert!(from.repartition_input && from.stop_at_end);
+    assert_eq!(
+        (from.format, from.start),
+        (ValueFormat::Raw, StartPosition::Earliest)
+    );
+    assert_eq!(second.sink, spec.sink);
+    // A job that does not re-key runs as it is.
+    let whole = kafka_job("", &[("count", "key_by = \"key\"")]).expect("valid");
+    let jobs = StagePlan::of(&whole).stage_jobs(&whole, &[4]);
+    assert_eq!(jobs.len(), 1);
+    assert_eq!(jobs[0].name, "wc");
+    assert_eq!(jobs[0].sink, whole.sink);
+}
