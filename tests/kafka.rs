@@ -1042,3 +1042,115 @@ fn a_repartition_topic_the_brokers_will_not_create_is_a_clear_refusal() {
     );
     assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
 }
+
+/// Windows of page views after a re-key: clicks keyed by user, counted in event-time windows
+/// per page. The job's first operator groups by the page, so the clicks cross a repartition
+/// topic, and so does event time, as the markers of every upstream pipeline.
+#[test]
+fn windows_after_a_re_key_fire_on_the_watermarks_that_cross_the_repartition_topic() {
+    const TOPIC: &str = "weir.rekeyed-windows.pages.repartition";
+    let broker = Broker::start(&[("clicks", 3), ("counts", 1), (TOPIC, 3)]);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let pages = ["/", "/docs", "/blog", "/about", "/pricing"];
+    let start = 1_764_633_600_000_i64;
+    // In time order: a click every 700 ms for 20 minutes, by 37 users, pages in turn.
+    let clicks: Vec<(String, String, i64)> = (0..1_700)
+        .map(|i| {
+            let page = pages[(i * 7) % pages.len()];
+            let user = format!("user{}", i % 37);
+            let value = format!("{{\"page\":\"{page}\",\"user\":\"{user}\"}}");
+            (user, value, start + i as i64 * 700)
+        })
+        .collect();
+    let records: Vec<(Option<&str>, &str, Option<i64>)> = clicks
+        .iter()
+        .map(|(user, value, ts)| (Some(user.as_str()), value.as_str(), Some(*ts)))
+        .collect();
+    support::kafka::produce_timed(&broker.bootstrap, "clicks", &records);
+    let text = format!(
+        r#"
+[job]
+name = "rekeyed-windows"
+# A watermark goes after every 100 records read: the input is all there from the start, so
+# the interval between watermarks would not pass while records come.
+batch_size = 100
+
+[source]
+kind = "kafka"
+brokers = "{brokers}"
+topic = "clicks"
+group_id = "rekeyed-windows"
+format = "json"
+watermark = {{ max_out_of_order_ms = 1000 }}
+
+[[operators]]
+name = "pages"
+component = {pages}
+parallelism = 2
+key_by = {{ json_pointer = "/page" }}
+config = {{ size_ms = 60000, allowed_lateness_ms = 0 }}
+
+{tail}"#,
+        brokers = broker.bootstrap,
+        pages = toml_path(&component("weir-example-page-counts")),
+        tail = sink_and_checkpoints(&broker.bootstrap, dir.path()),
+    );
+    let job = write_job(dir.path(), &text);
+    // Each window, with every click of its minute.
+    let mut windows: Vec<(String, i64, u64)> = Vec::new();
+    for (_, value, ts) in &clicks {
+        let v: serde_json::Value = serde_json::from_str(value).expect("JSON");
+        let page = v["page"].as_str().expect("page");
+        let window = ts - ts.rem_euclid(60_000);
+        match windows
+            .iter_mut()
+            .find(|(p, w, _)| p == page && *w == window)
+        {
+            Some(entry) => entry.2 += 1,
+            None => windows.push((page.to_owned(), window, 1)),
+        }
+    }
+    // The input does not end (no `stop_at_end`): a window fires only when the watermark of
+    // every upstream pipeline has passed it. Those that end two minutes before the last
+    // click must all fire while the job runs, and whatever fires is a whole window.
+    let last = clicks.last().expect("clicks").2;
+    let due: Vec<&(String, i64, u64)> = windows
+        .iter()
+        .filter(|(_, w, _)| w + 60_000 <= last - 120_000)
+        .collect();
+    assert!(due.len() > 50, "most windows are due");
+    let member = weir_run(job.to_str().expect("utf-8"));
+    let started = Instant::now();
+    loop {
+        let got: Vec<(String, i64, u64)> = sorted_values(&broker.bootstrap, "counts")
+            .iter()
+            .map(|line| {
+                let v: serde_json::Value = serde_json::from_str(line).expect("JSON");
+                (
+                    v["page"].as_str().expect("page").to_owned(),
+                    v["start"].as_i64().expect("start"),
+                    v["clicks"].as_u64().expect("clicks"),
+                )
+            })
+            .collect();
+        for window in &got {
+            assert!(
+                windows.contains(window),
+                "a window fired with clicks missing or twice: {window:?}\n{}",
+                member.log()
+            );
+        }
+        if due.iter().all(|window| got.contains(window)) {
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(120),
+            "{} of {} due windows fired after 2 minutes:\n{}",
+            due.iter().filter(|w| got.contains(w)).count(),
+            due.len(),
+            member.log()
+        );
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    terminate(member);
+}

@@ -12,9 +12,9 @@ pub(super) fn plan(job: &Path) -> Result<(), Failure> {
     print!("{}", plan.describe(&spec));
     if plan.rekeys() {
         println!(
-            "  note: this Weir does not run repartition topics yet: it runs the job only on an \
-             input topic of one partition, and refuses it on more (each partition would group \
-             its own records)"
+            "  each stage runs as a consumer group of its own (`<group>.stage-<k>`), with \
+             checkpoints under `<job>.stage-<k>`; Weir creates a missing topic, and runs the \
+             job whole when every stage would have one partition"
         );
     }
     Ok(())

@@ -40,9 +40,6 @@ pub enum JobError {
         task: String,
         message: String,
     },
-    /// A pipeline of no operator (only a program that builds its own can make one).
-    #[error("invalid pipeline: a pipeline needs at least one operator")]
-    NoOperators,
     /// This task stopped because another one failed; never reported when the cause is known.
     #[error("the job was aborted because one of its tasks stopped")]
     Aborted,

@@ -79,9 +79,6 @@ pub async fn run(
         ))
     });
     metrics.start_from(start.restored.as_deref());
-    if pipeline.stages.is_empty() {
-        return Err(JobError::NoOperators);
-    }
     if let Some(checkpoint) = start.restored.as_ref().filter(|m| m.finished) {
         // The job had finished: only its last output may still need committing.
         let name = pipeline.name.clone();
@@ -283,7 +280,8 @@ impl<'a> Launch<'a> {
         rx
     }
 
-    /// Starts the source, routing to the first stage.
+    /// Starts the source, routing to the first stage, or straight to the sink in a pipeline
+    /// of no operator (a stage of a Kafka job that only re-partitions its input).
     fn spawn_source(
         &mut self,
         source: Box<dyn Source>,
@@ -296,8 +294,21 @@ impl<'a> Launch<'a> {
             stages,
             ..
         } = self.shape;
-        let first = &stages[0];
         let metrics = self.metrics.clone();
+        let (key_by, targets, next, next_policy) = match stages.first() {
+            Some(first) => (
+                first.key_by.clone(),
+                first.parallelism,
+                first.name.clone(),
+                self.policy(&first.on_bad_record, &metrics.operators[0].bad_records),
+            ),
+            None => (
+                None,
+                1,
+                "the sink".to_owned(),
+                self.policy(&RecordPolicy::Fail, &metrics.source_bad_records),
+            ),
+        };
         let notifications = self.notifications();
         let source_task = SourceTask {
             notifications,
@@ -308,16 +319,16 @@ impl<'a> Launch<'a> {
             source,
             downstream: Downstream::new(
                 Router::new(
-                    first.key_by.clone(),
+                    key_by,
                     key_groups,
-                    first.parallelism,
+                    targets,
                     batch_size,
                     "the source".into(),
-                    first.name.clone(),
+                    next.clone(),
                 ),
                 self.edges[0].senders.remove(0),
-                self.policy(&first.on_bad_record, &metrics.operators[0].bad_records),
-                first.name.clone(),
+                next_policy,
+                next,
                 self.origin.clone(),
                 self.letters.next().unwrap_or_default(),
             )

@@ -114,7 +114,6 @@ async fn supervise(
         JobError::Stopped => false,
         // It would fail the same way again.
         JobError::Checkpoint(e) if e.is_deterministic() => false,
-        JobError::NoOperators => false,
         // The output lost what the checkpoint covers: every restore would find the same.
         JobError::Sink(ConnectorError::OutputLost { .. }) => false,
         // Another process owns the output now: restarting would take it back.
