@@ -1154,3 +1154,92 @@ config = {{ size_ms = 60000, allowed_lateness_ms = 0 }}
     }
     terminate(member);
 }
+
+/// The re-keyed word count (tokenize, a repartition topic, count) in one process that reads
+/// every partition, SIGKILLed at random instants while lines come: a kill lands in either
+/// stage, between a stage's checkpoint and its publishing, or in the middle of either. After
+/// each kill the output holds nothing beyond the running counts of the input so far; in the
+/// end exactly them, as one uninterrupted run gives.
+#[test]
+fn a_re_keyed_word_count_killed_at_random_instants_ends_exactly_once() {
+    const KILLS: usize = 6;
+    let seed = seed();
+    let mut rng = Rng(seed);
+    let broker = Broker::start(&[("lines", 4), ("counts", 1), (REPARTITION_TOPIC, 4)]);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let job = rekeyed_word_count(dir.path(), &broker);
+    let text = std::fs::read_to_string(&job)
+        .expect("job file")
+        .replace("stop_at_end = true", "assignment = \"all\"");
+    std::fs::write(&job, text).expect("job file");
+    let mut input: Vec<String> = Vec::new();
+    let mut child = weir_run(&job);
+    for kill in 0..KILLS {
+        let chunk = lines_of_words(2_000, &mut rng);
+        produce_lines(&broker, &chunk);
+        input.extend(chunk);
+        std::thread::sleep(Duration::from_millis(200 + rng.below(1_200)));
+        if child.child.try_wait().expect("poll").is_some() {
+            let (status, log) = child.finish();
+            panic!("a run ended by itself ({status}): {log}");
+        }
+        child.kill();
+        let expected = running_counts(input.iter().flat_map(|l| l.split(' ')));
+        nothing_beyond(&sorted_values(&broker.bootstrap, "counts"), &expected, kill);
+        child = weir_run(&job);
+    }
+    let expected = running_counts(input.iter().flat_map(|l| l.split(' ')));
+    await_output(
+        &broker,
+        &expected,
+        Duration::from_secs(90),
+        &format!("after {KILLS} kills (seed {seed})"),
+    );
+    terminate(child);
+}
+
+/// The same over three processes of one group, each running both stages on the partitions it
+/// is given: one of them is SIGKILLed at a random instant and started again, four times, while
+/// lines come; the others take its partitions of either stage over when its session ends.
+#[test]
+fn a_re_keyed_word_count_over_three_processes_killed_in_turn_ends_exactly_once() {
+    const KILLS: usize = 4;
+    let seed = seed();
+    let mut rng = Rng(seed);
+    let broker = Broker::start(&[("lines", 4), ("counts", 1), (REPARTITION_TOPIC, 4)]);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let job = rekeyed_word_count(dir.path(), &broker);
+    let text = std::fs::read_to_string(&job).expect("job file").replace(
+        "stop_at_end = true",
+        "[source.properties]\n\"session.timeout.ms\" = \"6000\"\n\"heartbeat.interval.ms\" = \"500\"",
+    );
+    std::fs::write(&job, text).expect("job file");
+    let mut input: Vec<String> = Vec::new();
+    let mut members: Vec<Member> = (0..3).map(|_| weir_run(&job)).collect();
+    for kill in 0..KILLS {
+        let chunk = lines_of_words(1_500, &mut rng);
+        produce_lines(&broker, &chunk);
+        input.extend(chunk);
+        std::thread::sleep(Duration::from_millis(500 + rng.below(2_000)));
+        let victim = rng.below(3) as usize;
+        for member in &mut members {
+            if member.child.try_wait().expect("poll").is_some() {
+                panic!("a run ended by itself: {}", member.log());
+            }
+        }
+        members[victim].kill();
+        let expected = running_counts(input.iter().flat_map(|l| l.split(' ')));
+        nothing_beyond(&sorted_values(&broker.bootstrap, "counts"), &expected, kill);
+        members[victim] = weir_run(&job);
+    }
+    let expected = running_counts(input.iter().flat_map(|l| l.split(' ')));
+    await_output(
+        &broker,
+        &expected,
+        Duration::from_secs(120),
+        &format!("after {KILLS} kills over 3 processes (seed {seed})"),
+    );
+    for member in members {
+        terminate(member);
+    }
+}
