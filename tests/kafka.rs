@@ -934,6 +934,12 @@ topic = "lines"
 group_id = "rekeyed"
 stop_at_end = true
 
+# The test broker waits the session timeout (less 1 s) for members to rejoin a group,
+# even one whose members all left; stage 1 joins with the same settings.
+[source.properties]
+"session.timeout.ms" = "6000"
+"heartbeat.interval.ms" = "500"
+
 [[operators]]
 name = "tokenize"
 component = {tokenizer}
@@ -1007,6 +1013,52 @@ fn a_job_that_re_keys_counts_each_word_whole_through_a_repartition_topic() {
     assert!(
         sorted_values(&broker.bootstrap, "counts") == expected,
         "the counts of two processes differ from the whole topic's"
+    );
+}
+
+/// Starting a re-keying job over (deleting its folders) leaves the repartition topic with
+/// the earlier start's records: the new start counts only its own. Deleting only the job's
+/// folder, which would mix the earlier start's later stages into this one, is refused.
+#[test]
+fn a_re_keying_job_started_over_counts_only_what_this_start_wrote_to_its_topic() {
+    let mut rng = Rng(seed());
+    let lines = lines_of_words(200, &mut rng);
+    let expected = running_counts(lines.iter().flat_map(|l| l.split(' ')));
+    let dir = tempfile::tempdir().expect("tempdir");
+    let broker = Broker::start(&[("lines", 4), ("counts", 1), (REPARTITION_TOPIC, 4)]);
+    produce_lines(&broker, &lines);
+    let job = rekeyed_word_count(dir.path(), &broker);
+    let (status, log) = weir_run(&job).finish();
+    assert!(status.success(), "weir failed: {log}");
+    assert!(sorted_values(&broker.bootstrap, "counts") == expected);
+
+    let store = dir.path().join("store");
+    std::fs::remove_dir_all(store.join("rekeyed")).expect("delete the job's folder");
+    let out = weir(&["run", &job, "-q"]);
+    assert_clean_failure(
+        &out,
+        &[
+            "rekeyed.stage-1 holds checkpoints of a stage of job `rekeyed` from an earlier start",
+            "delete that folder too",
+        ],
+    );
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+
+    // The second start reads every line again, and more: its counts start from 1 again,
+    // and none of the first start's records in the topic is counted twice.
+    std::fs::remove_dir_all(store.join("rekeyed.stage-1")).expect("delete the stage's folder");
+    let more = lines_of_words(100, &mut rng);
+    produce_lines(&broker, &more);
+    let (status, log) = weir_run(&job).finish();
+    assert!(status.success(), "weir failed: {log}");
+    let mut both = expected;
+    both.extend(running_counts(
+        lines.iter().chain(&more).flat_map(|l| l.split(' ')),
+    ));
+    both.sort();
+    assert!(
+        sorted_values(&broker.bootstrap, "counts") == both,
+        "the second start's counts are not those of its input alone"
     );
 }
 
@@ -1209,10 +1261,9 @@ fn a_re_keyed_word_count_over_three_processes_killed_in_turn_ends_exactly_once()
     let broker = Broker::start(&[("lines", 4), ("counts", 1), (REPARTITION_TOPIC, 4)]);
     let dir = tempfile::tempdir().expect("tempdir");
     let job = rekeyed_word_count(dir.path(), &broker);
-    let text = std::fs::read_to_string(&job).expect("job file").replace(
-        "stop_at_end = true",
-        "[source.properties]\n\"session.timeout.ms\" = \"6000\"\n\"heartbeat.interval.ms\" = \"500\"",
-    );
+    let text = std::fs::read_to_string(&job)
+        .expect("job file")
+        .replace("stop_at_end = true\n", "");
     std::fs::write(&job, text).expect("job file");
     let mut input: Vec<String> = Vec::new();
     let mut members: Vec<Member> = (0..3).map(|_| weir_run(&job)).collect();

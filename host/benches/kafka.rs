@@ -5,6 +5,9 @@
 //!   transactions, and the at-least-once one; and the same job from a JSON-lines file to a
 //!   file. Rounds alternate the four; each figure is the median. `kafka_vs_file_ratio` is
 //!   exactly-once (without transactions) over file.
+//! - Re-keying: the same count keyed by the value's word instead of the message key, so the
+//!   job runs as two stages through a repartition topic (exactly once both ways), in the
+//!   same rounds. `kafka_rekey_vs_single_stage_ratio` is its rate over the exactly-once one.
 //! - `rebalance_recovery_ms`: two `weir run` processes share a topic on one consumer group
 //!   while input keeps coming; one is SIGKILLed, and the time is taken from the kill to the
 //!   first output of one of its partitions published by the other (which includes the group
@@ -15,6 +18,7 @@
 #[path = "../../tests/support/mod.rs"]
 mod support;
 
+use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Write};
 use std::path::Path;
 use std::process::{Command, Stdio};
@@ -31,14 +35,28 @@ use support::kafka::Broker;
 use weir_host::engine::{ComponentCache, Engine, EngineOptions};
 use weir_host::job::{JobSpec, RunOptions, run_job};
 
-/// Input partitions; the test broker keeps 100,000 messages per partition.
+/// Input partitions. The test broker keeps the newest 5 MB of each partition: a partition of
+/// the repartition topic gets up to 1.06 times its share of 64-byte messages (id header
+/// included), and each output topic has twice the partitions, so that nothing is dropped
+/// before it is read and the check after each run sees every count.
 const PARTITIONS: i32 = 8;
-const PER_PARTITION: usize = 90_000;
+const PER_PARTITION: usize = 60_000;
+const OUTPUT_PARTITIONS: i32 = 2 * PARTITIONS;
 const WORDS: usize = 5_000;
 const ROUNDS: usize = 3;
 
+fn word_index(i: usize) -> usize {
+    (i * 7919) % WORDS
+}
+
 fn word(i: usize) -> String {
-    format!("w{}", (i * 7919) % WORDS)
+    format!("w{}", word_index(i))
+}
+
+/// The partition of the `i`th event: its word's, so that each word is in one partition (the
+/// job groups by the message key), and every partition gets the same share.
+fn partition_of(i: usize, partitions: i32) -> i32 {
+    (word_index(i) % partitions as usize) as i32
 }
 
 fn job_text(source: &str, sink: &str, store: &Path) -> String {
@@ -69,7 +87,7 @@ interval_ms = 500
 fn kafka_source(brokers: &str, topic: &str, extra: &str) -> String {
     format!(
         "[source]\nkind = \"kafka\"\nbrokers = \"{brokers}\"\ntopic = \"{topic}\"\n\
-         group_id = \"bench\"\nformat = \"json\"\nkey_pointer = \"/w\"\n{extra}\n\
+         group_id = \"bench\"\nformat = \"json\"\n{extra}\n\
          [source.properties]\n\"session.timeout.ms\" = \"3000\"\n\"heartbeat.interval.ms\" = \"300\"\n"
     )
 }
@@ -92,7 +110,12 @@ fn measure(runtime: &tokio::runtime::Runtime, engine: &Engine, text: &str, recor
                 RunOptions::default(),
             ))
             .unwrap_or_else(|e| panic!("benchmark job failed: {e}"));
-        summary.partitions.values().map(|s| s.sink_records).sum()
+        // A job that re-keys writes its sink from its last stage.
+        let last = summary
+            .stages
+            .last()
+            .map_or(&summary.partitions, |stage| &stage.partitions);
+        last.values().map(|s| s.sink_records).sum()
     } else {
         runtime
             .block_on(run_job(&spec, engine, None, RunOptions::default()))
@@ -104,12 +127,62 @@ fn measure(runtime: &tokio::runtime::Runtime, engine: &Engine, text: &str, recor
     records as f64 / secs
 }
 
+/// Each word's number of events, sorted: what every count ends at.
+fn word_totals(records: usize) -> Vec<u64> {
+    let mut totals = vec![0u64; WORDS];
+    for i in 0..records {
+        totals[word_index(i)] += 1;
+    }
+    let mut totals: Vec<u64> = totals.into_iter().filter(|n| *n > 0).collect();
+    totals.sort_unstable();
+    totals
+}
+
+/// Fails unless the counts in `topic` (`KEY\tCOUNT` lines) end at `expected` (each key's
+/// last count, sorted), and, `exactly_once`, the topic holds one count per event.
+fn check_counts(bootstrap: &str, topic: &str, expected: &[u64], exactly_once: bool) {
+    let consumed = support::kafka::consume_all(bootstrap, topic);
+    let mut last: HashMap<String, u64> = HashMap::new();
+    for record in &consumed {
+        let (key, count) = record
+            .value
+            .rsplit_once('\t')
+            .unwrap_or_else(|| panic!("`{}` in {topic} is not a count", record.value));
+        let count: u64 = count.parse().expect("a count");
+        let at = last.entry(key.to_owned()).or_default();
+        *at = (*at).max(count);
+    }
+    let mut totals: Vec<u64> = last.into_values().collect();
+    totals.sort_unstable();
+    assert!(
+        totals == expected,
+        "the counts in {topic} do not end at each word's total ({} words, {} expected)",
+        totals.len(),
+        expected.len()
+    );
+    if exactly_once {
+        let events: u64 = expected.iter().sum();
+        assert_eq!(
+            consumed.len() as u64,
+            events,
+            "{topic}: one count per event"
+        );
+    }
+}
+
 fn median(mut values: Vec<f64>) -> f64 {
     values.sort_by(f64::total_cmp);
     values[values.len() / 2]
 }
 
 fn main() {
+    // `RUST_LOG=weir_host=info` shows the group's rebalances and the pipelines' restores.
+    if let Ok(filter) = tracing_subscriber::EnvFilter::try_from_default_env() {
+        tracing_subscriber::fmt()
+            .with_env_filter(filter)
+            .with_writer(std::io::stderr)
+            .init();
+    }
     let engine = Engine::new(EngineOptions {
         cache: Some(ComponentCache::new(support::cache_dir())),
     })
@@ -119,9 +192,15 @@ fn main() {
         .build()
         .expect("runtime");
     let records = PARTITIONS as usize * PER_PARTITION;
+    let expected = word_totals(records);
     let mut topics = vec![("events", PARTITIONS)];
-    let outputs: Vec<String> = (0..ROUNDS * 3).map(|i| format!("out-{i}")).collect();
-    topics.extend(outputs.iter().map(|t| (t.as_str(), PARTITIONS)));
+    let outputs: Vec<String> = (0..ROUNDS * 4).map(|i| format!("out-{i}")).collect();
+    topics.extend(outputs.iter().map(|t| (t.as_str(), OUTPUT_PARTITIONS)));
+    // The test broker cannot create topics: each round's repartition topic is made here.
+    let repartition: Vec<String> = (0..ROUNDS)
+        .map(|round| format!("weir.kafka-bench-rekey-{round}.count.repartition"))
+        .collect();
+    topics.extend(repartition.iter().map(|t| (t.as_str(), PARTITIONS)));
     let broker = Broker::start(&topics);
     let work = tempfile::tempdir().expect("tempdir");
     let input = work.path().join("events.jsonl");
@@ -136,9 +215,8 @@ fn main() {
             let w = word(i);
             let line = format!("{{\"w\":\"{w}\"}}");
             writeln!(file, "{line}").expect("write");
-            // Round robin over partitions: every partition gets the same share.
             let mut record = BaseRecord::<str, str>::to("events")
-                .partition(i as i32 % PARTITIONS)
+                .partition(partition_of(i, PARTITIONS))
                 .key(&w)
                 .payload(&line);
             loop {
@@ -170,8 +248,8 @@ fn main() {
     );
     // Warm-up: load the component, page the code in.
     measure(&runtime, &engine, &file_job, records as u64);
-    let (mut exactly, mut transactions, mut at_least, mut file) =
-        (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    let (mut exactly, mut transactions, mut at_least, mut file, mut rekey) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
     for round in 0..ROUNDS {
         let source = kafka_source(
             &broker.bootstrap,
@@ -183,19 +261,19 @@ fn main() {
                 "exactly-once",
                 "guarantee = \"exactly-once\"",
                 &mut exactly,
-                &outputs[3 * round],
+                &outputs[4 * round],
             ),
             (
                 "transactions",
                 "transactions = true",
                 &mut transactions,
-                &outputs[3 * round + 1],
+                &outputs[4 * round + 1],
             ),
             (
                 "at-least-once",
                 "guarantee = \"at-least-once\"",
                 &mut at_least,
-                &outputs[3 * round + 2],
+                &outputs[4 * round + 2],
             ),
         ] {
             let store = work.path().join(format!("store-{mode}-{round}"));
@@ -207,23 +285,45 @@ fn main() {
             let rate = measure(&runtime, &engine, &text, records as u64);
             eprintln!("round {round}: {mode} {rate:.0} records/s");
             into.push(rate);
+            check_counts(&broker.bootstrap, topic, &expected, mode != "at-least-once");
         }
+        // Keyed by the word in the value: the events cross a repartition topic to the count.
+        let text = job_text(
+            &source,
+            &kafka_sink(&broker.bootstrap, &outputs[4 * round + 3], ""),
+            &work.path().join(format!("store-rekey-{round}")),
+        )
+        .replace(
+            "name = \"kafka-bench\"",
+            &format!("name = \"kafka-bench-rekey-{round}\""),
+        )
+        .replace("key_by = \"key\"", "key_by = { json_pointer = \"/w\" }");
+        let rate = measure(&runtime, &engine, &text, records as u64);
+        eprintln!("round {round}: re-keyed (two stages) {rate:.0} records/s");
+        rekey.push(rate);
+        check_counts(&broker.bootstrap, &outputs[4 * round + 3], &expected, true);
         std::fs::remove_dir_all(work.path().join("file-store")).ok();
         let rate = measure(&runtime, &engine, &file_job, records as u64);
         eprintln!("round {round}: file {rate:.0} records/s");
         file.push(rate);
     }
-    let (exactly, transactions, at_least, file) = (
+    let (exactly, transactions, at_least, file, rekey) = (
         median(exactly),
         median(transactions),
         median(at_least),
         median(file),
+        median(rekey),
     );
     println!("bench: kafka_exactly_once_records_per_sec = {exactly:.0} records/s");
     println!("bench: kafka_transactions_records_per_sec = {transactions:.0} records/s");
     println!("bench: kafka_at_least_once_records_per_sec = {at_least:.0} records/s");
     println!("bench: file_records_per_sec = {file:.0} records/s");
     println!("bench: kafka_vs_file_ratio = {:.3} ratio", exactly / file);
+    println!("bench: kafka_rekey_records_per_sec = {rekey:.0} records/s");
+    println!(
+        "bench: kafka_rekey_vs_single_stage_ratio = {:.3} ratio",
+        rekey / exactly
+    );
     drop(broker);
     let recovery = rebalance_recovery(work.path());
     println!("bench: rebalance_recovery_ms = {recovery:.0} ms");
@@ -255,12 +355,12 @@ fn rebalance_recovery(work: &Path) -> f64 {
                 .expect("producer");
             let mut i = 0usize;
             while !stop.load(Ordering::Relaxed) {
-                for p in 0..LIVE {
+                for _ in 0..LIVE {
                     let w = word(i);
                     let line = format!("{{\"w\":\"{w}\"}}");
                     let _ = producer.send(
                         BaseRecord::<str, str>::to("live")
-                            .partition(p)
+                            .partition(partition_of(i, LIVE))
                             .key(&w)
                             .payload(&line),
                     );

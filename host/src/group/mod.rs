@@ -32,6 +32,8 @@
 //! partitions' pipelines and waits for them before the member acknowledges, so the next owner
 //! never overlaps with them.
 
+mod origin;
+
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
@@ -152,6 +154,26 @@ pub enum GroupError {
          [checkpoints] section"
     )]
     StagesNeedCheckpoints { job: String, operator: String },
+    /// Where the job began writing a repartition topic cannot be read or recorded.
+    #[error("where job `{job}` began writing topic `{topic}` is unknown: {message}")]
+    Origin {
+        job: String,
+        topic: String,
+        message: String,
+    },
+    /// A later stage's folder holds checkpoints while the job's own has no record of
+    /// starting: they are of an earlier start of the job, whose folder was deleted.
+    #[error(
+        "{folder} holds checkpoints of a stage of job `{job}` from an earlier start (the \
+         job's own folder no longer says where it began writing the topics between its \
+         stages): to start over, delete that folder too; to go on, restore the job's folder"
+    )]
+    StageLeftOver { job: String, folder: String },
+    #[error("job `{job}`: {source}")]
+    Store {
+        job: String,
+        source: crate::checkpoint::storage::StorageError,
+    },
 }
 
 impl GroupError {
@@ -162,8 +184,11 @@ impl GroupError {
             GroupError::Partition { error, .. } => error.is_input_error(),
             GroupError::TopicMismatch { .. }
             | GroupError::CannotCreateTopic { .. }
-            | GroupError::StagesNeedCheckpoints { .. } => true,
-            GroupError::Panicked { .. } => false,
+            | GroupError::StagesNeedCheckpoints { .. }
+            | GroupError::StageLeftOver { .. } => true,
+            GroupError::Panicked { .. } | GroupError::Origin { .. } | GroupError::Store { .. } => {
+                false
+            }
         }
     }
 }
@@ -577,7 +602,10 @@ pub async fn run_group_watched(
         .await?
         .map_err(GroupError::Connect)?;
     match stage_jobs(spec, kafka, partitions as u32).await? {
-        Some(jobs) => run_stages(&jobs, engine, options, view).await,
+        Some(mut jobs) => {
+            origin::set_origins(spec, &mut jobs).await?;
+            run_stages(&jobs, engine, options, view).await
+        }
         None => run_stage(spec, kafka, engine, options, view).await,
     }
 }

@@ -16,7 +16,8 @@ use std::fmt;
 use std::ops::Range;
 
 use crate::connectors::kafka::settings::{
-    Guarantee, KafkaSinkSpec, KafkaSourceSpec, RepartitionWrite, StartPosition, ValueFormat,
+    Guarantee, KafkaSinkSpec, KafkaSourceSpec, RepartitionInput, RepartitionWrite, StartPosition,
+    ValueFormat,
 };
 use crate::job::spec::{JobSpec, KeyBy, RecordPolicy, SinkSpec, SourceSpec};
 
@@ -150,7 +151,10 @@ impl StagePlan {
                     on_bad_timestamp: Default::default(),
                     on_bad_record: RecordPolicy::Fail,
                     watermark: None,
-                    repartition_input: true,
+                    repartition_input: Some(RepartitionInput {
+                        partitions: partitions[k],
+                        origin: Vec::new(),
+                    }),
                     ..kafka.clone()
                 });
                 job.watermark = None;

@@ -62,7 +62,17 @@ pub struct KafkaSourceSpec {
     /// its writers' markers say where event time is and where the input ends. Set by the
     /// stage that reads it, never by a job file.
     #[serde(skip)]
-    pub repartition_input: bool,
+    pub repartition_input: Option<RepartitionInput>,
+}
+
+/// How a stage reads the repartition topic before it.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RepartitionInput {
+    /// The topic's partitions.
+    pub partitions: u32,
+    /// By partition: the offset where the job began writing it (`crate::group`); a
+    /// partition with no checkpoint starts there. Empty until the group has read it.
+    pub origin: Vec<i64>,
 }
 
 /// `[source] assignment`.

@@ -15,7 +15,7 @@ use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::Duration;
 
 use rdkafka::consumer::{BaseConsumer, Consumer};
-use rdkafka::error::KafkaError;
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::{Headers, Message};
 use rdkafka::{Offset, TopicPartitionList};
 use serde::{Deserialize, Serialize};
@@ -222,7 +222,7 @@ impl PartitionSource {
             },
             next: None,
             end: None,
-            writers: spec.repartition_input.then(Writers::default),
+            writers: spec.repartition_input.as_ref().map(|_| Writers::default()),
             link: input.link.clone(),
             assigned: false,
             progress: Arc::default(),
@@ -246,8 +246,32 @@ impl PartitionSource {
                     self.partition
                 ))
             })?;
-        let start = match (self.next, self.spec.start) {
-            (Some(offset), _) => {
+        let start = match (self.next, &self.spec.repartition_input, self.spec.start) {
+            // A repartition topic's partition without a checkpoint: where the job began
+            // writing it, which the topic must still hold (`crate::group`'s origin).
+            (None, Some(input), _) => {
+                let origin = input
+                    .origin
+                    .get(self.partition as usize)
+                    .copied()
+                    .unwrap_or(0);
+                if origin < low || origin > high {
+                    return Err(self.error(format!(
+                        "topic `{topic}` partition {} holds offsets {low} to {high}, but this \
+                         job began writing it at {origin}: {}",
+                        self.partition,
+                        if origin < low {
+                            "records were deleted (by retention or a size limit) before this \
+                             stage read them"
+                        } else {
+                            "the topic was deleted and made again since; delete the job's \
+                             folders in the checkpoint store to start over"
+                        }
+                    )));
+                }
+                origin
+            }
+            (Some(offset), _, _) => {
                 if offset < low {
                     return Err(self.error(format!(
                         "topic `{topic}` partition {} no longer holds offset {offset}, where \
@@ -258,9 +282,9 @@ impl PartitionSource {
                 }
                 offset
             }
-            (None, StartPosition::Earliest) => low,
-            (None, StartPosition::Latest) => high,
-            (None, StartPosition::Timestamp { timestamp_ms }) => {
+            (None, None, StartPosition::Earliest) => low,
+            (None, None, StartPosition::Latest) => high,
+            (None, None, StartPosition::Timestamp { timestamp_ms }) => {
                 let mut wanted = TopicPartitionList::new();
                 wanted
                     .add_partition_offset(topic, self.partition, Offset::Offset(timestamp_ms))
@@ -433,6 +457,18 @@ impl Source for PartitionSource {
                         self.next = Some(self.next.map_or(at, |n| n.max(at)));
                     }
                     break;
+                }
+                // The broker no longer holds the next offset (`auto.offset.reset` is
+                // `error`): never a jump past records nobody read.
+                Err(e) if e.rdkafka_error_code() == Some(RDKafkaErrorCode::AutoOffsetReset) => {
+                    return Err(self.error(format!(
+                        "topic `{}` partition {} no longer holds offset {}, the next to read: \
+                         records were deleted (by retention or a size limit) before this job \
+                         read them ({e})",
+                        self.spec.topic,
+                        self.partition,
+                        self.next.unwrap_or_default()
+                    )));
                 }
                 Err(e) => {
                     return Err(self.error(format!(

@@ -258,7 +258,7 @@ fn each_stage_runs_as_a_kafka_job_of_its_own_between_the_topics() {
     };
     assert_eq!(from.topic, "weir.wc.count.repartition");
     assert_eq!(from.group_id, "wc.stage-1");
-    assert!(from.repartition_input && from.stop_at_end);
+    assert!(from.repartition_input.is_some() && from.stop_at_end);
     assert_eq!(
         (from.format, from.start),
         (ValueFormat::Raw, StartPosition::Earliest)
