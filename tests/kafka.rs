@@ -914,6 +914,84 @@ fn jobs_on_serve_hosts_share_partitions_show_them_with_their_lag_and_take_over()
     );
 }
 
+/// A served job that re-keys shows the partitions it owns of both stages, each under its
+/// topic and with its lag, in `weir job` and `/metrics`; the job's totals count its input
+/// once and its output once.
+#[test]
+fn a_served_job_that_re_keys_shows_each_stage_s_partitions_and_lag() {
+    let mut rng = Rng(seed());
+    let lines = lines_of_words(200, &mut rng);
+    let expected = running_counts(lines.iter().flat_map(|l| l.split(' ')));
+    let broker = Broker::start(&[("lines", 4), ("counts", 1), (REPARTITION_TOPIC, 4)]);
+    let dir = tempfile::tempdir().expect("tempdir");
+    produce_lines(&broker, &lines);
+    let job = rekeyed_word_count(dir.path(), &broker);
+    // Served, it runs until cancelled.
+    let text = std::fs::read_to_string(&job)
+        .expect("job file")
+        .replace("stop_at_end = true\n", "");
+    std::fs::write(&job, text).expect("job file");
+    let data = tempfile::tempdir().expect("data");
+    let host = Host::start(data.path());
+    let out = host.weir(&["submit", &job, "--json"], Some(TOKEN));
+    assert!(out.status.success(), "submit failed: {}", stderr(&out));
+    let jobs: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    let id = jobs[0]["id"].as_str().expect("an id").to_owned();
+    await_output(&broker, &expected, Duration::from_secs(90), "served");
+
+    // Every partition of both topics, each read to its end.
+    let started = Instant::now();
+    let info = loop {
+        let info = host.job(&id);
+        let partitions = info["partitions"].as_array().cloned().unwrap_or_default();
+        let done = partitions.len() == 8
+            && partitions.iter().all(|p| p["lag"] == 0)
+            && info["sink_records"] == expected.len() as u64;
+        if done {
+            break info;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "the host shows {info}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    let partitions = info["partitions"].as_array().expect("partitions");
+    for (stage, topic) in [(0, "lines"), (1, REPARTITION_TOPIC)] {
+        let numbers: Vec<i64> = partitions
+            .iter()
+            .filter(|p| p["stage"] == stage && p["topic"] == topic)
+            .map(|p| p["partition"].as_i64().expect("a number"))
+            .collect();
+        assert_eq!(numbers, [0, 1, 2, 3], "stage {stage}: {info}");
+    }
+    // Each line read once, each count written once, though two stages read and write.
+    assert_eq!(info["source_records"], lines.len() as u64, "{info}");
+    let shown = stdout_of(&host.weir(&["job", &id], Some(TOKEN)));
+    assert!(
+        shown.contains("partitions owned by this host: 0,1,2,3; stage 1: 0,1,2,3")
+            && shown.contains(REPARTITION_TOPIC),
+        "{shown}"
+    );
+    let (status, metrics) = host.get("/metrics", Some(&format!("Bearer {TOKEN}")));
+    assert_eq!(status, 200);
+    let stage_1 = format!(
+        "weir_kafka_partition_lag{{job_id=\"{id}\",job=\"rekeyed\",stage=\"1\",\
+         topic=\"{REPARTITION_TOPIC}\",partition=\"2\"}} 0"
+    );
+    let stage_0 =
+        format!("weir_kafka_partition_lag{{job_id=\"{id}\",job=\"rekeyed\",partition=\"2\"}} 0");
+    for line in [stage_0, stage_1] {
+        assert!(
+            metrics.lines().any(|l| l == line),
+            "no {line:?} in\n{metrics}"
+        );
+    }
+    let out = host.weir(&["cancel", &id], Some(TOKEN));
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(host.wait(&id)["status"], "cancelled");
+}
+
 fn stdout_of(out: &std::process::Output) -> String {
     assert!(out.status.success(), "{}", stderr(out));
     String::from_utf8_lossy(&out.stdout).into_owned()

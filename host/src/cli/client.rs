@@ -563,13 +563,26 @@ fn print_jobs(host: &HostArgs, jobs: &[JobInfo]) -> Result<(), Failure> {
     Ok(())
 }
 
-/// `0,2,4`, or `-` for none.
+/// `0,2,4`, or `-` for none; a job that re-keys adds each later stage's: `0,2; stage 1: 1,3`.
 fn owned_partitions(owned: &[PartitionInfo]) -> String {
     if owned.is_empty() {
         return "-".into();
     }
-    let numbers: Vec<String> = owned.iter().map(|p| p.partition.to_string()).collect();
-    numbers.join(",")
+    let mut stages: BTreeMap<usize, Vec<String>> = BTreeMap::new();
+    for p in owned {
+        stages
+            .entry(p.stage)
+            .or_default()
+            .push(p.partition.to_string());
+    }
+    let listed: Vec<String> = stages
+        .into_iter()
+        .map(|(stage, numbers)| match stage {
+            0 => numbers.join(","),
+            k => format!("stage {k}: {}", numbers.join(",")),
+        })
+        .collect();
+    listed.join("; ")
 }
 
 fn print_logs(host: &HostArgs, lines: &[LogLine]) -> Result<(), Failure> {
@@ -622,13 +635,21 @@ fn print_job(host: &HostArgs, job: &JobInfo) -> Result<(), Failure> {
             "\npartitions owned by this host: {} (counts of each partition's whole history)",
             owned_partitions(owned)
         );
+        let topic = |p: &PartitionInfo| p.topic.clone().unwrap_or_default();
+        let width = owned
+            .iter()
+            .map(|p| topic(p).len())
+            .max()
+            .unwrap_or(0)
+            .max(5);
         println!(
-            "{:<10} {:>10} {:>12} {:>12} {:>11}",
-            "PARTITION", "LAG", "RECORDS IN", "RECORDS OUT", "CHECKPOINT"
+            "{:<width$} {:<10} {:>10} {:>12} {:>12} {:>11}",
+            "TOPIC", "PARTITION", "LAG", "RECORDS IN", "RECORDS OUT", "CHECKPOINT"
         );
         for p in owned {
             println!(
-                "{:<10} {:>10} {:>12} {:>12} {:>11}",
+                "{:<width$} {:<10} {:>10} {:>12} {:>12} {:>11}",
+                topic(p),
                 p.partition,
                 p.lag,
                 p.source_records,

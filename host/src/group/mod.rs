@@ -194,38 +194,57 @@ impl GroupError {
 }
 
 /// What a running member shows of itself (`weir serve` shows it in `weir jobs` and
-/// `/metrics`): the partitions it owns, each with its counters and lag.
+/// `/metrics`): the partitions it owns, of every stage of the job, each with its counters
+/// and lag.
 #[derive(Debug, Default)]
 pub struct GroupView {
-    /// Owned partitions by number; the member's pipelines update their entries, readers copy them.
-    partitions: Mutex<BTreeMap<i32, PartitionView>>,
+    /// Owned partitions by stage and number; the member's pipelines update their entries,
+    /// readers copy them.
+    partitions: Mutex<BTreeMap<(usize, i32), PartitionView>>,
 }
 
 /// One owned partition's part of a [`GroupView`].
 #[derive(Clone, Debug)]
 struct PartitionView {
+    stage: Arc<StagePlace>,
     metrics: Arc<JobMetrics>,
     link: Arc<PartitionLink>,
     checkpoint_now: CheckpointRequest,
 }
 
+/// Where a stage sits in its job (the whole job, for one that does not re-key).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StagePlace {
+    /// 0 for the stage that reads the job's input.
+    pub index: usize,
+    /// The topic the stage reads: the job's, or the repartition topic before it.
+    pub topic: String,
+    /// The job's operators the stage runs: its operator `i` is the job's `first_operator + i`.
+    pub first_operator: usize,
+    /// Whether the stage writes the job's sink (the last one does).
+    pub last: bool,
+}
+
 /// A partition a member owns, as [`GroupView::owned`] gives it.
 #[derive(Clone, Debug)]
 pub struct OwnedPartition {
+    pub stage: Arc<StagePlace>,
     pub partition: i32,
     /// Messages of the partition not yet read.
     pub lag: i64,
-    /// The counters of the partition's pipeline. They count the partition's whole history,
-    /// here and in earlier owners: a run continues from its restored checkpoint's counts.
+    /// The counters of the partition's pipeline (the stage's operators only). They count
+    /// the partition's whole history, here and in earlier owners: a run continues from its
+    /// restored checkpoint's counts.
     pub metrics: Arc<JobMetrics>,
 }
 
 impl GroupView {
-    /// The partitions owned now, in order.
+    /// The partitions owned now, stage by stage, in order.
     pub fn owned(&self) -> Vec<OwnedPartition> {
         self.lock()
             .iter()
-            .map(|(partition, view)| OwnedPartition {
+            .map(|((_, partition), view)| OwnedPartition {
+                stage: view.stage.clone(),
                 partition: *partition,
                 lag: view.link.lag(),
                 metrics: view.metrics.clone(),
@@ -240,7 +259,7 @@ impl GroupView {
         }
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<i32, PartitionView>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<(usize, i32), PartitionView>> {
         self.partitions.lock().unwrap_or_else(|e| e.into_inner())
     }
 }
@@ -273,6 +292,8 @@ struct Shared {
     /// Raised when the process leaves the group: no new pipelines start.
     leaving: AtomicBool,
     view: Arc<GroupView>,
+    /// Which stage of the job this member runs, for `view`.
+    place: Arc<StagePlace>,
 }
 
 impl Shared {
@@ -300,6 +321,7 @@ impl Shared {
         );
         let stop = StopSignal::default();
         let view = PartitionView {
+            stage: self.place.clone(),
             metrics: Arc::new(JobMetrics::new(
                 spec.operators
                     .iter()
@@ -319,7 +341,7 @@ impl Shared {
             lease_wait: 2 * crate::checkpoint::lease::DEFAULT_TTL,
             ..self.options.clone()
         };
-        self.view.lock().insert(partition, view);
+        self.view.lock().insert((self.place.index, partition), view);
         let engine = self.engine.clone();
         let from = StartFrom::Restore(RestoreFrom::Latest);
         tracing::info!(
@@ -347,7 +369,7 @@ impl Shared {
             .unwrap_or_else(|e| e.into_inner())
             .remove(&partition);
         let Some(mut task) = task else { return };
-        self.view.lock().remove(&partition);
+        self.view.lock().remove(&(self.place.index, partition));
         task.stop.stop();
         if let Some(handle) = task.handle.take() {
             let result = self.runtime.block_on(handle);
@@ -382,7 +404,7 @@ impl Shared {
                     .lock()
                     .unwrap_or_else(|e| e.into_inner())
                     .remove(&partition);
-                self.view.lock().remove(&partition);
+                self.view.lock().remove(&(self.place.index, partition));
                 return;
             }
             Ok(Err(error)) => Err(GroupError::Partition { partition, error }),
@@ -606,7 +628,15 @@ pub async fn run_group_watched(
             origin::set_origins(spec, &mut jobs).await?;
             run_stages(&jobs, engine, options, view).await
         }
-        None => run_stage(spec, kafka, engine, options, view).await,
+        None => {
+            let place = StagePlace {
+                index: 0,
+                topic: kafka.topic.clone(),
+                first_operator: 0,
+                last: true,
+            };
+            run_stage(spec, kafka, engine, options, view, place).await
+        }
     }
 }
 
@@ -740,19 +770,23 @@ async fn run_stages(
     options: RunOptions,
     view: Arc<GroupView>,
 ) -> Result<GroupSummary, GroupError> {
+    let mut first_operator = 0;
     let mut runs: futures::stream::FuturesUnordered<_> = jobs
         .iter()
         .enumerate()
         .map(|(k, job)| {
-            // `weir serve` shows the first stage's partitions (the job's input topic).
-            let view = if k == 0 { view.clone() } else { Arc::default() };
-            let options = options.clone();
-            async move {
-                let SourceSpec::Kafka(kafka) = &job.source else {
-                    unreachable!("every stage reads Kafka")
-                };
-                (k, run_stage(job, kafka, engine, options, view).await)
-            }
+            let SourceSpec::Kafka(kafka) = &job.source else {
+                unreachable!("every stage reads Kafka")
+            };
+            let place = StagePlace {
+                index: k,
+                topic: kafka.topic.clone(),
+                first_operator,
+                last: k + 1 == jobs.len(),
+            };
+            first_operator += job.operators.len();
+            let (view, options) = (view.clone(), options.clone());
+            async move { (k, run_stage(job, kafka, engine, options, view, place).await) }
         })
         .collect();
     let mut summary = GroupSummary::default();
@@ -793,6 +827,7 @@ async fn run_stage(
     engine: &Engine,
     options: RunOptions,
     view: Arc<GroupView>,
+    place: StagePlace,
 ) -> Result<GroupSummary, GroupError> {
     let shared = Arc::new(Shared {
         spec: spec.clone(),
@@ -805,6 +840,7 @@ async fn run_stage(
         member: OnceLock::new(),
         leaving: AtomicBool::new(false),
         view,
+        place: Arc::new(place),
     });
     let member = join_group(&shared).map_err(GroupError::Connect)?;
     let done = Arc::new(AtomicBool::new(false));

@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use serde::{Deserialize, Serialize};
 
 use super::protocol::JobStatus;
-use super::rates::{PipelineView, RateHistory, TaskRate};
+use super::rates::{Part, PipelineView, RateHistory, TaskRate};
 use crate::job::spec::{KeyBy, SinkSpec, SourceSpec};
 use crate::job::watermarks::END_OF_TIME;
 use crate::job::{JobMetrics, JobSpec};
@@ -179,7 +179,7 @@ pub(crate) fn graph(inputs: &GraphInputs<'_>) -> JobGraph {
             let tasks: Vec<Task> = inputs
                 .pipelines
                 .iter()
-                .flat_map(|p| tasks(p, node, kind, rates))
+                .flat_map(|p| tasks(p, p.part(node, last + 1), node, rates))
                 .collect();
             // From the rates' names, which a Kafka job owning no partition has too.
             let name = inputs.rates.nodes().get(node).cloned().unwrap_or_default();
@@ -195,11 +195,11 @@ pub(crate) fn graph(inputs: &GraphInputs<'_>) -> JobGraph {
     }
 }
 
-/// Node `node`'s tasks in one pipeline.
+/// Node `node`'s tasks in one pipeline, which it is `part` of.
 fn tasks(
     pipeline: &PipelineView,
+    part: Option<Part>,
     node: usize,
-    kind: NodeKind,
     rates: Option<&RateHistory>,
 ) -> Vec<Task> {
     let load = |c: &AtomicU64| c.load(Ordering::Relaxed);
@@ -216,13 +216,14 @@ fn tasks(
         dropped_late: None,
         sends,
     };
-    match kind {
-        NodeKind::Source => vec![Task {
+    match part {
+        None => Vec::new(),
+        Some(Part::Source) => vec![Task {
             watermark_ms: metrics.source_watermark(),
             ..one(load(&metrics.source_records), true)
         }],
-        NodeKind::Sink => vec![one(load(&metrics.sink_records), false)],
-        NodeKind::Operator => metrics.operators[node - 1]
+        Some(Part::Sink) => vec![one(load(&metrics.sink_records), false)],
+        Some(Part::Operator(operator)) => metrics.operators[operator]
             .subtasks
             .iter()
             .enumerate()
@@ -340,6 +341,7 @@ mod tests {
         let pipelines = [PipelineView {
             partition: None,
             metrics: metrics.clone(),
+            stage: None,
         }];
         let mut rates = RateHistory::new(["count"]);
         let start = Instant::now();

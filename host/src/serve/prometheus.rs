@@ -24,6 +24,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::Registry;
+use crate::group::StagePlace;
 use crate::job::watermarks::END_OF_TIME;
 use crate::job::{JobMetrics, SubtaskMetrics};
 
@@ -220,21 +221,38 @@ fn watermark_seconds(w: i64) -> String {
 pub struct PipelineCounters {
     pub job_id: String,
     pub job: String,
-    /// A Kafka job's partition, and its messages not yet read.
-    pub partition: Option<(i32, i64)>,
+    /// A Kafka job's partition.
+    pub partition: Option<KafkaPipeline>,
     pub metrics: Arc<JobMetrics>,
 }
 
+/// Which partition of a Kafka job a pipeline reads.
+pub struct KafkaPipeline {
+    pub stage: Arc<StagePlace>,
+    pub partition: i32,
+    /// Its messages not yet read.
+    pub lag: i64,
+}
+
 impl PipelineCounters {
-    /// `job_id="…",job="…"`, and `,partition="…"` for a partition's pipeline.
+    /// `job_id="…",job="…"`; `,partition="…"` for a partition's pipeline, and for one of a
+    /// later stage of a job that re-keys, `,stage="…",topic="…"` (its repartition topic).
     fn labels(&self) -> String {
         let mut labels = format!(
             "job_id=\"{}\",job=\"{}\"",
             escape(&self.job_id),
             escape(&self.job)
         );
-        if let Some((partition, _)) = self.partition {
-            let _ = write!(labels, ",partition=\"{partition}\"");
+        if let Some(kafka) = &self.partition {
+            if kafka.stage.index > 0 {
+                let _ = write!(
+                    labels,
+                    ",stage=\"{}\",topic=\"{}\"",
+                    kafka.stage.index,
+                    escape(&kafka.stage.topic)
+                );
+            }
+            let _ = write!(labels, ",partition=\"{}\"", kafka.partition);
         }
         labels
     }
@@ -414,8 +432,8 @@ fn partition_lag(out: &mut String, pipelines: &[PipelineCounters], jobs: &[(Stri
         "Messages of a Kafka job's input partition that its pipeline on this host has not read yet.",
     );
     for (pipeline, (labels, _)) in pipelines.iter().zip(jobs) {
-        if let Some((_, lag)) = pipeline.partition {
-            let _ = writeln!(out, "{name}{{{labels}}} {lag}");
+        if let Some(kafka) = &pipeline.partition {
+            let _ = writeln!(out, "{name}{{{labels}}} {}", kafka.lag);
         }
     }
 }
@@ -468,9 +486,18 @@ mod tests {
         s.set_timers_pending(Some((3, 1)));
         s.count_fired(9);
         m.source_skipped_timestamps.store(6, Ordering::Relaxed);
-        // A Kafka job's partition 3, 42 messages behind.
+        // A Kafka job's partition 3, 42 messages behind, and the same partition of the
+        // repartition topic its second stage reads, 5 behind.
         let partition = Arc::new(JobMetrics::new([("count", 1)]));
         partition.source_records.store(11, Ordering::Relaxed);
+        let stage = |index: usize, topic: &str| {
+            Arc::new(StagePlace {
+                index,
+                topic: topic.into(),
+                first_operator: index,
+                last: index == 1,
+            })
+        };
         let text = render_jobs(&[
             PipelineCounters {
                 job_id: "job-1".into(),
@@ -481,8 +508,22 @@ mod tests {
             PipelineCounters {
                 job_id: "job-2".into(),
                 job: "k".into(),
-                partition: Some((3, 42)),
+                partition: Some(KafkaPipeline {
+                    stage: stage(0, "in"),
+                    partition: 3,
+                    lag: 42,
+                }),
                 metrics: partition,
+            },
+            PipelineCounters {
+                job_id: "job-2".into(),
+                job: "k".into(),
+                partition: Some(KafkaPipeline {
+                    stage: stage(1, "weir.k.sum.repartition"),
+                    partition: 3,
+                    lag: 5,
+                }),
+                metrics: Arc::new(JobMetrics::new([("sum", 1)])),
             },
         ]);
         let labels = r#"job_id="job-1",job="a \"b\"",operator="count",subtask="1""#;
@@ -510,6 +551,8 @@ mod tests {
             r#"weir_source_records_total{job_id="job-2",job="k",partition="3"} 11"#.to_owned(),
             r#"weir_records_in_total{job_id="job-2",job="k",partition="3",operator="count",subtask="0"} 0"#.to_owned(),
             r#"weir_kafka_partition_lag{job_id="job-2",job="k",partition="3"} 42"#.to_owned(),
+            r#"weir_kafka_partition_lag{job_id="job-2",job="k",stage="1",topic="weir.k.sum.repartition",partition="3"} 5"#.to_owned(),
+            r#"weir_records_in_total{job_id="job-2",job="k",stage="1",topic="weir.k.sum.repartition",partition="3",operator="sum",subtask="0"} 0"#.to_owned(),
         ] {
             assert!(
                 text.lines().any(|l| l == line),

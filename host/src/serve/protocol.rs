@@ -59,6 +59,12 @@ pub struct JobInfo {
 /// A partition of a Kafka job's topic that a host owns.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct PartitionInfo {
+    /// The stage of a job that re-keys whose partition this is (0: the job's input topic).
+    #[serde(default)]
+    pub stage: usize,
+    /// The topic the partition is of.
+    #[serde(default)]
+    pub topic: Option<String>,
     pub partition: i32,
     /// Messages of the partition not yet read.
     pub lag: i64,

@@ -17,6 +17,7 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 
 use super::Registry;
+use crate::group::StagePlace;
 use crate::job::JobMetrics;
 
 /// How often the sampler reads the counters.
@@ -29,11 +30,44 @@ pub(crate) const KEPT: usize = 300;
 /// `i` the operator `i - 1`, and the last node the sink.
 pub(crate) type TaskKey = (Option<i32>, usize, u32);
 
-/// One pipeline of a job, as the sampler reads it: a Kafka job has one per owned partition.
+/// One pipeline of a job, as the sampler reads it: a Kafka job has one per owned partition
+/// (of each stage, for one that re-keys).
 #[derive(Clone, Debug)]
 pub(crate) struct PipelineView {
     pub partition: Option<i32>,
     pub metrics: Arc<JobMetrics>,
+    /// The stage of a Kafka job the pipeline runs; `None`: the whole job.
+    pub stage: Option<Arc<StagePlace>>,
+}
+
+/// What a node of the job's graph is in one pipeline.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Part {
+    Source,
+    /// The pipeline's operator at this index.
+    Operator(usize),
+    Sink,
+}
+
+impl PipelineView {
+    /// What node `node` of the job's graph (`nodes` of them: source, operators, sink) is in
+    /// this pipeline, if anything: a stage of a job that re-keys runs some of the job's
+    /// operators, only the first stage reads the job's input and only the last writes its
+    /// sink.
+    pub(crate) fn part(&self, node: usize, nodes: usize) -> Option<Part> {
+        let (first, reads, writes) = match &self.stage {
+            Some(stage) => (stage.first_operator, stage.index == 0, stage.last),
+            None => (0, true, true),
+        };
+        if node == 0 {
+            return reads.then_some(Part::Source);
+        }
+        if node + 1 == nodes {
+            return writes.then_some(Part::Sink);
+        }
+        let operator = (node - 1).checked_sub(first)?;
+        (operator < self.metrics.operators.len()).then_some(Part::Operator(operator))
+    }
 }
 
 /// A task's counters at a reading.
@@ -99,7 +133,7 @@ impl RateHistory {
 
     /// Reads `pipelines`' counters at `at` (Unix time `unix_ms`).
     pub(crate) fn sample(&mut self, pipelines: &[PipelineView], at: Instant, unix_ms: u64) {
-        self.record(read(pipelines), at, unix_ms);
+        self.record(read(pipelines, self.nodes.len()), at, unix_ms);
     }
 
     /// Takes a reading: rates against the one before, for the tasks in both.
@@ -190,27 +224,36 @@ impl RateHistory {
     }
 }
 
-/// Every task's counters now.
-fn read(pipelines: &[PipelineView]) -> BTreeMap<TaskKey, TaskCounters> {
+/// Every task's counters now, in a job graph of `nodes` nodes.
+fn read(pipelines: &[PipelineView], nodes: usize) -> BTreeMap<TaskKey, TaskCounters> {
     let load = |c: &AtomicU64| c.load(Ordering::Relaxed);
     let mut tasks = BTreeMap::new();
     for pipeline in pipelines {
         let (p, m) = (pipeline.partition, &pipeline.metrics);
-        let source = load(&m.source_records);
-        let source_blocked = load(&m.source_backpressured_us);
-        tasks.insert((p, 0, 0), counters(source, source, source_blocked));
-        for (o, operator) in m.operators.iter().enumerate() {
-            for (s, subtask) in operator.subtasks.iter().enumerate() {
-                let task = counters(
-                    load(&subtask.records_in),
-                    load(&subtask.records_out),
-                    load(&subtask.backpressured_us),
-                );
-                tasks.insert((p, o + 1, s as u32), task);
+        for node in 0..nodes {
+            match pipeline.part(node, nodes) {
+                Some(Part::Source) => {
+                    let source = load(&m.source_records);
+                    let blocked = load(&m.source_backpressured_us);
+                    tasks.insert((p, node, 0), counters(source, source, blocked));
+                }
+                Some(Part::Operator(o)) => {
+                    for (s, subtask) in m.operators[o].subtasks.iter().enumerate() {
+                        let task = counters(
+                            load(&subtask.records_in),
+                            load(&subtask.records_out),
+                            load(&subtask.backpressured_us),
+                        );
+                        tasks.insert((p, node, s as u32), task);
+                    }
+                }
+                Some(Part::Sink) => {
+                    let sink = load(&m.sink_records);
+                    tasks.insert((p, node, 0), counters(sink, sink, 0));
+                }
+                None => {}
             }
         }
-        let sink = load(&m.sink_records);
-        tasks.insert((p, m.operators.len() + 1, 0), counters(sink, sink, 0));
     }
     tasks
 }

@@ -18,7 +18,7 @@ use base64::Engine as _;
 
 use super::graph::{GraphInputs, JobGraph};
 use super::job_checkpoints::JobCheckpoints;
-use super::prometheus::PipelineCounters;
+use super::prometheus::{KafkaPipeline, PipelineCounters};
 use super::protocol::{JobInfo, JobStatus, OperatorInfo, PartitionInfo, SubmitRequest};
 use super::rates::{PipelineView, RateHistory, RatesBody};
 use crate::checkpoint::history::CheckpointRecord;
@@ -512,11 +512,14 @@ impl Registry {
                 metrics,
             };
             match &job.group {
-                Some(view) => pipelines.extend(
-                    view.owned()
-                        .into_iter()
-                        .map(|p| counters(Some((p.partition, p.lag)), p.metrics)),
-                ),
+                Some(view) => pipelines.extend(view.owned().into_iter().map(|p| {
+                    let partition = KafkaPipeline {
+                        stage: p.stage,
+                        partition: p.partition,
+                        lag: p.lag,
+                    };
+                    counters(Some(partition), p.metrics)
+                })),
                 None => pipelines.push(counters(None, job.metrics.clone())),
             }
         }
@@ -542,26 +545,28 @@ impl HostedJob {
                 .map(|p| PipelineView {
                     partition: Some(p.partition),
                     metrics: p.metrics,
+                    stage: Some(p.stage),
                 })
                 .collect(),
             None => vec![PipelineView {
                 partition: None,
                 metrics: self.metrics.clone(),
+                stage: None,
             }],
         }
     }
 
-    /// The last completed checkpoint of each pipeline: by partition for a Kafka job, under
-    /// `-1` for a job of one pipeline.
-    fn last_checkpoints(&self) -> BTreeMap<i32, u64> {
+    /// The last completed checkpoint of each pipeline: by stage and partition for a Kafka
+    /// job, under `(0, -1)` for a job of one pipeline.
+    fn last_checkpoints(&self) -> BTreeMap<(usize, i32), u64> {
         let last = |m: &JobMetrics| m.checkpoints.last_completed.load(Ordering::Relaxed);
         match &self.group {
             Some(view) => view
                 .owned()
                 .iter()
-                .map(|p| (p.partition, last(&p.metrics)))
+                .map(|p| ((p.stage.index, p.partition), last(&p.metrics)))
                 .collect(),
-            None => BTreeMap::from([(-1, last(&self.metrics))]),
+            None => BTreeMap::from([((0, -1), last(&self.metrics))]),
         }
     }
 }
@@ -682,19 +687,29 @@ fn info(job: &HostedJob) -> JobInfo {
         let last = last_completed(&job.metrics);
         return job_info(job, (status, error), summary, last, None);
     };
-    // A Kafka job: the sums over the partitions owned now.
+    // A Kafka job: the sums over the partitions owned now. A job that re-keys reads its
+    // input in its first stage and writes its output in its last; each stage counts its
+    // own operators.
     let mut total = job.metrics.summary(&job.name, std::time::Duration::ZERO);
     let mut partitions = Vec::new();
     for owned in view.owned() {
         let summary = owned.metrics.summary(&job.name, std::time::Duration::ZERO);
-        total.source_records += summary.source_records;
-        total.sink_records += summary.sink_records;
+        let stage = &owned.stage;
+        if stage.index == 0 {
+            total.source_records += summary.source_records;
+        }
+        if stage.last {
+            total.sink_records += summary.sink_records;
+        }
         total.checkpoints_completed += summary.checkpoints_completed;
-        for (sum, o) in total.operators.iter_mut().zip(&summary.operators) {
+        let operators = total.operators.iter_mut().skip(stage.first_operator);
+        for (sum, o) in operators.zip(&summary.operators) {
             sum.records_in += o.records_in;
             sum.records_out += o.records_out;
         }
         partitions.push(PartitionInfo {
+            stage: stage.index,
+            topic: Some(stage.topic.clone()),
             partition: owned.partition,
             lag: owned.lag,
             source_records: summary.source_records,

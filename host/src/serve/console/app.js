@@ -302,7 +302,17 @@
     else if (j.last_checkpoint != null) parts.push(`last checkpoint ${j.last_checkpoint}, ${fmtAgo(j.last_checkpoint_at_ms)}`);
     else parts.push("no checkpoint yet");
     if (Array.isArray(j.partitions) && j.partitions.length) {
-      parts.push("partitions " + j.partitions.map((p) => `${p.partition} (lag ${fmtCount(p.lag)})`).join(", "));
+      // A job that re-keys owns partitions of each stage's topic: one group per topic.
+      const byTopic = new Map();
+      for (const p of j.partitions) {
+        const topic = p.topic || "";
+        if (!byTopic.has(topic)) byTopic.set(topic, []);
+        byTopic.get(topic).push(`${p.partition} (lag ${fmtCount(p.lag)})`);
+      }
+      const many = byTopic.size > 1;
+      for (const [topic, owned] of byTopic) {
+        parts.push((many ? `${topic} partitions ` : "partitions ") + owned.join(", "));
+      }
     }
     return parts.join(" · ");
   }
