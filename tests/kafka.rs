@@ -1140,6 +1140,48 @@ fn a_re_keying_job_started_over_counts_only_what_this_start_wrote_to_its_topic()
     );
 }
 
+/// Records a later stage has checkpointed past are deleted from its topic with Kafka's
+/// DeleteRecords; the test broker has no such request, and the stage says once that the
+/// topic is left to its retention, and goes on.
+#[test]
+fn a_stage_whose_brokers_cannot_delete_what_it_released_says_so_and_goes_on() {
+    let mut rng = Rng(seed());
+    let lines = lines_of_words(100, &mut rng);
+    let expected = running_counts(lines.iter().flat_map(|l| l.split(' ')));
+    let dir = tempfile::tempdir().expect("tempdir");
+    let broker = Broker::start(&[("lines", 4), ("counts", 1), (REPARTITION_TOPIC, 4)]);
+    produce_lines(&broker, &lines);
+    let job = rekeyed_word_count(dir.path(), &broker);
+    // It runs on after its input; each completed checkpoint is the only one retained, so
+    // each releases the input before it.
+    let text = std::fs::read_to_string(&job)
+        .expect("job file")
+        .replace("stop_at_end = true\n", "")
+        .replace("interval_ms = 200", "interval_ms = 200\nretain = 1");
+    std::fs::write(&job, text).expect("job file");
+    let mut member = weir_run(&job);
+    await_output(&broker, &expected, Duration::from_secs(60), "re-keyed");
+    let said = "cannot delete records the next stage has checkpointed past (DeleteRecords): \
+                the repartition topic is bounded by its retention only";
+    let started = Instant::now();
+    while !member.log().contains(said) {
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "no warning after a minute:\n{}",
+            member.log()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    // Once: the brokers cannot, and the stage does not ask again.
+    assert_eq!(member.log().matches(said).count(), 1, "{}", member.log());
+    assert!(
+        member.child.try_wait().expect("status").is_none(),
+        "the job goes on"
+    );
+    member.kill();
+    assert!(sorted_values(&broker.bootstrap, "counts") == expected);
+}
+
 #[test]
 fn a_repartition_topic_the_brokers_will_not_create_is_a_clear_refusal() {
     let mut rng = Rng(seed());

@@ -177,6 +177,12 @@ pub trait Source: Send {
     /// completed. A source that tells its input how far the job got (Kafka commits the
     /// offset to its consumer group) does it here; a restore never relies on it.
     fn checkpoint_completed(&mut self, _position: &SourcePosition) {}
+
+    /// Every checkpoint still retained resumes at or after `position` (a position this
+    /// source returned): no restore, not even a fallback past a damaged checkpoint, reads
+    /// the input before it again. A source whose input is the job's own (a repartition
+    /// topic) may delete it here.
+    fn input_released(&mut self, _position: &SourcePosition) {}
 }
 
 /// The checkpoint a job restores, as its sink sees it.

@@ -33,6 +33,7 @@
 //! never overlaps with them.
 
 mod origin;
+mod purge;
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -294,6 +295,8 @@ struct Shared {
     view: Arc<GroupView>,
     /// Which stage of the job this member runs, for `view`.
     place: Arc<StagePlace>,
+    /// A stage that reads a repartition topic deletes what its pipelines released.
+    purger: Option<Arc<purge::Purger>>,
 }
 
 impl Shared {
@@ -311,7 +314,14 @@ impl Shared {
                 }
             })
         };
-        let link = Arc::new(PartitionLink::new(Some(committer)));
+        let mut link = PartitionLink::new(Some(committer));
+        if let Some(purger) = &self.purger {
+            let purger = purger.clone();
+            link = link.with_purger(Arc::new(move |partition, offset| {
+                purger.purge(partition, offset);
+            }));
+        }
+        let link = Arc::new(link);
         let spec = partition_spec(
             &self.spec,
             InputPartition {
@@ -841,6 +851,10 @@ async fn run_stage(
         leaving: AtomicBool::new(false),
         view,
         place: Arc::new(place),
+        purger: kafka
+            .repartition_input
+            .is_some()
+            .then(|| Arc::new(purge::Purger::new(kafka, Handle::current()))),
     });
     let member = join_group(&shared).map_err(GroupError::Connect)?;
     let done = Arc::new(AtomicBool::new(false));

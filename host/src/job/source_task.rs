@@ -39,6 +39,9 @@ pub(super) struct SourceTask {
     pub(super) notifications: mpsc::UnboundedReceiver<Notification>,
     /// The positions of checkpoints acknowledged and not yet complete or aborted.
     pub(super) acked: std::collections::VecDeque<(CheckpointId, crate::connectors::SourcePosition)>,
+    /// This run's completed checkpoints still retained, oldest first, with their positions.
+    pub(super) retained:
+        std::collections::VecDeque<(CheckpointId, crate::connectors::SourcePosition)>,
     /// Acknowledgements to the coordinator: the source's position per barrier.
     pub(super) acks: UnboundedSender<Ack>,
     pub(super) metrics: Arc<JobMetrics>,
@@ -147,13 +150,31 @@ impl SourceTask {
     fn take_notifications(&mut self) {
         while let Ok(notification) = self.notifications.try_recv() {
             match notification {
-                Notification::Complete { completed, .. } => {
+                Notification::Complete {
+                    completed,
+                    earliest_retained,
+                } => {
                     let mut newest = None;
                     while self.acked.front().is_some_and(|(id, _)| *id <= completed) {
                         newest = self.acked.pop_front();
                     }
-                    if let Some((_, position)) = newest {
+                    if let Some((id, position)) = newest {
                         self.source.checkpoint_completed(&position);
+                        self.retained.push_back((id, position));
+                    }
+                    // The earliest retained checkpoint's position, if this run took it: the
+                    // input before it is read by no restore.
+                    while self
+                        .retained
+                        .front()
+                        .is_some_and(|(id, _)| *id < earliest_retained)
+                    {
+                        self.retained.pop_front();
+                    }
+                    if let Some((id, position)) = self.retained.front()
+                        && *id == earliest_retained
+                    {
+                        self.source.input_released(position);
                     }
                 }
                 Notification::Abort(id) => self.acked.retain(|(acked, _)| *acked != id),

@@ -46,6 +46,9 @@ pub(crate) type OffsetCommitter = Arc<dyn Fn(i32, i64) + Send + Sync>;
 /// offsets, and how far behind the partition's end it is.
 pub struct PartitionLink {
     committer: Option<OffsetCommitter>,
+    /// Deletes a repartition topic's records before an offset no retained checkpoint
+    /// reads again (`crate::group`).
+    purger: Option<OffsetCommitter>,
     /// The partition's end as last seen.
     high: AtomicI64,
     /// The offset of the next message the pipeline reads.
@@ -56,9 +59,17 @@ impl PartitionLink {
     pub fn new(committer: Option<OffsetCommitter>) -> Self {
         Self {
             committer,
+            purger: None,
             high: AtomicI64::new(-1),
             next: AtomicI64::new(-1),
         }
+    }
+
+    /// The same, deleting the records before offsets the pipeline releases.
+    #[must_use]
+    pub(crate) fn with_purger(mut self, purger: OffsetCommitter) -> Self {
+        self.purger = Some(purger);
+        self
     }
 
     /// The offset of the next message the pipeline reads, once it has started reading.
@@ -557,6 +568,19 @@ impl Source for PartitionSource {
         }) = serde_json::from_value::<PartitionPosition>(position.clone())
         {
             committer(self.partition, offset);
+        }
+    }
+
+    fn input_released(&mut self, position: &SourcePosition) {
+        let Some(purger) = &self.link.purger else {
+            return;
+        };
+        if let Ok(PartitionPosition {
+            offset: Some(offset),
+            ..
+        }) = serde_json::from_value::<PartitionPosition>(position.clone())
+        {
+            purger(self.partition, offset);
         }
     }
 }
