@@ -1220,8 +1220,20 @@ fn a_repartition_topic_the_brokers_will_not_create_is_a_clear_refusal() {
 /// topic, and so does event time, as the markers of every upstream pipeline.
 #[test]
 fn windows_after_a_re_key_fire_on_the_watermarks_that_cross_the_repartition_topic() {
+    windows_after_a_re_key(false);
+}
+
+/// The same with a fourth input partition that never gets a click: its pipeline goes idle,
+/// says so to the next stage, and holds no window back.
+#[test]
+fn windows_after_a_re_key_fire_while_an_upstream_partition_is_idle() {
+    windows_after_a_re_key(true);
+}
+
+fn windows_after_a_re_key(idle_partition: bool) {
     const TOPIC: &str = "weir.rekeyed-windows.pages.repartition";
-    let broker = Broker::start(&[("clicks", 3), ("counts", 1), (TOPIC, 3)]);
+    let inputs = if idle_partition { 4 } else { 3 };
+    let broker = Broker::start(&[("clicks", inputs), ("counts", 1), (TOPIC, inputs)]);
     let dir = tempfile::tempdir().expect("tempdir");
     let pages = ["/", "/docs", "/blog", "/about", "/pricing"];
     let start = 1_764_633_600_000_i64;
@@ -1238,7 +1250,17 @@ fn windows_after_a_re_key_fire_on_the_watermarks_that_cross_the_repartition_topi
         .iter()
         .map(|(user, value, ts)| (Some(user.as_str()), value.as_str(), Some(*ts)))
         .collect();
-    support::kafka::produce_timed(&broker.bootstrap, "clicks", &records);
+    if idle_partition {
+        // Partitions 0 to 2 only.
+        produce_to_partitions(&broker.bootstrap, "clicks", &records, 3);
+    } else {
+        support::kafka::produce_timed(&broker.bootstrap, "clicks", &records);
+    }
+    let idle = if idle_partition {
+        ", idle_ms = 1000"
+    } else {
+        ""
+    };
     let text = format!(
         r#"
 [job]
@@ -1253,7 +1275,7 @@ brokers = "{brokers}"
 topic = "clicks"
 group_id = "rekeyed-windows"
 format = "json"
-watermark = {{ max_out_of_order_ms = 1000 }}
+watermark = {{ max_out_of_order_ms = 1000{idle} }}
 
 [[operators]]
 name = "pages"
@@ -1325,6 +1347,44 @@ config = {{ size_ms = 60000, allowed_lateness_ms = 0 }}
         std::thread::sleep(Duration::from_millis(300));
     }
     terminate(member);
+}
+
+/// Sends `records` (key, value, timestamp) to partitions `0..partitions` of `topic` in turn.
+fn produce_to_partitions(
+    bootstrap: &str,
+    topic: &str,
+    records: &[(Option<&str>, &str, Option<i64>)],
+    partitions: i32,
+) {
+    use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+    let producer: BaseProducer = rdkafka::ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .set("linger.ms", "5")
+        .create()
+        .expect("producer");
+    for (i, &(key, value, timestamp)) in records.iter().enumerate() {
+        let mut record = BaseRecord::<str, str>::to(topic)
+            .payload(value)
+            .partition(i as i32 % partitions);
+        if let Some(key) = key {
+            record = record.key(key);
+        }
+        if let Some(timestamp) = timestamp {
+            record = record.timestamp(timestamp);
+        }
+        loop {
+            match producer.send(record) {
+                Ok(()) => break,
+                Err((_, back)) => {
+                    producer.poll(Duration::from_millis(10));
+                    record = back;
+                }
+            }
+        }
+    }
+    producer
+        .flush(Duration::from_secs(30))
+        .expect("every record acknowledged");
 }
 
 /// The re-keyed word count (tokenize, a repartition topic, count) in one process that reads

@@ -34,6 +34,10 @@ impl Sink for LeasedSink {
         self.inner.watermark(at);
     }
 
+    fn idle(&mut self, idle: bool) {
+        self.inner.idle(idle);
+    }
+
     fn stage(&mut self, checkpoint: CheckpointId) -> Result<Option<SinkPosition>, ConnectorError> {
         self.check()?;
         self.inner.stage(checkpoint)

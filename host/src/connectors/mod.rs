@@ -207,6 +207,11 @@ pub trait Sink: Send {
     /// repartition topic, DESIGN.md §12.1) keeps it for its next `stage`; others ignore it.
     fn watermark(&mut self, _at: i64) {}
 
+    /// Every input of the sink went idle (`true`: no event time comes until one is active
+    /// again) or one is active again (`false`). A sink that passes event time on says so;
+    /// others ignore it.
+    fn idle(&mut self, _idle: bool) {}
+
     /// Makes everything written since the previous `stage` durable as the output of
     /// `checkpoint`, without making it visible. Returns what the checkpoint records of the
     /// output it covers, if the sink keeps anything.

@@ -81,8 +81,9 @@ impl SinkTask {
                 Event::Watermark(WatermarkChange::Advanced(at)) => {
                     self.outputs.sink.watermark(at);
                 }
-                Event::Watermark(WatermarkChange::Idle | WatermarkChange::Active)
-                | Event::Deadline => {}
+                Event::Watermark(WatermarkChange::Idle) => self.outputs.sink.idle(true),
+                Event::Watermark(WatermarkChange::Active) => self.outputs.sink.idle(false),
+                Event::Deadline => {}
             }
         }
     }

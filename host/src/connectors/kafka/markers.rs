@@ -8,13 +8,17 @@
 //! checkpoint's records, so it is published exactly once as they are, and after them, so no
 //! record of that writer that precedes it in the partition is later than it says.
 //!
+//! A writer whose input went idle says so in a marker, and again when it is active: an idle
+//! writer holds no one back, as an idle input inside a pipeline (`job::watermarks`).
+//!
 //! A downstream partition counts the writers' markers it has read: its watermark is the least
-//! over the writers that have not ended, once it has heard from all of them (a writer it has
-//! not heard from may still send anything), and its input ends once every writer has ended.
+//! over the writers that have neither ended nor gone idle, once it has heard from all of them
+//! (a writer it has not heard from may still send anything), and its input ends once every
+//! writer has ended.
 //! What it has counted is part of its checkpointed position, since a restore resumes after
 //! the markers it read.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use serde::{Deserialize, Serialize};
 
@@ -34,6 +38,9 @@ pub(crate) struct Marker {
     /// No record this writer sends after the marker has a timestamp at or before this;
     /// `i64::MAX` once the writer has ended.
     pub(crate) watermark: i64,
+    /// The writer's input is idle: until its next marker, it holds no one back.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub(crate) idle: bool,
 }
 
 impl Marker {
@@ -44,6 +51,7 @@ impl Marker {
             writer,
             writers,
             watermark: END,
+            idle: false,
         }
     }
 
@@ -63,6 +71,9 @@ pub(crate) struct Writers {
     count: Option<u32>,
     /// Each writer's latest watermark, by writer.
     watermarks: BTreeMap<u32, i64>,
+    /// The writers whose latest marker says they are idle.
+    #[serde(default, skip_serializing_if = "BTreeSet::is_empty")]
+    idle: BTreeSet<u32>,
 }
 
 impl Writers {
@@ -87,6 +98,11 @@ impl Writers {
         }
         let at = self.watermarks.entry(marker.writer).or_insert(i64::MIN);
         *at = (*at).max(marker.watermark);
+        if marker.idle {
+            self.idle.insert(marker.writer);
+        } else {
+            self.idle.remove(&marker.writer);
+        }
         Ok(())
     }
 
@@ -97,14 +113,30 @@ impl Writers {
         })
     }
 
-    /// The partition's watermark: the least over the writers still writing, once every writer
-    /// has been heard from; `i64::MAX` once all have ended.
+    /// The partition's watermark, once every writer has been heard from: the least over the
+    /// writers still writing and not idle; while all of those are idle, the most any of
+    /// them reached (as Flink's inputs do when all are idle: none is writing, so none holds
+    /// the others back); `i64::MAX` once all have ended.
     pub(crate) fn watermark(&self) -> Option<i64> {
         let count = self.count?;
         if self.watermarks.len() < count as usize {
             return None;
         }
-        Some(self.watermarks.values().copied().min().unwrap_or(END))
+        if self.all_ended() {
+            return Some(END);
+        }
+        let writing = self.watermarks.iter().filter(|(_, at)| **at != END);
+        let active = writing
+            .clone()
+            .filter(|(writer, _)| !self.idle.contains(writer))
+            .map(|(_, at)| *at)
+            .min();
+        active.or_else(|| {
+            writing
+                .map(|(_, at)| *at)
+                .max()
+                .filter(|at| *at != i64::MIN)
+        })
     }
 }
 
@@ -117,6 +149,7 @@ mod tests {
             writer,
             writers: 3,
             watermark,
+            idle: false,
         }
     }
 
@@ -164,6 +197,45 @@ mod tests {
     }
 
     #[test]
+    fn an_idle_writer_holds_no_one_back_until_it_writes_again() {
+        let idle = |writer, watermark| Marker {
+            idle: true,
+            ..at(writer, watermark)
+        };
+        let mut writers = Writers::default();
+        for marker in [at(0, 100), at(1, 70), idle(2, i64::MIN)] {
+            writers.observe(marker).expect("a marker of the 3 writers");
+        }
+        assert_eq!(
+            writers.watermark(),
+            Some(70),
+            "writer 2 never wrote, and is idle"
+        );
+        writers.observe(idle(1, 70)).expect("a marker");
+        assert_eq!(writers.watermark(), Some(100));
+        writers.observe(idle(0, 100)).expect("a marker");
+        assert_eq!(
+            writers.watermark(),
+            Some(100),
+            "every writer is idle: none holds the others back"
+        );
+        writers.observe(at(2, 20)).expect("a marker");
+        assert_eq!(writers.watermark(), Some(20), "writer 2 writes again");
+        // Idleness is part of the checkpointed position.
+        let restored: Writers =
+            serde_json::from_value(serde_json::to_value(&writers).expect("to JSON"))
+                .expect("from JSON");
+        assert_eq!(restored, writers);
+        writers.observe(Marker::end(2, 3)).expect("a marker");
+        assert_eq!(writers.watermark(), Some(100), "the others are idle");
+        let mut never = Writers::default();
+        for marker in [idle(0, i64::MIN), idle(1, i64::MIN), idle(2, i64::MIN)] {
+            never.observe(marker).expect("a marker");
+        }
+        assert_eq!(never.watermark(), None, "no writer had a watermark");
+    }
+
+    #[test]
     fn markers_round_trip_and_inconsistent_ones_are_refused() {
         let marker = at(1, -5);
         assert_eq!(Marker::decode(&marker.encode()), Ok(marker));
@@ -176,6 +248,7 @@ mod tests {
             writer: 0,
             writers: 4,
             watermark: 1,
+            idle: false,
         };
         assert!(writers.observe(other_job).is_err());
         assert!(writers.observe(at(3, 1)).is_err(), "writer 3 of 3");

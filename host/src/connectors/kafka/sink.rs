@@ -108,6 +108,9 @@ struct Repartition {
     watermark: Option<i64>,
     /// The watermark the last markers said.
     said: Option<i64>,
+    /// Whether the job's input is idle now, and whether the last markers said it was.
+    idle: bool,
+    said_idle: bool,
 }
 
 impl Repartition {
@@ -117,6 +120,8 @@ impl Repartition {
             groups: KeyGroups::new(write.partitions),
             watermark: None,
             said: None,
+            idle: false,
+            said_idle: false,
         }
     }
 
@@ -144,18 +149,27 @@ impl Repartition {
         (partition, new_key)
     }
 
-    /// The markers due at a checkpoint: one per partition if the watermark moved.
+    /// The markers due at a checkpoint: one per partition if the watermark moved, or the
+    /// input went idle or active since the last.
     fn due_markers(&mut self) -> Option<Vec<u8>> {
-        let watermark = self.watermark?;
-        if self.said.is_some_and(|said| said >= watermark) {
+        let moved = self
+            .watermark
+            .is_some_and(|w| self.said.is_none_or(|said| said < w));
+        // An idle writer that never had a watermark still says so: the next stage waits to
+        // hear from every writer.
+        let idle_changed = self.idle != self.said_idle;
+        if !moved && !idle_changed {
             return None;
         }
+        let watermark = self.watermark.unwrap_or(i64::MIN);
         self.said = Some(watermark);
+        self.said_idle = self.idle;
         Some(
             Marker {
                 writer: self.write.writer,
                 writers: self.write.writers,
                 watermark,
+                idle: self.idle,
             }
             .encode(),
         )
@@ -593,6 +607,14 @@ impl Sink for KafkaSink {
     fn watermark(&mut self, at: i64) {
         if let Some(repartition) = &mut self.repartition {
             repartition.watermark = Some(repartition.watermark.map_or(at, |w| w.max(at)));
+            // A watermark comes from an active input.
+            repartition.idle = false;
+        }
+    }
+
+    fn idle(&mut self, idle: bool) {
+        if let Some(repartition) = &mut self.repartition {
+            repartition.idle = idle;
         }
     }
 
@@ -943,10 +965,19 @@ mod tests {
             Ok(Marker {
                 writer: 1,
                 writers: 2,
-                watermark: 10
+                watermark: 10,
+                idle: false,
             })
         );
         assert_eq!(repartition.due_markers(), None, "said already");
+        // Going idle is said once, and so is being active again.
+        repartition.idle = true;
+        let idle = repartition.due_markers().expect("gone idle");
+        assert!(Marker::decode(&idle).is_ok_and(|m| m.idle && m.watermark == 10));
+        assert_eq!(repartition.due_markers(), None, "said already");
+        repartition.idle = false;
+        let active = repartition.due_markers().expect("active again");
+        assert!(Marker::decode(&active).is_ok_and(|m| !m.idle));
         repartition.watermark = Some(i64::MAX);
         let end = repartition.due_markers().expect("the end");
         assert_eq!(Marker::decode(&end), Ok(Marker::end(1, 2)));
