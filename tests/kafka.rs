@@ -1349,6 +1349,82 @@ config = {{ size_ms = 60000, allowed_lateness_ms = 0 }}
     terminate(member);
 }
 
+/// A one-partition input re-keyed into four partitions, on one process and then two: the
+/// second gets none of the input but half of the repartition topic, moved to it from the
+/// first by a rebalance while both run; each word's count stays whole and exactly once.
+#[test]
+fn a_process_given_only_later_stage_partitions_takes_them_over_in_a_rebalance() {
+    let seed = seed();
+    let mut rng = Rng(seed);
+    let broker = Broker::start(&[("lines", 1), ("counts", 1), (REPARTITION_TOPIC, 4)]);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let job = rekeyed_word_count(dir.path(), &broker);
+    let text = std::fs::read_to_string(&job)
+        .expect("job file")
+        .replace("stop_at_end = true\n", "")
+        .replace(
+            "parallelism = 2\nkey_by = \"key\"\n",
+            "parallelism = 2\nkey_by = \"key\"\nrepartition = { partitions = 4 }\n",
+        );
+    std::fs::write(&job, text).expect("job file");
+    let mut input = lines_of_words(300, &mut rng);
+    produce_lines(&broker, &input);
+    let first = weir_run(&job);
+    let expected = running_counts(input.iter().flat_map(|l| l.split(' ')));
+    await_output(&broker, &expected, Duration::from_secs(60), "one process");
+
+    let second = weir_run(&job);
+    let topic_line = |member: &Member, topic: &str| -> Option<Vec<i32>> {
+        let prefix = "weir: this process owns partitions [";
+        let suffix = format!("] of `{topic}`");
+        member.log().lines().rev().find_map(|line| {
+            let list = line.strip_prefix(prefix)?.strip_suffix(suffix.as_str())?;
+            Some(
+                list.split(", ")
+                    .filter(|p| !p.is_empty())
+                    .map(|p| p.parse().expect("a partition"))
+                    .collect(),
+            )
+        })
+    };
+    let started = Instant::now();
+    loop {
+        let (a, b) = (
+            topic_line(&first, REPARTITION_TOPIC).unwrap_or_default(),
+            topic_line(&second, REPARTITION_TOPIC).unwrap_or_default(),
+        );
+        if !a.is_empty() && !b.is_empty() && a.len() + b.len() == 4 {
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "the repartition topic is not shared after a minute (seed {seed}):\n{}\n---\n{}",
+            first.log(),
+            second.log()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert_eq!(
+        topic_line(&second, "lines"),
+        Some(Vec::new()),
+        "the second process owns no input partition:\n{}",
+        second.log()
+    );
+    let more = lines_of_words(300, &mut rng);
+    produce_lines(&broker, &more);
+    input.extend(more);
+    let expected = running_counts(input.iter().flat_map(|l| l.split(' ')));
+    await_output(
+        &broker,
+        &expected,
+        Duration::from_secs(60),
+        &format!("two processes (seed {seed})"),
+    );
+    for member in [first, second] {
+        terminate(member);
+    }
+}
+
 /// Sends `records` (key, value, timestamp) to partitions `0..partitions` of `topic` in turn.
 fn produce_to_partitions(
     bootstrap: &str,
