@@ -987,6 +987,23 @@ fn a_served_job_that_re_keys_shows_each_stage_s_partitions_and_lag() {
             "no {line:?} in\n{metrics}"
         );
     }
+    // The console's graph: the counter is reached through the topic, and the nodes count
+    // the pipelines of both stages, each once.
+    let (status, graph) = host.get(
+        &format!("/v1/jobs/{id}/graph"),
+        Some(&format!("Bearer {TOKEN}")),
+    );
+    assert_eq!(status, 200, "{graph}");
+    let graph: serde_json::Value = serde_json::from_str(&graph).expect("JSON");
+    assert_eq!(
+        graph["nodes"][2]["detail"],
+        format!("keyed by the record key, through topic {REPARTITION_TOPIC}"),
+        "{graph}"
+    );
+    let figures = |node: usize, field: &str| graph["nodes"][node][field].clone();
+    assert_eq!(figures(0, "records_out"), lines.len() as u64, "{graph}");
+    assert_eq!(figures(2, "records_in"), expected.len() as u64, "{graph}");
+    assert_eq!(figures(3, "records_in"), expected.len() as u64, "{graph}");
     let out = host.weir(&["cancel", &id], Some(TOKEN));
     assert!(out.status.success(), "{}", stderr(&out));
     assert_eq!(host.wait(&id)["status"], "cancelled");

@@ -120,10 +120,18 @@ pub(crate) fn describe(spec: &JobSpec) -> Vec<String> {
             format!("generator: {records} records over {keys} keys")
         }
     }];
-    nodes.extend(spec.operators.iter().map(|o| match &o.key_by {
-        Some(KeyBy::RecordKey) => "keyed by the record key".to_owned(),
-        Some(KeyBy::JsonPointer(pointer)) => format!("keyed by {pointer}"),
-        None => "not keyed".to_owned(),
+    // A Kafka job that re-keys reaches an operator through the topic between two stages.
+    let plan = crate::job::stages::StagePlan::of(spec);
+    nodes.extend(spec.operators.iter().map(|o| {
+        let keyed = match &o.key_by {
+            Some(KeyBy::RecordKey) => "keyed by the record key".to_owned(),
+            Some(KeyBy::JsonPointer(pointer)) => format!("keyed by {pointer}"),
+            None => "not keyed".to_owned(),
+        };
+        match plan.topics().find(|t| t.operator == o.name) {
+            Some(t) => format!("{keyed}, through topic {}", t.topic),
+            None => keyed,
+        }
     }));
     nodes.push(match &spec.sink {
         SinkSpec::Stdout => "standard output".to_owned(),
