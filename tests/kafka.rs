@@ -922,15 +922,13 @@ fn a_served_job_that_re_keys_shows_each_stage_s_partitions_and_lag() {
     let mut rng = Rng(seed());
     let lines = lines_of_words(200, &mut rng);
     let expected = running_counts(lines.iter().flat_map(|l| l.split(' ')));
-    let broker = Broker::start(&[("lines", 4), ("counts", 1), (REPARTITION_TOPIC, 4)]);
-    let dir = tempfile::tempdir().expect("tempdir");
-    produce_lines(&broker, &lines);
-    let job = rekeyed_word_count(dir.path(), &broker);
+    let Rekeyed {
+        broker,
+        job,
+        dir: _dir,
+    } = Rekeyed::new(&lines);
     // Served, it runs until cancelled.
-    let text = std::fs::read_to_string(&job)
-        .expect("job file")
-        .replace("stop_at_end = true\n", "");
-    std::fs::write(&job, text).expect("job file");
+    edit_job(&job, &[("stop_at_end = true\n", "")]);
     let data = tempfile::tempdir().expect("data");
     let host = Host::start(data.path());
     let out = host.weir(&["submit", &job, "--json"], Some(TOKEN));
@@ -1049,6 +1047,34 @@ component = {tokenizer}
     write_job(dir, &text).to_str().expect("utf-8").to_owned()
 }
 
+/// A re-keyed word count on a broker of its own: the topic `lines` (4 partitions) holding
+/// the given lines, `counts`, and the repartition topic between; the job file in `dir`.
+struct Rekeyed {
+    broker: Broker,
+    dir: tempfile::TempDir,
+    job: String,
+}
+
+impl Rekeyed {
+    fn new(lines: &[String]) -> Self {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let broker = Broker::start(&[("lines", 4), ("counts", 1), (REPARTITION_TOPIC, 4)]);
+        produce_lines(&broker, lines);
+        let job = rekeyed_word_count(dir.path(), &broker);
+        Self { broker, dir, job }
+    }
+}
+
+/// Rewrites the job file `job`, replacing each `from` with its `to` in turn.
+fn edit_job(job: &str, edits: &[(&str, &str)]) {
+    let mut text = std::fs::read_to_string(job).expect("job file");
+    for (from, to) in edits {
+        assert!(text.contains(from), "no {from:?} in the job file");
+        text = text.replace(from, to);
+    }
+    std::fs::write(job, text).expect("job file");
+}
+
 /// Lines of words, unkeyed, so that the producer spreads them over the partitions.
 fn lines_of_words(count: usize, rng: &mut Rng) -> Vec<String> {
     (0..count).map(|_| words(5, 40, rng).join(" ")).collect()
@@ -1096,10 +1122,11 @@ fn a_job_that_re_keys_counts_each_word_whole_through_a_repartition_topic() {
     assert!(store.join("rekeyed.stage-1").is_dir(), "{log}");
 
     // Two processes share both stages' partitions, with the same answer.
-    let dir = tempfile::tempdir().expect("tempdir");
-    let broker = Broker::start(&[("lines", 4), ("counts", 1), (REPARTITION_TOPIC, 4)]);
-    produce_lines(&broker, &lines);
-    let job = rekeyed_word_count(dir.path(), &broker);
+    let Rekeyed {
+        broker,
+        job,
+        dir: _dir,
+    } = Rekeyed::new(&lines);
     let (a, b) = (weir_run(&job), weir_run(&job));
     for member in [a, b] {
         let (status, log) = member.finish();
@@ -1119,10 +1146,7 @@ fn a_re_keying_job_started_over_counts_only_what_this_start_wrote_to_its_topic()
     let mut rng = Rng(seed());
     let lines = lines_of_words(200, &mut rng);
     let expected = running_counts(lines.iter().flat_map(|l| l.split(' ')));
-    let dir = tempfile::tempdir().expect("tempdir");
-    let broker = Broker::start(&[("lines", 4), ("counts", 1), (REPARTITION_TOPIC, 4)]);
-    produce_lines(&broker, &lines);
-    let job = rekeyed_word_count(dir.path(), &broker);
+    let Rekeyed { broker, job, dir } = Rekeyed::new(&lines);
     let (status, log) = weir_run(&job).finish();
     assert!(status.success(), "weir failed: {log}");
     assert!(sorted_values(&broker.bootstrap, "counts") == expected);
@@ -1165,17 +1189,20 @@ fn a_stage_whose_brokers_cannot_delete_what_it_released_says_so_and_goes_on() {
     let mut rng = Rng(seed());
     let lines = lines_of_words(100, &mut rng);
     let expected = running_counts(lines.iter().flat_map(|l| l.split(' ')));
-    let dir = tempfile::tempdir().expect("tempdir");
-    let broker = Broker::start(&[("lines", 4), ("counts", 1), (REPARTITION_TOPIC, 4)]);
-    produce_lines(&broker, &lines);
-    let job = rekeyed_word_count(dir.path(), &broker);
+    let Rekeyed {
+        broker,
+        job,
+        dir: _dir,
+    } = Rekeyed::new(&lines);
     // It runs on after its input; each completed checkpoint is the only one retained, so
     // each releases the input before it.
-    let text = std::fs::read_to_string(&job)
-        .expect("job file")
-        .replace("stop_at_end = true\n", "")
-        .replace("interval_ms = 200", "interval_ms = 200\nretain = 1");
-    std::fs::write(&job, text).expect("job file");
+    edit_job(
+        &job,
+        &[
+            ("stop_at_end = true\n", ""),
+            ("interval_ms = 200", "interval_ms = 200\nretain = 1"),
+        ],
+    );
     let mut member = weir_run(&job);
     await_output(&broker, &expected, Duration::from_secs(60), "re-keyed");
     let said = "cannot delete records the next stage has checkpointed past (DeleteRecords): \
@@ -1269,7 +1296,7 @@ fn windows_after_a_re_key(idle_partition: bool) {
         .collect();
     if idle_partition {
         // Partitions 0 to 2 only.
-        produce_to_partitions(&broker.bootstrap, "clicks", &records, 3);
+        support::kafka::produce_round_robin(&broker.bootstrap, "clicks", &records, 3);
     } else {
         support::kafka::produce_timed(&broker.bootstrap, "clicks", &records);
     }
@@ -1376,14 +1403,16 @@ fn a_process_given_only_later_stage_partitions_takes_them_over_in_a_rebalance() 
     let broker = Broker::start(&[("lines", 1), ("counts", 1), (REPARTITION_TOPIC, 4)]);
     let dir = tempfile::tempdir().expect("tempdir");
     let job = rekeyed_word_count(dir.path(), &broker);
-    let text = std::fs::read_to_string(&job)
-        .expect("job file")
-        .replace("stop_at_end = true\n", "")
-        .replace(
-            "parallelism = 2\nkey_by = \"key\"\n",
-            "parallelism = 2\nkey_by = \"key\"\nrepartition = { partitions = 4 }\n",
-        );
-    std::fs::write(&job, text).expect("job file");
+    edit_job(
+        &job,
+        &[
+            ("stop_at_end = true\n", ""),
+            (
+                "parallelism = 2\nkey_by = \"key\"\n",
+                "parallelism = 2\nkey_by = \"key\"\nrepartition = { partitions = 4 }\n",
+            ),
+        ],
+    );
     let mut input = lines_of_words(300, &mut rng);
     produce_lines(&broker, &input);
     let first = weir_run(&job);
@@ -1442,44 +1471,6 @@ fn a_process_given_only_later_stage_partitions_takes_them_over_in_a_rebalance() 
     }
 }
 
-/// Sends `records` (key, value, timestamp) to partitions `0..partitions` of `topic` in turn.
-fn produce_to_partitions(
-    bootstrap: &str,
-    topic: &str,
-    records: &[(Option<&str>, &str, Option<i64>)],
-    partitions: i32,
-) {
-    use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
-    let producer: BaseProducer = rdkafka::ClientConfig::new()
-        .set("bootstrap.servers", bootstrap)
-        .set("linger.ms", "5")
-        .create()
-        .expect("producer");
-    for (i, &(key, value, timestamp)) in records.iter().enumerate() {
-        let mut record = BaseRecord::<str, str>::to(topic)
-            .payload(value)
-            .partition(i as i32 % partitions);
-        if let Some(key) = key {
-            record = record.key(key);
-        }
-        if let Some(timestamp) = timestamp {
-            record = record.timestamp(timestamp);
-        }
-        loop {
-            match producer.send(record) {
-                Ok(()) => break,
-                Err((_, back)) => {
-                    producer.poll(Duration::from_millis(10));
-                    record = back;
-                }
-            }
-        }
-    }
-    producer
-        .flush(Duration::from_secs(30))
-        .expect("every record acknowledged");
-}
-
 /// The re-keyed word count (tokenize, a repartition topic, count) in one process that reads
 /// every partition, SIGKILLed at random instants while lines come: a kill lands in either
 /// stage, between a stage's checkpoint and its publishing, or in the middle of either. After
@@ -1487,40 +1478,16 @@ fn produce_to_partitions(
 /// end exactly them, as one uninterrupted run gives.
 #[test]
 fn a_re_keyed_word_count_killed_at_random_instants_ends_exactly_once() {
-    const KILLS: usize = 6;
-    let seed = seed();
-    let mut rng = Rng(seed);
-    let broker = Broker::start(&[("lines", 4), ("counts", 1), (REPARTITION_TOPIC, 4)]);
-    let dir = tempfile::tempdir().expect("tempdir");
-    let job = rekeyed_word_count(dir.path(), &broker);
-    let text = std::fs::read_to_string(&job)
-        .expect("job file")
-        .replace("stop_at_end = true", "assignment = \"all\"");
-    std::fs::write(&job, text).expect("job file");
-    let mut input: Vec<String> = Vec::new();
-    let mut child = weir_run(&job);
-    for kill in 0..KILLS {
-        let chunk = lines_of_words(2_000, &mut rng);
-        produce_lines(&broker, &chunk);
-        input.extend(chunk);
-        std::thread::sleep(Duration::from_millis(200 + rng.below(1_200)));
-        if child.child.try_wait().expect("poll").is_some() {
-            let (status, log) = child.finish();
-            panic!("a run ended by itself ({status}): {log}");
-        }
-        child.kill();
-        let expected = running_counts(input.iter().flat_map(|l| l.split(' ')));
-        nothing_beyond(&sorted_values(&broker.bootstrap, "counts"), &expected, kill);
-        child = weir_run(&job);
-    }
-    let expected = running_counts(input.iter().flat_map(|l| l.split(' ')));
-    await_output(
-        &broker,
-        &expected,
-        Duration::from_secs(90),
-        &format!("after {KILLS} kills (seed {seed})"),
-    );
-    terminate(child);
+    let one = KillLoop {
+        processes: 1,
+        kills: 6,
+        lines: 2_000,
+        pause_ms: (200, 1_200),
+        // One process reads every partition, with no group to wait for.
+        edit: ("stop_at_end = true", "assignment = \"all\""),
+        within: Duration::from_secs(90),
+    };
+    one.run();
 }
 
 /// The same over three processes of one group, each running both stages on the partitions it
@@ -1528,42 +1495,73 @@ fn a_re_keyed_word_count_killed_at_random_instants_ends_exactly_once() {
 /// lines come; the others take its partitions of either stage over when its session ends.
 #[test]
 fn a_re_keyed_word_count_over_three_processes_killed_in_turn_ends_exactly_once() {
-    const KILLS: usize = 4;
-    let seed = seed();
-    let mut rng = Rng(seed);
-    let broker = Broker::start(&[("lines", 4), ("counts", 1), (REPARTITION_TOPIC, 4)]);
-    let dir = tempfile::tempdir().expect("tempdir");
-    let job = rekeyed_word_count(dir.path(), &broker);
-    let text = std::fs::read_to_string(&job)
-        .expect("job file")
-        .replace("stop_at_end = true\n", "");
-    std::fs::write(&job, text).expect("job file");
-    let mut input: Vec<String> = Vec::new();
-    let mut members: Vec<Member> = (0..3).map(|_| weir_run(&job)).collect();
-    for kill in 0..KILLS {
-        let chunk = lines_of_words(1_500, &mut rng);
-        produce_lines(&broker, &chunk);
-        input.extend(chunk);
-        std::thread::sleep(Duration::from_millis(500 + rng.below(2_000)));
-        let victim = rng.below(3) as usize;
-        for member in &mut members {
-            if member.child.try_wait().expect("poll").is_some() {
-                panic!("a run ended by itself: {}", member.log());
+    let three = KillLoop {
+        processes: 3,
+        kills: 4,
+        lines: 1_500,
+        pause_ms: (500, 2_000),
+        edit: ("stop_at_end = true\n", ""),
+        within: Duration::from_secs(120),
+    };
+    three.run();
+}
+
+/// A re-keyed word count run by `processes` processes while lines come, `lines` at a time:
+/// after each chunk, a pause of `pause_ms.0` plus up to `pause_ms.1` ms, then one process
+/// chosen at random is SIGKILLed and started again, `kills` times. After each kill the
+/// output holds nothing beyond the running counts of the input so far; in the end (within
+/// `within`) exactly them.
+struct KillLoop {
+    processes: usize,
+    kills: usize,
+    lines: usize,
+    pause_ms: (u64, u64),
+    /// How the job file differs from the one that stops at the end of its input.
+    edit: (&'static str, &'static str),
+    within: Duration,
+}
+
+impl KillLoop {
+    fn run(&self) {
+        let seed = seed();
+        let mut rng = Rng(seed);
+        let Rekeyed {
+            broker,
+            job,
+            dir: _dir,
+        } = Rekeyed::new(&[]);
+        edit_job(&job, &[self.edit]);
+        let mut input: Vec<String> = Vec::new();
+        let mut members: Vec<Member> = (0..self.processes).map(|_| weir_run(&job)).collect();
+        for kill in 0..self.kills {
+            let chunk = lines_of_words(self.lines, &mut rng);
+            produce_lines(&broker, &chunk);
+            input.extend(chunk);
+            let pause = self.pause_ms.0 + rng.below(self.pause_ms.1);
+            std::thread::sleep(Duration::from_millis(pause));
+            for member in &mut members {
+                if member.child.try_wait().expect("poll").is_some() {
+                    panic!("a run ended by itself: {}", member.log());
+                }
             }
+            let victim = rng.below(self.processes as u64) as usize;
+            members[victim].kill();
+            let expected = running_counts(input.iter().flat_map(|l| l.split(' ')));
+            nothing_beyond(&sorted_values(&broker.bootstrap, "counts"), &expected, kill);
+            members[victim] = weir_run(&job);
         }
-        members[victim].kill();
         let expected = running_counts(input.iter().flat_map(|l| l.split(' ')));
-        nothing_beyond(&sorted_values(&broker.bootstrap, "counts"), &expected, kill);
-        members[victim] = weir_run(&job);
-    }
-    let expected = running_counts(input.iter().flat_map(|l| l.split(' ')));
-    await_output(
-        &broker,
-        &expected,
-        Duration::from_secs(120),
-        &format!("after {KILLS} kills over 3 processes (seed {seed})"),
-    );
-    for member in members {
-        terminate(member);
+        await_output(
+            &broker,
+            &expected,
+            self.within,
+            &format!(
+                "after {} kills over {} processes (seed {seed})",
+                self.kills, self.processes
+            ),
+        );
+        for member in members {
+            terminate(member);
+        }
     }
 }

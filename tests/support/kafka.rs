@@ -75,14 +75,39 @@ pub fn produce(bootstrap: &str, topic: &str, records: &[(Option<&str>, &str)]) {
 
 /// Produces `(key, value, timestamp)` records: the timestamp, if any, is the message's.
 pub fn produce_timed(bootstrap: &str, topic: &str, records: &[(Option<&str>, &str, Option<i64>)]) {
+    send(bootstrap, topic, records, None);
+}
+
+/// The same, to partitions `0..partitions` in turn whatever the keys (some partitions of a
+/// topic may then get nothing).
+pub fn produce_round_robin(
+    bootstrap: &str,
+    topic: &str,
+    records: &[(Option<&str>, &str, Option<i64>)],
+    partitions: i32,
+) {
+    send(bootstrap, topic, records, Some(partitions));
+}
+
+/// Sends `records` (key, value, timestamp) to `topic`, partitioned by key, or `round_robin`
+/// over that many partitions, and waits until the broker has them all.
+fn send(
+    bootstrap: &str,
+    topic: &str,
+    records: &[(Option<&str>, &str, Option<i64>)],
+    round_robin: Option<i32>,
+) {
     let producer: BaseProducer = ClientConfig::new()
         .set("bootstrap.servers", bootstrap)
         .set("partitioner", "murmur2_random")
         .set("linger.ms", "5")
         .create()
         .expect("producer");
-    for &(key, value, timestamp) in records {
+    for (i, &(key, value, timestamp)) in records.iter().enumerate() {
         let mut record = BaseRecord::<str, str>::to(topic).payload(value);
+        if let Some(partitions) = round_robin {
+            record = record.partition(i as i32 % partitions);
+        }
         if let Some(key) = key {
             record = record.key(key);
         }

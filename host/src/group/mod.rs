@@ -578,17 +578,22 @@ pub fn check_topic(kafka: &KafkaSourceSpec) -> Result<usize, ConnectorError> {
     })
 }
 
-/// The partition count of `topic` on the brokers of `kafka`; `None` if it does not exist. A
-/// consumer asks, which never has the brokers create a topic by asking for it.
-fn partition_count(kafka: &KafkaSourceSpec, topic: &str) -> Result<Option<usize>, ConnectorError> {
-    let client: BaseConsumer = client_config(
+/// A client of the brokers of `kafka` that only asks them about topics: it joins no group.
+fn metadata_client(kafka: &KafkaSourceSpec) -> Result<BaseConsumer, ConnectorError> {
+    client_config(
         &kafka.brokers,
         kafka.connect_timeout(),
         &[],
         &kafka.properties,
     )
     .create()
-    .map_err(|e| kafka_error(&kafka.brokers, format!("cannot create a client: {e}")))?;
+    .map_err(|e| kafka_error(&kafka.brokers, format!("cannot create a client: {e}")))
+}
+
+/// The partition count of `topic` on the brokers of `kafka`; `None` if it does not exist. A
+/// consumer asks, which never has the brokers create a topic by asking for it.
+fn partition_count(kafka: &KafkaSourceSpec, topic: &str) -> Result<Option<usize>, ConnectorError> {
+    let client = metadata_client(kafka)?;
     let timeout = kafka.connect_timeout();
     let metadata = client.fetch_metadata(Some(topic), timeout).map_err(|e| {
         kafka_error(

@@ -14,10 +14,10 @@
 use object_store::{ObjectStore, ObjectStoreExt, PutMode, PutOptions, PutPayload};
 use serde::{Deserialize, Serialize};
 
-use super::{GroupError, blocking};
+use super::{GroupError, blocking, metadata_client};
 use crate::checkpoint::CheckpointStore;
 use crate::connectors::ConnectorError;
-use crate::connectors::kafka::settings::{KafkaSourceSpec, client_config};
+use crate::connectors::kafka::settings::KafkaSourceSpec;
 use crate::connectors::kafka::source::kafka_error;
 use crate::job::JobSpec;
 use crate::job::spec::SourceSpec;
@@ -158,15 +158,8 @@ fn topic_ends(
     topic: &str,
     partitions: u32,
 ) -> Result<Vec<i64>, ConnectorError> {
-    use rdkafka::consumer::{BaseConsumer, Consumer};
-    let client: BaseConsumer = client_config(
-        &kafka.brokers,
-        kafka.connect_timeout(),
-        &[],
-        &kafka.properties,
-    )
-    .create()
-    .map_err(|e| kafka_error(&kafka.brokers, format!("cannot create a client: {e}")))?;
+    use rdkafka::consumer::Consumer;
+    let client = metadata_client(kafka)?;
     (0..partitions as i32)
         .map(|p| {
             client
