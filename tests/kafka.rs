@@ -1002,6 +1002,14 @@ fn a_served_job_that_re_keys_shows_each_stage_s_partitions_and_lag() {
     assert_eq!(figures(0, "records_out"), lines.len() as u64, "{graph}");
     assert_eq!(figures(2, "records_in"), expected.len() as u64, "{graph}");
     assert_eq!(figures(3, "records_in"), expected.len() as u64, "{graph}");
+    // A checkpoint asked of the job is taken by the partitions of both stages.
+    let said = stdout_of(&host.weir(&["checkpoint", &id], Some(TOKEN)));
+    for p in 0..4 {
+        for stage in ["", "stage 1 "] {
+            let line = format!("{stage}partition {p}: checkpoint ");
+            assert!(said.lines().any(|l| l.starts_with(&line)), "{said}");
+        }
+    }
     let out = host.weir(&["cancel", &id], Some(TOKEN));
     assert!(out.status.success(), "{}", stderr(&out));
     assert_eq!(host.wait(&id)["status"], "cancelled");

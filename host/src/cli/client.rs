@@ -285,19 +285,20 @@ async fn partition_checkpoints(
     asked: &JobInfo,
     timeout: Duration,
 ) -> Result<(), Failure> {
-    let before: BTreeMap<i32, u64> = asked
+    // By stage and partition: a job that re-keys owns partitions of each stage's topic.
+    let before: BTreeMap<(usize, i32), u64> = asked
         .partitions
         .iter()
         .flatten()
-        .map(|p| (p.partition, p.last_checkpoint.unwrap_or(0)))
+        .map(|p| ((p.stage, p.partition), p.last_checkpoint.unwrap_or(0)))
         .collect();
     let deadline = Instant::now() + timeout;
     loop {
         let info = job_info(host, id).await?;
         let now = info.partitions.clone().unwrap_or_default();
-        let done = before.iter().all(|(partition, before)| {
+        let done = before.iter().all(|((stage, partition), before)| {
             now.iter()
-                .find(|p| p.partition == *partition)
+                .find(|p| p.stage == *stage && p.partition == *partition)
                 // One let go of meanwhile checkpoints on its new host.
                 .is_none_or(|p| p.last_checkpoint.unwrap_or(0) > *before)
         });
@@ -306,8 +307,12 @@ async fn partition_checkpoints(
                 return print_jobs(host, &[info]);
             }
             for p in &now {
+                let stage = match p.stage {
+                    0 => String::new(),
+                    k => format!("stage {k} "),
+                };
                 println!(
-                    "partition {}: checkpoint {} completed",
+                    "{stage}partition {}: checkpoint {} completed",
                     p.partition,
                     p.last_checkpoint
                         .map_or_else(|| "-".into(), |c| c.to_string())
