@@ -1129,21 +1129,23 @@ fn a_job_that_re_keys_counts_each_word_whole_through_a_repartition_topic() {
     let store = dir.path().join("store");
     assert!(store.join("rekeyed.stage-1").is_dir(), "{log}");
 
-    // Two processes share both stages' partitions, with the same answer.
-    let Rekeyed {
-        broker,
-        job,
-        dir: _dir,
-    } = Rekeyed::new(&lines);
-    let (a, b) = (weir_run(&job), weir_run(&job));
-    for member in [a, b] {
-        let (status, log) = member.finish();
-        assert!(status.success(), "weir failed: {log}");
+    // Two processes, then three, share both stages' partitions, with the same answer.
+    for processes in [2, 3] {
+        let Rekeyed {
+            broker,
+            job,
+            dir: _dir,
+        } = Rekeyed::new(&lines);
+        let members: Vec<Member> = (0..processes).map(|_| weir_run(&job)).collect();
+        for member in members {
+            let (status, log) = member.finish();
+            assert!(status.success(), "weir failed: {log}");
+        }
+        assert!(
+            sorted_values(&broker.bootstrap, "counts") == expected,
+            "the counts of {processes} processes differ from the whole topic's"
+        );
     }
-    assert!(
-        sorted_values(&broker.bootstrap, "counts") == expected,
-        "the counts of two processes differ from the whole topic's"
-    );
 }
 
 /// Starting a re-keying job over (deleting its folders) leaves the repartition topic with
