@@ -12,9 +12,9 @@ pub(super) fn plan(job: &Path) -> Result<(), Failure> {
     print!("{}", plan.describe(&spec));
     if plan.rekeys() {
         println!(
-            "  each stage runs as a consumer group of its own (`<group>.stage-<k>`), with \
-             checkpoints under `<job>.stage-<k>`; Weir creates a missing topic, and runs the \
-             job whole when every stage would have one partition"
+            "  each stage k > 0 runs as a consumer group of its own (`<group>.stage-<k>`), \
+             with checkpoints under `<job>.stage-<k>` (stage 0 is the job's own); Weir creates \
+             a missing topic, and runs the job whole when every stage would have one partition"
         );
     }
     Ok(())

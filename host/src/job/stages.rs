@@ -233,7 +233,8 @@ impl fmt::Display for Described<'_> {
                     key_by(&topic.key_by),
                 ),
             };
-            write!(f, "  stage {}: {input}", n + 1)?;
+            // Numbered as their folders and groups are: stage 0 is the job's own.
+            write!(f, "  stage {n}: {input}")?;
             for op in &spec.operators[stage.operators.clone()] {
                 write!(f, " -> {} (x{})", op.name, op.parallelism)?;
             }

@@ -137,12 +137,12 @@ fn every_re_key_is_a_stage_and_the_topics_settings_are_kept() {
     assert!(printed.starts_with("job `wc`: 3 stages\n"), "{printed}");
     assert!(
         printed.contains(
-            "stage 1: source kafka topic `lines` (keyed by the message key) -> tokenize (x1) -> topic `words`"
+            "stage 0: source kafka topic `lines` (keyed by the message key) -> tokenize (x1) -> topic `words`"
         ),
         "{printed}"
     );
     assert!(
-        printed.contains("stage 3: topic `weir.wc.top.repartition` (as many as the input's partitions, keyed by the record key) -> top (x1) -> sink kafka topic `out`"),
+        printed.contains("stage 2: topic `weir.wc.top.repartition` (as many as the input's partitions, keyed by the record key) -> top (x1) -> sink kafka topic `out`"),
         "{printed}"
     );
 }
