@@ -114,6 +114,14 @@ async fn origin(
         let stage_folder = CheckpointStore::open(url, stage).map_err(store_failure)?;
         let left = stage_folder.list_all().await.map_err(store_failure)?;
         if !left.is_empty() {
+            // Another process of the job may have recorded the origin and started its
+            // stages since this one looked.
+            if let Some(bytes) = read(store.clone(), path.clone())
+                .await
+                .map_err(|e| bad(e.to_string()))?
+            {
+                return parse(&bytes).map_err(bad);
+            }
             return Err(GroupError::StageLeftOver {
                 job: job.name.clone(),
                 folder: stage_folder.locate(stage_folder.folder()),
