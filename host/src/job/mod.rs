@@ -23,6 +23,7 @@
 //! - [`watermarks`]: event time between tasks: the source's watermarks from the timestamps it
 //!   reads, and each consumer's watermark over its inputs.
 //! - [`restore_latch`]: the sink rolls its output back only once every subtask has restored.
+//! - `retained_positions`: which input no restore reads again, for the source to release.
 //! - [`supervisor`]: [`run_job`], a job from its spec, restarted from its latest checkpoint
 //!   when it fails.
 //! - [`metrics`]: counters per operator and subtask, and the end-of-run [`RunSummary`];
@@ -42,6 +43,7 @@ pub(crate) mod metrics;
 pub(crate) mod pipeline;
 pub(crate) mod progress;
 mod restore_latch;
+mod retained_positions;
 pub mod router;
 mod run_leases;
 mod run_options;

@@ -313,7 +313,7 @@ impl<'a> Launch<'a> {
         let source_task = SourceTask {
             notifications,
             acked: std::collections::VecDeque::new(),
-            retained: std::collections::VecDeque::new(),
+            retained: Default::default(),
             bad_lines: self.policy(on_bad_record, &metrics.source_bad_records),
             origin: self.origin.clone(),
             rejected: Vec::new(),

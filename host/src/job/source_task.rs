@@ -39,9 +39,8 @@ pub(super) struct SourceTask {
     pub(super) notifications: mpsc::UnboundedReceiver<Notification>,
     /// The positions of checkpoints acknowledged and not yet complete or aborted.
     pub(super) acked: std::collections::VecDeque<(CheckpointId, crate::connectors::SourcePosition)>,
-    /// This run's completed checkpoints still retained, oldest first, with their positions.
-    pub(super) retained:
-        std::collections::VecDeque<(CheckpointId, crate::connectors::SourcePosition)>,
+    /// This run's retained checkpoints' positions, for [`Source::input_released`].
+    pub(super) retained: super::retained_positions::RetainedPositions,
     /// Acknowledgements to the coordinator: the source's position per barrier.
     pub(super) acks: UnboundedSender<Ack>,
     pub(super) metrics: Arc<JobMetrics>,
@@ -158,23 +157,11 @@ impl SourceTask {
                     while self.acked.front().is_some_and(|(id, _)| *id <= completed) {
                         newest = self.acked.pop_front();
                     }
-                    if let Some((id, position)) = newest {
-                        self.source.checkpoint_completed(&position);
-                        self.retained.push_back((id, position));
+                    if let Some((_, position)) = &newest {
+                        self.source.checkpoint_completed(position);
                     }
-                    // The earliest retained checkpoint's position, if this run took it: the
-                    // input before it is read by no restore.
-                    while self
-                        .retained
-                        .front()
-                        .is_some_and(|(id, _)| *id < earliest_retained)
-                    {
-                        self.retained.pop_front();
-                    }
-                    if let Some((id, position)) = self.retained.front()
-                        && *id == earliest_retained
-                    {
-                        self.source.input_released(position);
+                    if let Some(released) = self.retained.completed(newest, earliest_retained) {
+                        self.source.input_released(released);
                     }
                 }
                 Notification::Abort(id) => self.acked.retain(|(acked, _)| *acked != id),
