@@ -921,7 +921,7 @@ fn jobs_on_serve_hosts_share_partitions_show_them_with_their_lag_and_take_over()
 fn a_served_job_that_re_keys_shows_each_stage_s_partitions_and_lag() {
     let mut rng = Rng(seed());
     let lines = lines_of_words(200, &mut rng);
-    let expected = running_counts(lines.iter().flat_map(|l| l.split(' ')));
+    let expected = word_counts(&lines);
     let Rekeyed {
         broker,
         job,
@@ -1083,6 +1083,11 @@ fn edit_job(job: &str, edits: &[(&str, &str)]) {
     std::fs::write(job, text).expect("job file");
 }
 
+/// The running count of every word of `lines`, in order: what a re-keyed word count writes.
+fn word_counts(lines: &[String]) -> Vec<String> {
+    running_counts(lines.iter().flat_map(|l| l.split(' ')))
+}
+
 /// Lines of words, unkeyed, so that the producer spreads them over the partitions.
 fn lines_of_words(count: usize, rng: &mut Rng) -> Vec<String> {
     (0..count).map(|_| words(5, 40, rng).join(" ")).collect()
@@ -1101,7 +1106,7 @@ const REPARTITION_TOPIC: &str = "weir.rekeyed.count.repartition";
 fn a_job_that_re_keys_counts_each_word_whole_through_a_repartition_topic() {
     let mut rng = Rng(seed());
     let lines = lines_of_words(300, &mut rng);
-    let expected = running_counts(lines.iter().flat_map(|l| l.split(' ')));
+    let expected = word_counts(&lines);
 
     // `weir plan` shows the cut: tokenize, then the topic keyed by word, then count.
     let dir = tempfile::tempdir().expect("tempdir");
@@ -1155,7 +1160,7 @@ fn a_job_that_re_keys_counts_each_word_whole_through_a_repartition_topic() {
 fn a_re_keying_job_started_over_counts_only_what_this_start_wrote_to_its_topic() {
     let mut rng = Rng(seed());
     let lines = lines_of_words(200, &mut rng);
-    let expected = running_counts(lines.iter().flat_map(|l| l.split(' ')));
+    let expected = word_counts(&lines);
     let Rekeyed { broker, job, dir } = Rekeyed::new(&lines);
     let (status, log) = weir_run(&job).finish();
     assert!(status.success(), "weir failed: {log}");
@@ -1198,7 +1203,7 @@ fn a_re_keying_job_started_over_counts_only_what_this_start_wrote_to_its_topic()
 fn a_stage_whose_brokers_cannot_delete_what_it_released_says_so_and_goes_on() {
     let mut rng = Rng(seed());
     let lines = lines_of_words(100, &mut rng);
-    let expected = running_counts(lines.iter().flat_map(|l| l.split(' ')));
+    let expected = word_counts(&lines);
     let Rekeyed {
         broker,
         job,
@@ -1426,7 +1431,7 @@ fn a_process_given_only_later_stage_partitions_takes_them_over_in_a_rebalance() 
     let mut input = lines_of_words(300, &mut rng);
     produce_lines(&broker, &input);
     let first = weir_run(&job);
-    let expected = running_counts(input.iter().flat_map(|l| l.split(' ')));
+    let expected = word_counts(&input);
     await_output(&broker, &expected, Duration::from_secs(60), "one process");
 
     let second = weir_run(&job);
@@ -1469,7 +1474,7 @@ fn a_process_given_only_later_stage_partitions_takes_them_over_in_a_rebalance() 
     let more = lines_of_words(300, &mut rng);
     produce_lines(&broker, &more);
     input.extend(more);
-    let expected = running_counts(input.iter().flat_map(|l| l.split(' ')));
+    let expected = word_counts(&input);
     await_output(
         &broker,
         &expected,
@@ -1556,11 +1561,11 @@ impl KillLoop {
             }
             let victim = rng.below(self.processes as u64) as usize;
             members[victim].kill();
-            let expected = running_counts(input.iter().flat_map(|l| l.split(' ')));
+            let expected = word_counts(&input);
             nothing_beyond(&sorted_values(&broker.bootstrap, "counts"), &expected, kill);
             members[victim] = weir_run(&job);
         }
-        let expected = running_counts(input.iter().flat_map(|l| l.split(' ')));
+        let expected = word_counts(&input);
         await_output(
             &broker,
             &expected,
