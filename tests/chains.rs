@@ -83,6 +83,8 @@ fn cold_keys_drain_from_old_increments_and_every_retained_checkpoint_restores() 
         write(&mut backend, &mut oracle, i);
     }
 
+    // The handle reports the live state's size: every key and its 8-byte value.
+    let live: u64 = (0..KEYS).map(|i| key(i).len() as u64 + 8).sum();
     let mut retained: VecDeque<(CheckpointMetadata, Vec<u64>)> = VecDeque::new();
     let mut full_bytes = 0;
     let mut most_bytes = 0;
@@ -112,8 +114,6 @@ fn cold_keys_drain_from_old_increments_and_every_retained_checkpoint_restores() 
             most_bytes = most_bytes.max(newest);
         }
         longest_chain = longest_chain.max(handle.chain.len());
-        // The handle reports the live state's size: every key and its 8-byte value.
-        let live: u64 = (0..KEYS).map(|i| key(i).len() as u64 + 8).sum();
         if c == 1 || c == CHECKPOINTS {
             assert_eq!(handle.live_bytes, live, "checkpoint {c}");
             let amplification = handle.space_amplification().expect("a live state");

@@ -49,18 +49,6 @@ pub fn committed(dir: &Path) -> Vec<String> {
     lines
 }
 
-/// The complete lines of `dir/out.txt`, sorted: without a last line that has no newline. A
-/// SIGKILL in the middle of the file sink's append leaves such a torn line; the sink's
-/// `committed` marker holds the length before the append, and the next run truncates the
-/// output to it before appending again.
-pub fn complete_lines(dir: &Path) -> Vec<String> {
-    let text = std::fs::read_to_string(dir.join("out.txt")).unwrap_or_default();
-    let complete = text.rfind('\n').map_or("", |end| &text[..=end]);
-    let mut lines: Vec<String> = complete.lines().map(str::to_owned).collect();
-    lines.sort();
-    lines
-}
-
 /// Lines of `got` beyond those of `expected` (as multisets): duplicates or inventions.
 pub fn extra_lines(got: &[String], expected: &[String]) -> Vec<String> {
     let mut budget: HashMap<&str, i64> = HashMap::new();
@@ -75,6 +63,67 @@ pub fn extra_lines(got: &[String], expected: &[String]) -> Vec<String> {
         })
         .cloned()
         .collect()
+}
+
+/// Checks, run after run, that the complete lines of `dir/out.txt` are a part of the expected
+/// output (as multisets): never a duplicate, never a line that should not be there.
+///
+/// A SIGKILL in the middle of the file sink's append leaves a torn last line, which is not
+/// checked; the sink's `committed` marker holds the length before the append, and the next
+/// run truncates the output to it before appending again. The check is incremental: the
+/// budget of expected lines is counted once, and each check gives back the lines a truncation
+/// removed and takes the lines appended since, so a kill loop over a million output lines
+/// costs what the output changed, not the whole output per kill.
+pub struct OutputCheck<'a> {
+    /// Expected lines not (yet) seen in the checked text: how many more of each may appear.
+    budget: HashMap<&'a str, i64>,
+    /// The complete lines of the output at the last check.
+    checked: String,
+}
+
+impl<'a> OutputCheck<'a> {
+    pub fn new(expected: &'a [String]) -> Self {
+        let mut budget: HashMap<&str, i64> = HashMap::with_capacity(expected.len());
+        for line in expected {
+            *budget.entry(line).or_default() += 1;
+        }
+        Self {
+            budget,
+            checked: String::new(),
+        }
+    }
+
+    /// Checks `dir/out.txt` as it is now; panics naming the first line beyond the expected.
+    pub fn check(&mut self, dir: &Path) {
+        let text = std::fs::read_to_string(dir.join("out.txt")).unwrap_or_default();
+        let complete = text.rfind('\n').map_or("", |end| &text[..=end]);
+        // The text both checks share, cut back to a line's end.
+        let same = self
+            .checked
+            .bytes()
+            .zip(complete.bytes())
+            .take_while(|(a, b)| a == b)
+            .count();
+        let kept = self.checked.as_bytes()[..same]
+            .iter()
+            .rposition(|&b| b == b'\n')
+            .map_or(0, |end| end + 1);
+        for line in self.checked[kept..].lines() {
+            *self.budget.get_mut(line).expect("a checked line is expected") += 1;
+        }
+        for line in complete[kept..].lines() {
+            let left = self.budget.get_mut(line).map(|left| {
+                *left -= 1;
+                *left
+            });
+            assert!(
+                left.is_some_and(|left| left >= 0),
+                "committed output has a line that should not be there (a duplicate or an \
+                 invention): {line:?}"
+            );
+        }
+        self.checked = complete.to_owned();
+    }
 }
 
 /// Runs `weir run job --restore latest` again and again, SIGKILLing each run after a random
@@ -102,6 +151,7 @@ pub fn kill_until_finished_with_env(
     env: &[(String, String)],
 ) -> usize {
     let mut kills = 0;
+    let mut check = OutputCheck::new(expected);
     for _ in 0..60 {
         let mut child = Command::new(env!("CARGO_BIN_EXE_weir"))
             .args(["run", job, "--restore", "latest", "-q"])
@@ -124,12 +174,7 @@ pub fn kill_until_finished_with_env(
         }
         // After every kill, what is visible is a part of the expected output: never a
         // duplicate, never a line that should not be there (but perhaps a torn last line).
-        let extra = extra_lines(&complete_lines(dir), expected);
-        assert!(
-            extra.is_empty(),
-            "after a kill, committed output has lines that should not be there: {:?}",
-            &extra[..extra.len().min(5)]
-        );
+        check.check(dir);
         if finished {
             return kills;
         }
@@ -221,4 +266,42 @@ pub async fn assert_store_holds_exactly_the_retained(store: &CheckpointStore) {
         present, expected,
         "the store must hold exactly the retained checkpoints' objects"
     );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::OutputCheck;
+
+    fn expected() -> Vec<String> {
+        ["a\t1", "a\t2", "b\t1", "c\t1"]
+            .map(str::to_owned)
+            .to_vec()
+    }
+
+    #[test]
+    fn a_torn_line_and_a_truncated_append_made_again_pass_the_output_check() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let out = dir.path().join("out.txt");
+        let expected = expected();
+        let mut check = OutputCheck::new(&expected);
+        check.check(dir.path());
+        std::fs::write(&out, "a\t1\nb\t1\na\t").expect("write");
+        check.check(dir.path());
+        // The next run truncates to the committed length and appends again, in another order.
+        std::fs::write(&out, "a\t1\nc\t1\nb\t1\na\t2\n").expect("write");
+        check.check(dir.path());
+    }
+
+    #[test]
+    #[should_panic(expected = "should not be there")]
+    fn a_line_committed_twice_fails_the_output_check() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let out = dir.path().join("out.txt");
+        let expected = expected();
+        let mut check = OutputCheck::new(&expected);
+        std::fs::write(&out, "a\t1\nb\t1\n").expect("write");
+        check.check(dir.path());
+        std::fs::write(&out, "a\t1\nb\t1\nb\t1\n").expect("write");
+        check.check(dir.path());
+    }
 }
