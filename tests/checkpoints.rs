@@ -19,7 +19,7 @@ use object_store::ObjectStore;
 use object_store::memory::InMemory;
 use object_store::path::Path as StorePath;
 use support::crash::{
-    Rng, assert_store_holds_exactly_the_retained, committed, crash_then_finish, seed,
+    OutputCheck, Rng, assert_store_holds_exactly_the_retained, committed, crash_then_finish, seed,
 };
 use support::{cache_dir, stderr, tokenize_then, write_job};
 use weir_host::checkpoint::actor::Actor;
@@ -552,4 +552,37 @@ async fn rescaling_2_3_1_4_across_restores_gives_the_uninterrupted_output_with_o
         assert!(actor.is_some(), "{path} deleted by an unknown task");
     }
     assert_store_holds_exactly_the_retained(&clean).await;
+}
+
+/// The output check of the kill loops (`support::crash::OutputCheck`), which the tests above
+/// trust to find duplicates.
+fn checked_lines() -> Vec<String> {
+    ["a\t1", "a\t2", "b\t1", "c\t1"].map(str::to_owned).to_vec()
+}
+
+#[test]
+fn the_kill_loops_check_passes_a_torn_line_and_a_truncated_append_made_again() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let out = dir.path().join("out.txt");
+    let expected = checked_lines();
+    let mut check = OutputCheck::new(&expected);
+    check.check(dir.path());
+    std::fs::write(&out, "a\t1\nb\t1\na\t").expect("write");
+    check.check(dir.path());
+    // The next run truncates to the committed length and appends again, in another order.
+    std::fs::write(&out, "a\t1\nc\t1\nb\t1\na\t2\n").expect("write");
+    check.check(dir.path());
+}
+
+#[test]
+#[should_panic(expected = "should not be there")]
+fn the_kill_loops_check_fails_a_line_committed_twice() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let out = dir.path().join("out.txt");
+    let expected = checked_lines();
+    let mut check = OutputCheck::new(&expected);
+    std::fs::write(&out, "a\t1\nb\t1\n").expect("write");
+    check.check(dir.path());
+    std::fs::write(&out, "a\t1\nb\t1\nb\t1\n").expect("write");
+    check.check(dir.path());
 }

@@ -985,23 +985,62 @@ fn a_served_job_that_re_keys_shows_each_stage_s_partitions_and_lag() {
             "no {line:?} in\n{metrics}"
         );
     }
-    // The console's graph: the counter is reached through the topic, and the nodes count
-    // the pipelines of both stages, each once.
+    // The console's graph: the topic is a node between the tokenizer and the counter, with
+    // what was written into it, read from it and is left to read; the nodes count the
+    // pipelines of both stages, each once.
     let (status, graph) = host.get(
         &format!("/v1/jobs/{id}/graph"),
         Some(&format!("Bearer {TOKEN}")),
     );
     assert_eq!(status, 200, "{graph}");
     let graph: serde_json::Value = serde_json::from_str(&graph).expect("JSON");
+    let kinds: Vec<&str> = graph["nodes"]
+        .as_array()
+        .expect("nodes")
+        .iter()
+        .map(|n| n["kind"].as_str().expect("a kind"))
+        .collect();
     assert_eq!(
-        graph["nodes"][2]["detail"],
+        kinds,
+        ["source", "operator", "topic", "operator", "sink"],
+        "{graph}"
+    );
+    let node = |node: usize, field: &str| graph["nodes"][node][field].clone();
+    assert_eq!(node(2, "name"), REPARTITION_TOPIC, "{graph}");
+    assert_eq!(
+        node(3, "detail"),
         format!("keyed by the record key, through topic {REPARTITION_TOPIC}"),
         "{graph}"
     );
-    let figures = |node: usize, field: &str| graph["nodes"][node][field].clone();
-    assert_eq!(figures(0, "records_out"), lines.len() as u64, "{graph}");
-    assert_eq!(figures(2, "records_in"), expected.len() as u64, "{graph}");
-    assert_eq!(figures(3, "records_in"), expected.len() as u64, "{graph}");
+    let words = expected.len() as u64;
+    assert_eq!(node(0, "records_out"), lines.len() as u64, "{graph}");
+    assert_eq!(node(1, "records_out"), words, "{graph}");
+    assert_eq!(
+        (
+            node(2, "records_in"),
+            node(2, "records_out"),
+            node(2, "lag")
+        ),
+        (words.into(), words.into(), 0.into()),
+        "{graph}"
+    );
+    assert_eq!(node(3, "records_in"), words, "{graph}");
+    assert_eq!(node(4, "records_in"), words, "{graph}");
+    assert_eq!(node(0, "lag"), 0, "{graph}");
+    for n in [0, 2] {
+        let partitions: Vec<(i64, i64)> = node(n, "subtasks")
+            .as_array()
+            .expect("subtasks")
+            .iter()
+            .map(|s| {
+                (
+                    s["partition"].as_i64().expect("a partition"),
+                    s["lag"].as_i64().expect("a lag"),
+                )
+            })
+            .collect();
+        assert_eq!(partitions, [(0, 0), (1, 0), (2, 0), (3, 0)], "{graph}");
+    }
     // A checkpoint asked of the job is taken by the partitions of both stages.
     let said = stdout_of(&host.weir(&["checkpoint", &id], Some(TOKEN)));
     for p in 0..4 {

@@ -16,7 +16,7 @@ use std::path::Path;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use support::crash::{Rng, committed, complete_lines, extra_lines, running_counts, seed};
+use support::crash::{OutputCheck, Rng, committed, running_counts, seed};
 use support::emulators::{Cloud, StoreServer};
 use support::{tokenize_then, weir_command, weir_with_env};
 use weir_host::checkpoint::CheckpointStore;
@@ -105,6 +105,7 @@ fn round(server: &StoreServer, rng: &mut Rng, n: u64, deadline: Instant, tally: 
     let env = server.env();
     let mut parallelism = 2;
     let mut started = false;
+    let mut check = OutputCheck::new(&expected);
     // Kill at random instants until a run gets to the end (or time is up: then one last
     // run without kills).
     loop {
@@ -153,12 +154,7 @@ fn round(server: &StoreServer, rng: &mut Rng, n: u64, deadline: Instant, tally: 
                 String::from_utf8_lossy(&out.stderr)
             );
         }
-        let extra = extra_lines(&complete_lines(dir.path()), &expected);
-        assert!(
-            extra.is_empty(),
-            "round {n}: committed output has lines that should not be there: {:?}",
-            &extra[..extra.len().min(5)]
-        );
+        check.check(dir.path());
         if finished {
             break;
         }

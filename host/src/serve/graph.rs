@@ -1,12 +1,15 @@
 //! [`JobGraph`]: a job's operator graph as the console draws it
 //! (`GET /v1/jobs/{id}/graph`): the source, each operator and the sink in order, each with
-//! its counts, rates, state, watermark and backpressure, and the same per subtask.
+//! its counts, rates, state, watermark and backpressure, and the same per subtask. A Kafka
+//! job that re-keys has a node for each repartition topic too, between the stage that writes
+//! it and the one that reads it, with what was written, read and is still unread (its lag).
 //!
 //! Backpressure is the share of time a task spent blocked on sending downstream
 //! ([`super::rates`]), graded as Flink grades it: OK up to 10 %, LOW up to 50 %, HIGH above.
 //! A task that is HIGH is held back by a slower one after it: the first node after a run of
 //! HIGH ones is the bottleneck.
 
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use serde::{Deserialize, Serialize};
@@ -34,6 +37,8 @@ pub struct JobGraph {
 pub enum NodeKind {
     Source,
     Operator,
+    /// A repartition topic between two stages of a Kafka job.
+    Topic,
     Sink,
 }
 
@@ -53,6 +58,10 @@ pub struct GraphNode {
     /// Records the operator dropped as too late for event time (operators only).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub dropped_late: Option<u64>,
+    /// Messages of the Kafka partitions it reads (a source's, a topic's) owned here that are
+    /// not read yet.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lag: Option<i64>,
     pub subtasks: Vec<GraphSubtask>,
 }
 
@@ -63,6 +72,9 @@ pub struct GraphSubtask {
     pub partition: Option<i32>,
     #[serde(flatten)]
     pub figures: Figures,
+    /// Messages of its Kafka partition not read yet (a source's or a topic's partition).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lag: Option<i64>,
 }
 
 /// What a node and each of its subtasks show.
@@ -142,6 +154,32 @@ pub(crate) fn describe(spec: &JobSpec) -> Vec<String> {
     nodes
 }
 
+/// A repartition topic as a node of the graph: the input of stage `stage`, whose first
+/// operator is the job's `first_operator`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct TopicNode {
+    pub stage: usize,
+    pub first_operator: usize,
+    pub topic: String,
+}
+
+/// The repartition topics of `spec`, in order (none unless it reads Kafka and re-keys).
+pub(crate) fn topic_nodes(spec: &JobSpec) -> Vec<TopicNode> {
+    let plan = crate::job::stages::StagePlan::of(spec);
+    plan.stages
+        .iter()
+        .enumerate()
+        .filter_map(|(stage, s)| match &s.input {
+            crate::job::stages::StageInput::Repartition(t) => Some(TopicNode {
+                stage,
+                first_operator: s.operators.start,
+                topic: t.topic.clone(),
+            }),
+            crate::job::stages::StageInput::Source => None,
+        })
+        .collect()
+}
+
 /// What a [`JobGraph`] is made from.
 pub(crate) struct GraphInputs<'a> {
     pub job: &'a str,
@@ -149,6 +187,8 @@ pub(crate) struct GraphInputs<'a> {
     pub status: JobStatus,
     /// From [`describe`].
     pub details: &'a [String],
+    /// From [`topic_nodes`].
+    pub topics: &'a [TopicNode],
     pub pipelines: &'a [PipelineView],
     pub rates: &'a RateHistory,
     /// The host's clock, Unix time in milliseconds.
@@ -171,7 +211,7 @@ struct Task {
 
 pub(crate) fn graph(inputs: &GraphInputs<'_>) -> JobGraph {
     let last = inputs.details.len().saturating_sub(1);
-    let nodes = inputs
+    let mut nodes: Vec<GraphNode> = inputs
         .details
         .iter()
         .enumerate()
@@ -191,9 +231,18 @@ pub(crate) fn graph(inputs: &GraphInputs<'_>) -> JobGraph {
                 .collect();
             // From the rates' names, which a Kafka job owning no partition has too.
             let name = inputs.rates.nodes().get(node).cloned().unwrap_or_default();
-            node_of(kind, name, detail.clone(), &tasks, inputs)
+            let mut node = node_of(kind, name, detail.clone(), &tasks, inputs);
+            if kind == NodeKind::Source {
+                add_lag(&mut node, inputs.pipelines, 0);
+            }
+            node
         })
         .collect();
+    // From the last, so that each topic's place (its reader's node) is still as counted.
+    for topic in inputs.topics.iter().rev() {
+        let at = (topic.first_operator + 1).min(nodes.len());
+        nodes.insert(at, topic_node(topic, inputs.pipelines));
+    }
     JobGraph {
         job: inputs.job.to_owned(),
         name: inputs.name.to_owned(),
@@ -201,6 +250,78 @@ pub(crate) fn graph(inputs: &GraphInputs<'_>) -> JobGraph {
         sampled_at_ms: inputs.rates.latest_at_ms(),
         nodes,
     }
+}
+
+/// The stage a pipeline runs: 0 for a job of one stage.
+fn stage_of(pipeline: &PipelineView) -> usize {
+    pipeline.stage.as_ref().map_or(0, |s| s.index)
+}
+
+/// Gives `node` (the reader of stage `stage`'s input) the lag of each Kafka partition it reads
+/// here, and their sum; a job whose pipelines know no lag (not Kafka) is left as it is.
+fn add_lag(node: &mut GraphNode, pipelines: &[PipelineView], stage: usize) {
+    let lags: BTreeMap<i32, i64> = pipelines
+        .iter()
+        .filter(|p| stage_of(p) == stage)
+        .filter_map(|p| Some((p.partition?, p.lag?)))
+        .collect();
+    if lags.is_empty() {
+        return;
+    }
+    node.lag = Some(lags.values().sum());
+    for subtask in &mut node.subtasks {
+        subtask.lag = subtask.partition.and_then(|p| lags.get(&p).copied());
+    }
+}
+
+/// A repartition topic's node: the records its writers here wrote into it, those its readers
+/// here read from it, one row per partition read here, and the lag of those.
+fn topic_node(topic: &TopicNode, pipelines: &[PipelineView]) -> GraphNode {
+    let load = |c: &AtomicU64| c.load(Ordering::Relaxed);
+    let written: u64 = pipelines
+        .iter()
+        .filter(|p| stage_of(p) + 1 == topic.stage)
+        .map(|p| load(&p.metrics.sink_records))
+        .sum();
+    let readers: Vec<&PipelineView> = pipelines
+        .iter()
+        .filter(|p| stage_of(p) == topic.stage)
+        .collect();
+    let read = |p: &PipelineView| load(&p.metrics.source_records);
+    let figures = |records_in, records_out| Figures {
+        records_in,
+        records_out,
+        in_per_second: None,
+        out_per_second: None,
+        state_bytes: None,
+        watermark_ms: None,
+        event_time_ended: false,
+        backpressure: None,
+    };
+    let mut node = GraphNode {
+        kind: NodeKind::Topic,
+        name: topic.topic.clone(),
+        detail: format!("repartition topic, read by stage {}", topic.stage),
+        parallelism: readers.len() as u32,
+        figures: figures(written, readers.iter().map(|p| read(p)).sum()),
+        watermark_lag_ms: None,
+        timers_pending: None,
+        dropped_late: None,
+        lag: None,
+        subtasks: readers
+            .iter()
+            .map(|p| GraphSubtask {
+                subtask: 0,
+                partition: p.partition,
+                // A partition's writers are every pipeline of the stage before: what it was
+                // given is known only as what was read from it.
+                figures: figures(read(p), read(p)),
+                lag: None,
+            })
+            .collect(),
+    };
+    add_lag(&mut node, pipelines, topic.stage);
+    node
 }
 
 /// Node `node`'s tasks in one pipeline, which it is `part` of.
@@ -288,6 +409,7 @@ fn node_of(
             .map(|w| inputs.now_ms.saturating_sub(w).max(0)),
         timers_pending: sum(|t| t.timers_pending),
         dropped_late: sum(|t| t.dropped_late),
+        lag: None,
         subtasks: tasks
             .iter()
             .map(|t| GraphSubtask {
@@ -303,6 +425,7 @@ fn node_of(
                     event_time_ended: t.watermark_ms == Some(END_OF_TIME),
                     backpressure: backpressure(t).map(Backpressure::of),
                 },
+                lag: None,
             })
             .collect(),
     }
@@ -310,7 +433,6 @@ fn node_of(
 
 #[cfg(test)]
 mod tests {
-    use std::collections::BTreeMap;
     use std::sync::Arc;
     use std::time::{Duration, Instant};
 
@@ -350,6 +472,7 @@ mod tests {
             partition: None,
             metrics: metrics.clone(),
             stage: None,
+            lag: None,
         }];
         let mut rates = RateHistory::new(["count"]);
         let start = Instant::now();
@@ -385,6 +508,7 @@ mod tests {
             name: "<b>counts</b>",
             status: JobStatus::Running,
             details: &details,
+            topics: &[],
             pipelines: &pipelines,
             rates: &rates,
             now_ms: 6_000,
@@ -446,6 +570,7 @@ mod tests {
             name: "counts",
             status: JobStatus::Running,
             details: &details,
+            topics: &[],
             pipelines: &pipelines,
             rates: &rates,
             now_ms: 6_000,
@@ -462,6 +587,7 @@ mod tests {
             name: "counts",
             status: JobStatus::Finished,
             details: &details,
+            topics: &[],
             pipelines: &pipelines,
             rates: &rates,
             now_ms: 6_000,

@@ -38,6 +38,9 @@ pub(crate) struct PipelineView {
     pub metrics: Arc<JobMetrics>,
     /// The stage of a Kafka job the pipeline runs; `None`: the whole job.
     pub stage: Option<Arc<StagePlace>>,
+    /// Messages of its Kafka partition not read yet; `None` for a job that does not read
+    /// Kafka.
+    pub lag: Option<i64>,
 }
 
 /// What a node of the job's graph is in one pipeline.

@@ -16,7 +16,7 @@ use std::sync::{Arc, Mutex};
 
 use base64::Engine as _;
 
-use super::graph::{GraphInputs, JobGraph};
+use super::graph::{GraphInputs, JobGraph, TopicNode};
 use super::job_checkpoints::JobCheckpoints;
 use super::prometheus::{KafkaPipeline, PipelineCounters};
 use super::protocol::{JobInfo, JobStatus, OperatorInfo, PartitionInfo, SubmitRequest};
@@ -95,6 +95,8 @@ struct HostedJob {
     log: Arc<GuestLogFile>,
     /// What each node of its graph is, source to sink (`graph::describe`).
     details: Vec<String>,
+    /// The repartition topics between its stages (`graph::topic_nodes`).
+    topics: Vec<TopicNode>,
     /// When this run of it started, Unix time in milliseconds; `None` for a job that had
     /// ended when the host started.
     started_at_ms: Option<u64>,
@@ -378,6 +380,7 @@ impl Registry {
             name: &job.name,
             status: job.status(),
             details: &job.details,
+            topics: &job.topics,
             pipelines: &pipelines,
             rates: &rates,
             now_ms: unix_ms() as i64,
@@ -546,12 +549,14 @@ impl HostedJob {
                     partition: Some(p.partition),
                     metrics: p.metrics,
                     stage: Some(p.stage),
+                    lag: Some(p.lag),
                 })
                 .collect(),
             None => vec![PipelineView {
                 partition: None,
                 metrics: self.metrics.clone(),
                 stage: None,
+                lag: None,
             }],
         }
     }
@@ -622,6 +627,7 @@ fn hosted(
         outcome: Mutex::new(outcome),
         log: Arc::new(GuestLogFile::new(dir.join("guest.log"))),
         details: super::graph::describe(spec),
+        topics: super::graph::topic_nodes(spec),
         started_at_ms,
         rates: Mutex::new(RateHistory::new(
             spec.operators.iter().map(|o| o.name.as_str()),

@@ -420,10 +420,10 @@
   const NODE_FIELDS = [
     ["records-in", "records in"], ["records-out", "records out"], ["in-rate", "in"], ["out-rate", "out"],
     ["state-bytes", "state"], ["watermark", "watermark"], ["dropped-late", "dropped late"],
-    ["backpressure", "backpressure"],
+    ["lag", "lag"], ["backpressure", "backpressure"],
   ];
-  const SUB_CELLS = ["subtask", "records-in", "records-out", "in-rate", "out-rate", "state-bytes", "backpressure"];
-  const SUB_HEADS = ["#", "in", "out", "in/s", "out/s", "state", "bp"];
+  const SUB_CELLS = ["subtask", "records-in", "records-out", "in-rate", "out-rate", "state-bytes", "lag", "backpressure"];
+  const SUB_HEADS = ["#", "in", "out", "in/s", "out/s", "state", "lag", "bp"];
 
   function renderGraph(js, g) {
     const box = $("graph");
@@ -454,7 +454,7 @@
     node.append(dl);
     const table = h("table", "subtasks");
     const head = h("tr");
-    for (const t of SUB_HEADS) head.append(h("th", null, t));
+    SUB_HEADS.forEach((t, i) => head.append(h("th", `col-${SUB_CELLS[i]}`, t)));
     const thead = h("thead");
     thead.append(head);
     const tbody = h("tbody");
@@ -486,6 +486,13 @@
     dropped.hidden = !hasDropped;
     node.querySelector(".node-stats > .dropped-late-label").hidden = !hasDropped;
     setText(dropped, hasDropped ? fmtCount(n.dropped_late) : "", hasDropped ? "records its windows dropped as too late" : "");
+    // Lag: messages of the Kafka partitions it reads (a source's, a repartition topic's)
+    // not read yet; shown only where there are such partitions.
+    const hasLag = isNum(n.lag);
+    field("lag").hidden = !hasLag;
+    node.querySelector(".node-stats > .lag-label").hidden = !hasLag;
+    setText(field("lag"), hasLag ? fmtCount(n.lag) : "", hasLag ? "messages not read yet" : "");
+    for (const el of node.querySelectorAll("table.subtasks :is(.col-lag, td.lag)")) el.hidden = !hasLag;
     setBackpressure(field("backpressure"), worstBackpressure(n), "backpressure");
     const rows = node.querySelectorAll("table.subtasks > tbody > tr");
     (n.subtasks || []).forEach((s, i) => {
@@ -498,6 +505,7 @@
       setText(cell(tr, "in-rate"), fmtRate(s.in_per_second));
       setText(cell(tr, "out-rate"), fmtRate(s.out_per_second));
       setText(cell(tr, "state-bytes"), fmtBytes(s.state_bytes), fmtHuman(s.state_bytes));
+      setText(cell(tr, "lag"), isNum(s.lag) ? fmtCount(s.lag) : "");
       setBackpressure(cell(tr, "backpressure"), s.backpressure, "backpressure");
       tr.title = isNum(s.watermark_ms) || s.event_time_ended
         ? `watermark ${fmtWatermark(s.watermark_ms, null, s.event_time_ended)}` : "";
