@@ -446,16 +446,26 @@ mod tests {
                 output
             })
         };
-        std::thread::sleep(Duration::from_millis(50));
+        // Until the producer says it waits (whenever its thread gets to run), and a little
+        // longer, so that the wait is long enough to see.
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while !input.budget.waiting.load(Ordering::SeqCst) {
+            assert!(Instant::now() < deadline, "the producer never waited");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        let waiting_since = Instant::now();
+        std::thread::sleep(Duration::from_millis(20));
         assert_eq!(sent.load(Ordering::SeqCst), 0, "200 queued, limit 150");
+        let waited = waiting_since.elapsed();
         assert!(matches!(recv(&mut input), Some(Message::Batch(b)) if b.len() == 100));
         let output = producer.join().expect("producer");
         assert_eq!(sent.load(Ordering::SeqCst), 1);
-        // The wait counts as the producer's backpressure.
+        // The wait counts as the producer's backpressure: all of it, from before it said it
+        // waits until after the receive.
         let blocked = blocked_us.load(Ordering::SeqCst);
         assert!(
-            blocked >= 50_000,
-            "blocked {blocked} µs, waited at least 50 ms"
+            u128::from(blocked) >= waited.as_micros(),
+            "blocked {blocked} µs, waited at least {waited:?}"
         );
         // A barrier needs no room.
         output
