@@ -8,7 +8,7 @@ use crate::ids::CheckpointId;
 use crate::record::RecordBatch;
 
 /// Wraps a sink: every stage, commit and recovery first checks the run's leases (no store is
-/// read: [`LeaseCheck::check`] is a clock reading). Writes go through; they only fill what
+/// read: [`LeaseCheck::check`] is a clock reading), and waits while one has lapsed. Writes go through; they only fill what
 /// the next stage makes durable.
 pub struct LeasedSink {
     inner: Box<dyn Sink>,
@@ -20,8 +20,10 @@ impl LeasedSink {
         Self { inner, leases }
     }
 
+    /// A lapsed lease (the store did not answer its renewal) is waited on, up to its expiry
+    /// (`LeaseCheck::wait_while_lapsed`); a lost one fails at once.
     fn check(&self) -> Result<(), ConnectorError> {
-        Ok(LeaseCheck::check_all(&self.leases)?)
+        Ok(LeaseCheck::wait_for_all(&self.leases)?)
     }
 }
 

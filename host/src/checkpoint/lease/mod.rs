@@ -187,6 +187,36 @@ impl LeaseCheck {
     pub fn check_all(checks: &[LeaseCheck]) -> Result<(), LeaseError> {
         checks.iter().try_for_each(LeaseCheck::check)
     }
+
+    /// [`LeaseCheck::check`], but a lapsed lease is waited on (the thread sleeps) until a
+    /// renewal says whether it is still this run's, as long as it has not expired: a store
+    /// that stops answering for a few seconds holds commits back instead of failing the run.
+    /// Past the lease's expiry (another run may hold it now) the lapse is an error. For the
+    /// blocking threads that stage and commit.
+    pub fn wait_while_lapsed(&self) -> Result<(), LeaseError> {
+        let state = &self.state;
+        loop {
+            match self.check() {
+                Err(LeaseError::Lapsed { .. }) => {
+                    let renewed = state.renewed_at_ms.load(Ordering::SeqCst);
+                    let half = state
+                        .commit_until_ms
+                        .load(Ordering::SeqCst)
+                        .saturating_sub(renewed);
+                    if state.clock.now_ms() >= renewed + 2 * half {
+                        return self.check();
+                    }
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+                result => return result,
+            }
+        }
+    }
+
+    /// [`LeaseCheck::wait_while_lapsed`] for every one of `checks`.
+    pub fn wait_for_all(checks: &[LeaseCheck]) -> Result<(), LeaseError> {
+        checks.iter().try_for_each(LeaseCheck::wait_while_lapsed)
+    }
 }
 
 /// A lease this run holds. Renew it ([`Lease::renew`], or [`Lease::keep_renewed`]) and
