@@ -211,12 +211,15 @@ async fn an_operator_on_call_watches_checkpoints_filters_and_cancels_a_job_from_
             |t| t.trim().parse::<u64>().is_ok_and(|n| n > first),
         )
         .await;
-    let rate = browser
-        .wait_text(".node[data-node=\"count\"] .in-rate", "a rate", |t| {
-            t.ends_with("/s")
-        })
+    // About 2 000 records a second; a second in which the machine stalled may show less, so
+    // the rate is waited for, not read once.
+    browser
+        .wait_text(
+            ".node[data-node=\"count\"] .in-rate",
+            "a rate of about 2 000 records a second",
+            |t| t.ends_with("k/s"),
+        )
         .await;
-    assert!(rate.contains("k/s"), "about 2 000 records a second: {rate}");
     let level = browser
         .text(".node[data-node=\"greet\"] .backpressure")
         .await;
