@@ -16,8 +16,9 @@ use std::time::{Duration, Instant};
 use base64::Engine as _;
 use serde_json::{Value, json};
 
-/// How long a wait for the page gives up after.
-pub const PATIENCE: Duration = Duration::from_secs(20);
+/// How long a wait for the page gives up after: a limit, not a pace (Chromium on two busy
+/// cores can take seconds to draw).
+pub const PATIENCE: Duration = Duration::from_secs(60);
 
 /// The key of an element reference in WebDriver's JSON.
 const ELEMENT: &str = "element-6066-11e4-a52e-4f735466cecf";
