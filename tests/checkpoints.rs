@@ -227,6 +227,8 @@ async fn over_a_hundred_checkpoints_cleanup_keeps_the_store_bounded_and_never_de
         16,
         &format!("interval_ms = 2\nretain = {RETAIN}\nmax_chain = {MAX_CHAIN}"),
     );
+    // At least 3 s, for a hundred checkpoints however fast the machine.
+    support::pace_source(&job, 20_000);
     let spec = JobSpec::load(&job).expect("job file");
     let memory: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
     let counted = InstrumentedStore::new(memory.clone(), Faults::default());
@@ -431,6 +433,8 @@ fn a_failing_job_is_restarted_from_its_latest_checkpoint_as_often_as_allowed() {
         "config = { mode = \"error-on\", word = \"boom\" }",
         "[checkpoints]\ninterval_ms = 2\nrestart_attempts = 2",
     );
+    // And at least a second long, however fast the machine.
+    support::pace_source(&job, 50_000);
     let out = support::weir_logging(&["run", job.to_str().expect("utf-8")], "weir=info");
     support::assert_clean_failure(&out, &["operator `victim` subtask 0", "after 2 restarts"]);
     let err = stderr(&out);

@@ -47,6 +47,8 @@ fn word_count(dir: &Path, name: &str, store: &str) -> PathBuf {
     );
     let path = dir.join(format!("{name}.toml"));
     std::fs::rename(job, &path).expect("rename");
+    // 200 000 lines take at least 2 s: a run is still running when the test acts on it.
+    support::pace_source(&path, 100_000);
     path
 }
 
@@ -67,15 +69,15 @@ fn spawn_run(args: &[&str]) -> Child {
         .expect("weir starts")
 }
 
-/// Waits until `held` is true, while `child` runs (it must still be running then: a run
-/// that ended first had too little input for the test).
+/// Waits until `held` is true, while `child` runs (it must still be running then: its
+/// source is paced, see [`word_count`]).
 fn wait_while_running(child: &mut Child, what: &str, held: impl Fn() -> bool) {
     let deadline = Instant::now() + Duration::from_secs(60);
     while !held() {
         assert!(Instant::now() < deadline, "{what}: not within 60 s");
         assert!(
             child.try_wait().expect("poll").is_none(),
-            "the run ended before {what}: make its input longer"
+            "the run ended before {what}"
         );
         std::thread::sleep(Duration::from_millis(5));
     }

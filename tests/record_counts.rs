@@ -29,6 +29,8 @@ fn job(dir: &std::path::Path) -> JobSpec {
         "parallelism = 2",
         "[checkpoints]\ninterval_ms = 5\nrestart_attempts = 0",
     );
+    // At least 2 s a run: still running when the test stops it after two checkpoints.
+    support::pace_source(&path, 30_000);
     JobSpec::load(&path).expect("job file")
 }
 
@@ -68,7 +70,7 @@ async fn run_then_stop(spec: &JobSpec, engine: &Engine, from: Option<RestoreFrom
     });
     let result = run_job(spec, engine, from, options).await;
     watcher.abort();
-    let error = result.expect_err("the job was stopped before its end: make the input longer");
+    let error = result.expect_err("the job was stopped before its end");
     assert!(error.to_string().contains("stopped"), "{error}");
 }
 

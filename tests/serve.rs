@@ -206,6 +206,8 @@ fn a_host_stopped_mid_job_resumes_it_from_its_latest_checkpoint_with_exactly_onc
         .expect("job")
         .replace("name = \"wc\"", "name = \"wc\"\nbatch_size = 16");
     std::fs::write(&job, text).expect("job");
+    // The job lasts at least 2 s: it is still running when its third checkpoint completes.
+    support::pace_source(&job, 30_000);
 
     let first = Host::start(data.path());
     let id = submitted_id(&first.weir(
@@ -941,6 +943,8 @@ fn a_job_resumed_by_a_restarted_host_reports_the_totals_of_an_uninterrupted_run(
             .expect("job")
             .replace("name = \"wc\"", "name = \"wc\"\nbatch_size = 16");
         std::fs::write(&job, text).expect("job");
+        // At least 2 s: still running when its third checkpoint completes.
+        support::pace_source(&job, 30_000);
         submitted_id(&host.weir(
             &["submit", job.to_str().expect("utf-8"), "--json"],
             Some(TOKEN),

@@ -149,6 +149,28 @@ pub fn write_job(dir: &Path, text: &str) -> PathBuf {
     path
 }
 
+/// Paces the file source of the job file at `job` to `lines_per_second`. For a test that acts
+/// while a bounded job runs (kills it, starts a second run): the job then lasts at least its
+/// lines over the pace, however fast the machine, and the test waits for its event (a
+/// checkpoint) within that time instead of assuming the job has not ended yet.
+pub fn pace_source(job: &Path, lines_per_second: u64) {
+    let text = std::fs::read_to_string(job).expect("read job file");
+    let kind = text
+        .lines()
+        .find(|l| {
+            l.trim_start().starts_with("kind = \"text-lines\"")
+                || l.trim_start().starts_with("kind = \"json-lines\"")
+        })
+        .expect("a job file with a file source")
+        .to_owned();
+    let paced = text.replacen(
+        &kind,
+        &format!("{kind}\nrecords_per_second = {lines_per_second}"),
+        1,
+    );
+    std::fs::write(job, paced).expect("write job file");
+}
+
 /// TOML string literal for a path.
 pub fn toml_path(p: &Path) -> String {
     format!("{:?}", p.display().to_string())

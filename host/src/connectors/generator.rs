@@ -8,6 +8,7 @@ use std::sync::atomic::Ordering;
 
 use serde::Deserialize;
 
+use super::pace::Pace;
 use super::{ConnectorError, Source, SourceOrigin, SourcePosition, SourceProgress};
 use crate::record::{RecordBatch, RecordRef};
 
@@ -54,13 +55,6 @@ pub struct GeneratorSource {
     pace: Option<Pace>,
 }
 
-/// A paced generator's schedule: record `first + n` is due `n / per_second` after `since`.
-struct Pace {
-    per_second: u64,
-    since: std::time::Instant,
-    first: u64,
-}
-
 impl GeneratorSource {
     pub fn new(records: u64, keys: u64) -> Self {
         let progress = Arc::new(SourceProgress::default());
@@ -79,35 +73,15 @@ impl GeneratorSource {
     /// The generator producing at most `per_second` records per second (`None`: no limit),
     /// from now or from where it is sought to.
     pub fn paced(mut self, per_second: Option<u64>) -> Self {
-        self.pace = per_second.map(|per_second| Pace {
-            per_second: per_second.max(1),
-            since: std::time::Instant::now(),
-            first: self.next,
-        });
+        self.pace = per_second.map(|per_second| Pace::new(per_second, self.next));
         self
     }
 
     /// How many records may be read now, at most `max`: waits for the next one to be due.
     fn due(&self, max: usize) -> u64 {
-        let Some(pace) = self.pace.as_ref().filter(|_| self.next < self.records) else {
-            return max as u64;
-        };
-        loop {
-            let elapsed = pace.since.elapsed();
-            let allowed = pace.first
-                + (elapsed.as_nanos() * u128::from(pace.per_second) / 1_000_000_000) as u64;
-            if allowed > self.next {
-                return (allowed - self.next).min(max as u64);
-            }
-            let next_due = std::time::Duration::from_nanos(
-                ((self.next + 1 - pace.first) as u128 * 1_000_000_000 / u128::from(pace.per_second))
-                    as u64,
-            );
-            std::thread::sleep(
-                next_due
-                    .saturating_sub(elapsed)
-                    .max(std::time::Duration::from_micros(100)),
-            );
+        match &self.pace {
+            Some(pace) if self.next < self.records => pace.due(self.next, max) as u64,
+            _ => max as u64,
         }
     }
 
@@ -183,8 +157,7 @@ impl Source for GeneratorSource {
         }
         self.next = records;
         if let Some(pace) = &mut self.pace {
-            pace.since = std::time::Instant::now();
-            pace.first = records;
+            pace.restart(records);
         }
         self.progress.done.store(records, Ordering::Relaxed);
         Ok(())

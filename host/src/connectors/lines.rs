@@ -1,6 +1,7 @@
 //! Line-oriented file sources: one record per line.
 
 use super::json_records::{Decoded, JsonDecoder};
+use super::pace::Pace;
 use super::timestamps::{TimestampPolicy, TimestampSpec};
 use crate::clock;
 use std::fs::File;
@@ -24,6 +25,8 @@ struct LineReader {
     /// Bytes consumed so far: where the next line starts.
     offset: u64,
     progress: Arc<SourceProgress>,
+    /// At most so many lines per second; none: as fast as the file reads.
+    pace: Option<Pace>,
 }
 
 /// The checkpointed position of a line source, `{"offset": .., "line": ..}`.
@@ -52,7 +55,16 @@ impl LineReader {
             number: 0,
             offset: 0,
             progress,
+            pace: None,
         })
+    }
+
+    /// How many lines may be read now, at most `max`: waits for the next one to be due.
+    fn due(&self, max: usize) -> usize {
+        match &self.pace {
+            Some(pace) => pace.due(self.number, max),
+            None => max,
+        }
     }
 
     /// The next line, or `None` at the end of the file.
@@ -127,6 +139,9 @@ impl LineReader {
         }
         self.number = line;
         self.offset = offset;
+        if let Some(pace) = &mut self.pace {
+            pace.restart(line);
+        }
         self.progress.total.store(len, Ordering::Relaxed);
         self.progress.done.store(offset, Ordering::Relaxed);
         Ok(())
@@ -145,12 +160,19 @@ impl TextLinesSource {
             lines: LineReader::open(path)?,
         })
     }
+
+    /// The source reading at most `per_second` lines per second (`None`: no limit).
+    pub fn paced(mut self, per_second: Option<u64>) -> Self {
+        self.lines.pace = per_second.map(|per_second| Pace::new(per_second, self.lines.number));
+        self
+    }
 }
 
 impl Source for TextLinesSource {
     fn read_batch(&mut self, max: usize, out: &mut RecordBatch) -> Result<bool, ConnectorError> {
+        let due = self.lines.due(max);
         let now = clock::now_ms();
-        for _ in 0..max {
+        for _ in 0..due {
             let number = self.lines.number + 1;
             match self.lines.next_line()? {
                 Some(line) => {
@@ -224,12 +246,20 @@ impl JsonLinesSource {
         self.rejected = Some(Vec::new());
         self
     }
+
+    /// The source reading at most `per_second` lines per second (`None`: no limit); blank
+    /// and set-aside lines count.
+    pub fn paced(mut self, per_second: Option<u64>) -> Self {
+        self.lines.pace = per_second.map(|per_second| Pace::new(per_second, self.lines.number));
+        self
+    }
 }
 
 impl Source for JsonLinesSource {
     fn read_batch(&mut self, max: usize, out: &mut RecordBatch) -> Result<bool, ConnectorError> {
         let mut read = 0;
-        while read < max {
+        let due = self.lines.number + self.lines.due(max) as u64;
+        while read < max && self.lines.number < due {
             let number = self.lines.number + 1;
             let Some(line) = self.lines.next_line()? else {
                 return Ok(false);
@@ -320,6 +350,48 @@ mod tests {
             .iter()
             .map(|r| (r.key.map(<[u8]>::to_vec), r.value.to_vec()))
             .collect())
+    }
+
+    #[test]
+    fn paced_line_sources_read_no_faster_than_their_pace_from_where_they_are_sought() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("in.jsonl");
+        std::fs::write(&path, "{\"k\": 1}\n".repeat(300)).expect("write");
+        let sources: [Box<dyn Fn() -> Box<dyn Source>>; 2] = [
+            Box::new(|| {
+                Box::new(
+                    TextLinesSource::open(&path)
+                        .expect("open")
+                        .paced(Some(2_000)),
+                )
+            }),
+            Box::new(|| {
+                Box::new(
+                    JsonLinesSource::open(&path, Some("/k".into()))
+                        .expect("open")
+                        .paced(Some(2_000)),
+                )
+            }),
+        ];
+        for open in &sources {
+            let started = std::time::Instant::now();
+            assert_eq!(read_all(&mut *open()).expect("read").len(), 300);
+            // Line 300 was due 150 ms after the first.
+            assert!(started.elapsed() >= std::time::Duration::from_millis(149));
+
+            // Sought to line 200: the last hundred at the pace, from then on.
+            let mut source = open();
+            let mut batch = RecordBatch::new();
+            for _ in 0..100 {
+                source.read_batch(2, &mut batch).expect("read");
+            }
+            let position = source.position();
+            let mut resumed = open();
+            let sought = std::time::Instant::now();
+            resumed.seek(&position).expect("seek");
+            assert_eq!(read_all(&mut *resumed).expect("read").len(), 100);
+            assert!(sought.elapsed() >= std::time::Duration::from_millis(49));
+        }
     }
 
     #[test]

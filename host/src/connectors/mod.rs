@@ -1,6 +1,7 @@
 //! Sources and sinks: where records come from and where they go.
 //!
-//! - [`Source`]: reads batches of records; [`lines`] (text and JSON lines) and [`generator`].
+//! - [`Source`]: reads batches of records; [`lines`] (text and JSON lines) and [`generator`],
+//!   either at most so many per second ([`pace`]).
 //! - [`Sink`]: writes the values of the records it receives; [`sinks`] (stdout, file, discard).
 //!   [`LeasedSink`] lets any sink stage and commit only while the run holds its leases.
 //! - [`kafka`]: a topic partition as a source, a topic as a sink; the scale-out over a
@@ -14,6 +15,7 @@ pub(crate) mod json_records;
 pub mod kafka;
 pub(crate) mod leased_sink;
 pub mod lines;
+pub(crate) mod pace;
 pub(crate) mod sinks;
 pub(crate) mod timestamps;
 

@@ -187,20 +187,28 @@ fn checkpointing(spec: &JobSpec) -> Result<Option<Checkpointing>, PrepareError> 
 /// The job's source, opened.
 fn source(spec: &JobSpec) -> Result<Box<dyn Source>, PrepareError> {
     Ok(match &spec.source {
-        SourceSpec::TextLines { path, .. } => {
-            Box::new(TextLinesSource::open(path).map_err(PrepareError::Source)?)
-        }
+        SourceSpec::TextLines {
+            path,
+            records_per_second,
+            ..
+        } => Box::new(
+            TextLinesSource::open(path)
+                .map_err(PrepareError::Source)?
+                .paced(*records_per_second),
+        ),
         SourceSpec::JsonLines {
             path,
             key_pointer,
             on_bad_record,
             timestamp,
             on_bad_timestamp,
+            records_per_second,
             ..
         } => {
             let source = JsonLinesSource::open(path, key_pointer.clone())
                 .map_err(PrepareError::Source)?
-                .with_timestamps(timestamp.clone(), *on_bad_timestamp);
+                .with_timestamps(timestamp.clone(), *on_bad_timestamp)
+                .paced(*records_per_second);
             Box::new(match on_bad_record {
                 RecordPolicy::Fail => source,
                 _ => source.setting_bad_lines_aside(),

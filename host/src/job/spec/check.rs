@@ -462,8 +462,13 @@ impl Checker<'_> {
 
     fn check_source_kind(&self, source: SourceSpec) -> Result<SourceSpec, SpecError> {
         Ok(match source {
-            SourceSpec::TextLines { path, watermark } => SourceSpec::TextLines {
+            SourceSpec::TextLines {
+                path,
+                records_per_second,
+                watermark,
+            } => SourceSpec::TextLines {
                 path: self.input_file(&path)?,
+                records_per_second: self.check_pace(records_per_second)?,
                 watermark,
             },
             SourceSpec::JsonLines {
@@ -472,6 +477,7 @@ impl Checker<'_> {
                 on_bad_record,
                 timestamp,
                 on_bad_timestamp,
+                records_per_second,
                 watermark,
             } => {
                 if watermark.is_some() && timestamp.is_none() {
@@ -494,6 +500,7 @@ impl Checker<'_> {
                     on_bad_record: self.check_policy("[source] on_bad_record", on_bad_record)?,
                     timestamp,
                     on_bad_timestamp,
+                    records_per_second: self.check_pace(records_per_second)?,
                     watermark,
                 }
             }
@@ -508,9 +515,7 @@ impl Checker<'_> {
                 if keys == 0 {
                     return Err(self.invalid("[source] keys", "must be at least 1"));
                 }
-                if records_per_second == Some(0) {
-                    return Err(self.invalid("[source] records_per_second", "must be at least 1"));
-                }
+                let records_per_second = self.check_pace(records_per_second)?;
                 if clock.events_per_second == 0 {
                     return Err(
                         self.invalid("[source] clock.events_per_second", "must be at least 1")
@@ -531,6 +536,14 @@ impl Checker<'_> {
                 }
             }
         })
+    }
+
+    /// A source's `records_per_second`, if any: at least 1.
+    fn check_pace(&self, records_per_second: Option<u64>) -> Result<Option<u64>, SpecError> {
+        if records_per_second == Some(0) {
+            return Err(self.invalid("[source] records_per_second", "must be at least 1"));
+        }
+        Ok(records_per_second)
     }
 
     /// A file source's input, which must exist.

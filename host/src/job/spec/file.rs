@@ -67,6 +67,9 @@ pub enum SourceSpec {
     /// Each line a record, stamped with the time it was read (ingestion time).
     TextLines {
         path: PathBuf,
+        /// At most this many lines per second of wall-clock time; none: as fast as it reads.
+        #[serde(default)]
+        records_per_second: Option<u64>,
         #[serde(default)]
         watermark: Option<WatermarkFile>,
     },
@@ -83,6 +86,9 @@ pub enum SourceSpec {
         /// What happens to a line without a usable timestamp.
         #[serde(default)]
         on_bad_timestamp: TimestampPolicy,
+        /// At most this many lines per second of wall-clock time; none: as fast as it reads.
+        #[serde(default)]
+        records_per_second: Option<u64>,
         #[serde(default)]
         watermark: Option<WatermarkFile>,
     },

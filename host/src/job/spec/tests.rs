@@ -61,6 +61,7 @@ fn a_good_file_resolves_paths_and_defaults() {
         spec.source,
         SourceSpec::TextLines {
             path: dir.path().join("in.txt"),
+            records_per_second: None,
             watermark: None,
         }
     );
@@ -269,6 +270,10 @@ fn settings_that_would_make_the_job_silently_wrong_are_refused() {
                 "path = \"in.txt\"\nwatermark = { idle_ms = 0 }",
             ),
             "[source] watermark.idle_ms: must be at least 1",
+        ),
+        (
+            json("records_per_second = 0"),
+            "[source] records_per_second: must be at least 1",
         ),
         (
             GOOD.replace("path = \"out.txt\"", "path = \"in.txt\""),
