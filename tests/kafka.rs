@@ -8,6 +8,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use support::browser::Browser;
 use support::crash::{Rng, running_counts, seed};
 use support::host::{Host, TOKEN};
 use support::kafka::{Broker, produce, sorted_values};
@@ -1049,6 +1050,41 @@ fn a_served_job_that_re_keys_shows_each_stage_s_partitions_and_lag() {
             assert!(said.lines().any(|l| l.starts_with(&line)), "{said}");
         }
     }
+    // And as the console draws it: the topic between the two operators, with its partitions
+    // and their lag, and what went through it.
+    let runtime = tokio::runtime::Runtime::new().expect("runtime");
+    runtime.block_on(async {
+        let browser = Browser::start().await;
+        browser.goto(&format!("{}/#/jobs/{id}", host.url)).await;
+        browser.type_into("#token", TOKEN).await;
+        browser.click("#login-button").await;
+        let topic = format!(".node[data-kind=\"topic\"][data-node=\"{REPARTITION_TOPIC}\"]");
+        browser
+            .wait_text(&format!("{topic} .node-stats > .lag"), "a lag of 0", |t| {
+                t == "0"
+            })
+            .await;
+        let kinds = browser.attrs("#graph > .node", "data-kind").await;
+        assert_eq!(kinds, ["source", "operator", "topic", "operator", "sink"]);
+        let through = browser
+            .text(&format!("{topic} .node-stats > .records-in"))
+            .await;
+        assert_eq!(through, words.to_string());
+        let cells =
+            serde_json::to_string(&format!("{topic} table.subtasks tbody td.lag")).expect("JSON");
+        let lags: Vec<String> = serde_json::from_value(
+            browser
+                .eval(&format!(
+                    "return [...document.querySelectorAll({cells})].map(e => e.textContent)"
+                ))
+                .await,
+        )
+        .expect("texts");
+        assert_eq!(lags, ["0", "0", "0", "0"], "one row per partition");
+        browser.screenshot("kafka-repartition-topic").await;
+        browser.close().await;
+    });
+
     let out = host.weir(&["cancel", &id], Some(TOKEN));
     assert!(out.status.success(), "{}", stderr(&out));
     assert_eq!(host.wait(&id)["status"], "cancelled");
