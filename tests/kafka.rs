@@ -13,6 +13,7 @@ use support::crash::{Rng, running_counts, seed};
 use support::host::{Host, TOKEN};
 use support::kafka::{Broker, produce, sorted_values};
 use support::{assert_clean_failure, cache_dir, component, stderr, toml_path, weir, write_job};
+use weir_host::partition::{KeyGroups, hash_key};
 
 /// Words keyed by themselves, so each word's records share a partition.
 fn words(count: usize, distinct: usize, rng: &mut Rng) -> Vec<String> {
@@ -1026,6 +1027,35 @@ fn a_served_job_that_re_keys_shows_each_stage_s_partitions_and_lag() {
         "{graph}"
     );
     assert_eq!(node(3, "records_in"), words, "{graph}");
+    // Each subtask of the counter reads the words of its key groups, of every partition: the
+    // words of one partition reach both subtasks of the pipeline that reads it.
+    let groups = KeyGroups::default();
+    let mut expected_in = std::collections::BTreeMap::new();
+    for word in lines.iter().flat_map(|l| l.split(' ')) {
+        let hash = hash_key(word.as_bytes());
+        let subtask = groups.subtask_of(groups.of(hash), 2).0;
+        *expected_in
+            .entry((hash.topic_partition(4), subtask))
+            .or_insert(0) += 1;
+    }
+    let shown_in: std::collections::BTreeMap<(u32, u32), u64> = node(3, "subtasks")
+        .as_array()
+        .expect("subtasks")
+        .iter()
+        .filter(|s| s["records_in"] != 0)
+        .map(|s| {
+            let number = |field: &str| s[field].as_u64().expect("a number");
+            (
+                (number("partition") as u32, number("subtask") as u32),
+                number("records_in"),
+            )
+        })
+        .collect();
+    assert_eq!(shown_in, expected_in, "{graph}");
+    assert!(
+        (0..4).any(|p| expected_in.contains_key(&(p, 0)) && expected_in.contains_key(&(p, 1))),
+        "{expected_in:?}"
+    );
     assert_eq!(node(4, "records_in"), words, "{graph}");
     assert_eq!(node(0, "lag"), 0, "{graph}");
     for n in [0, 2] {

@@ -140,8 +140,8 @@ pub struct KafkaSinkSpec {
 /// How a stage writes the repartition topic toward the next stage.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RepartitionWrite {
-    /// The key of the operator that reads the topic: a record's partition is the key group
-    /// of its key among `partitions` groups, the same in every client that writes it.
+    /// The key of the operator that reads the topic: a record's partition comes from its
+    /// key's hash (`KeyHash::topic_partition`), the same in every client that writes it.
     pub key_by: crate::vocabulary::KeyBy,
     /// The topic's partitions.
     pub partitions: u32,

@@ -25,8 +25,8 @@
 //! checkpoint and the commit.
 //!
 //! A sink that writes a repartition topic between two stages of a job (DESIGN.md §12.1)
-//! picks each record's partition from the key the next stage groups by (the key group of its
-//! key hash among the topic's partitions, so every writer agrees), and adds to each
+//! picks each record's partition from the key the next stage groups by (from its key hash,
+//! `KeyHash::topic_partition`, so every writer agrees), and adds to each
 //! checkpoint's output a marker per partition when its watermark moved (`markers`).
 
 use std::collections::{BTreeMap, HashSet};
@@ -50,7 +50,7 @@ use crate::checkpoint::CheckpointStore;
 use crate::connectors::json_records::json_key;
 use crate::connectors::{ConnectorError, Sink, SinkPosition, SinkRestore};
 use crate::ids::CheckpointId;
-use crate::partition::{KeyGroups, hash_key};
+use crate::partition::hash_key;
 use crate::record::RecordBatch;
 use crate::vocabulary::KeyBy;
 
@@ -103,7 +103,6 @@ pub struct KafkaSink {
 /// A repartition sink's own state.
 struct Repartition {
     write: RepartitionWrite,
-    groups: KeyGroups,
     /// The job's latest watermark, reached since the last markers were staged.
     watermark: Option<i64>,
     /// The watermark the last markers said.
@@ -117,7 +116,6 @@ impl Repartition {
     fn new(write: &RepartitionWrite) -> Self {
         Self {
             write: write.clone(),
-            groups: KeyGroups::new(write.partitions),
             watermark: None,
             said: None,
             idle: false,
@@ -145,7 +143,9 @@ impl Repartition {
                 (found.clone(), found)
             }
         };
-        let partition = key.map_or(0, |key| self.groups.of(hash_key(&key)).0 as i32);
+        let partition = key.map_or(0, |key| {
+            hash_key(&key).topic_partition(self.write.partitions) as i32
+        });
         (partition, new_key)
     }
 
@@ -933,10 +933,9 @@ mod tests {
     fn a_record_goes_to_the_partition_of_the_next_stages_key() {
         let by_key = repartition(KeyBy::RecordKey);
         let by_word = repartition(KeyBy::JsonPointer("/word".into()));
-        let groups = KeyGroups::new(4);
         let mut used = HashSet::new();
         for word in ["the", "a", "weir", "river", "stream", "of", "and"] {
-            let expected = groups.of(hash_key(word.as_bytes())).0 as i32;
+            let expected = hash_key(word.as_bytes()).topic_partition(4) as i32;
             used.insert(expected);
             assert_eq!(by_key.place(Some(word.as_bytes()), b"x"), (expected, None));
             // Keyed by a JSON pointer: the value there decides, and becomes the key.
