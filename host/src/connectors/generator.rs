@@ -77,7 +77,7 @@ impl GeneratorSource {
         self
     }
 
-    /// How many records may be read now, at most `max`: waits for the next one to be due.
+    /// How many records may be read now, at most `max`: waits until a batch is due (`Pace::due`).
     fn due(&self, max: usize) -> u64 {
         match &self.pace {
             Some(pace) if self.next < self.records => pace.due(self.next, max) as u64,

@@ -59,11 +59,12 @@ impl LineReader {
         })
     }
 
-    /// How many lines may be read now, at most `max`: waits for the next one to be due.
-    fn due(&self, max: usize) -> usize {
+    /// The number of the last line a batch of at most `max` records may read now: waits
+    /// until a batch is due (`Pace::due`) when paced; no limit when not.
+    fn last_due(&self, max: usize) -> u64 {
         match &self.pace {
-            Some(pace) => pace.due(self.number, max),
-            None => max,
+            Some(pace) => self.number + pace.due(self.number, max) as u64,
+            None => u64::MAX,
         }
     }
 
@@ -170,9 +171,12 @@ impl TextLinesSource {
 
 impl Source for TextLinesSource {
     fn read_batch(&mut self, max: usize, out: &mut RecordBatch) -> Result<bool, ConnectorError> {
-        let due = self.lines.due(max);
+        let last = self.lines.last_due(max);
         let now = clock::now_ms();
-        for _ in 0..due {
+        for _ in 0..max {
+            if self.lines.number == last {
+                break;
+            }
             let number = self.lines.number + 1;
             match self.lines.next_line()? {
                 Some(line) => {
@@ -258,8 +262,8 @@ impl JsonLinesSource {
 impl Source for JsonLinesSource {
     fn read_batch(&mut self, max: usize, out: &mut RecordBatch) -> Result<bool, ConnectorError> {
         let mut read = 0;
-        let due = self.lines.number + self.lines.due(max) as u64;
-        while read < max && self.lines.number < due {
+        let last = self.lines.last_due(max);
+        while read < max && self.lines.number < last {
             let number = self.lines.number + 1;
             let Some(line) = self.lines.next_line()? else {
                 return Ok(false);
