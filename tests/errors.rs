@@ -17,6 +17,22 @@ fn validate_accepts_the_example_operators() {
 }
 
 #[test]
+fn a_job_file_given_to_validate_is_pointed_to_plan() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let job = write_job(dir.path(), "[job]\nname = \"j\"\n");
+    let out = weir(&["validate", job.to_str().expect("utf-8")]);
+    assert_clean_failure(
+        &out,
+        &[
+            "job.toml looks like a job file",
+            "`weir plan ",
+            "checks a job file",
+        ],
+    );
+    assert_eq!(out.status.code(), Some(2));
+}
+
+#[test]
 fn a_component_of_another_world_is_refused_naming_what_is_missing() {
     // A WASI command (exports wasi:cli/run), not an operator.
     let path = component("weir-test-not-an-operator");
