@@ -25,8 +25,8 @@ mod holder;
 
 pub use holder::Holder;
 
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
 use futures::TryStreamExt;
@@ -161,6 +161,17 @@ struct LeaseState {
     renewed_at_ms: AtomicU64,
     /// Set once a renewal found a newer generation: the lease is gone for good.
     lost: std::sync::OnceLock<Holder>,
+    /// Notified after each renewal, good or lost: what [`LeaseCheck::wait_while_lapsed`]
+    /// waits for. The mutex guards nothing but that handshake (a waiter holds it from its
+    /// check to its wait, so a renewal in between is not missed).
+    renewed: (Mutex<()>, Condvar),
+}
+
+impl LeaseState {
+    fn notify_renewed(&self) {
+        let _handshake = self.renewed.0.lock().unwrap_or_else(|e| e.into_inner());
+        self.renewed.1.notify_all();
+    }
 }
 
 impl LeaseCheck {
@@ -188,13 +199,14 @@ impl LeaseCheck {
         checks.iter().try_for_each(LeaseCheck::check)
     }
 
-    /// [`LeaseCheck::check`], but a lapsed lease is waited on (the thread sleeps) until a
+    /// [`LeaseCheck::check`], but a lapsed lease is waited on (the thread blocks) until a
     /// renewal says whether it is still this run's, as long as it has not expired: a store
     /// that stops answering for a few seconds holds commits back instead of failing the run.
     /// Past the lease's expiry (another run may hold it now) the lapse is an error. For the
     /// blocking threads that stage and commit.
     pub fn wait_while_lapsed(&self) -> Result<(), LeaseError> {
         let state = &self.state;
+        let mut handshake = state.renewed.0.lock().unwrap_or_else(|e| e.into_inner());
         loop {
             match self.check() {
                 Err(LeaseError::Lapsed { .. }) => {
@@ -203,10 +215,17 @@ impl LeaseCheck {
                         .commit_until_ms
                         .load(Ordering::SeqCst)
                         .saturating_sub(renewed);
-                    if state.clock.now_ms() >= renewed + 2 * half {
+                    let expires = renewed + 2 * half;
+                    let now = state.clock.now_ms();
+                    if now >= expires {
                         return self.check();
                     }
-                    std::thread::sleep(Duration::from_millis(20));
+                    handshake = state
+                        .renewed
+                        .1
+                        .wait_timeout(handshake, Duration::from_millis(expires - now))
+                        .unwrap_or_else(|e| e.into_inner())
+                        .0;
                 }
                 result => return result,
             }
@@ -334,6 +353,7 @@ impl Lease {
                         commit_until_ms: AtomicU64::new(0),
                         renewed_at_ms: AtomicU64::new(now),
                         lost: std::sync::OnceLock::new(),
+                        renewed: (Mutex::new(()), Condvar::new()),
                     }),
                 },
                 holder,
@@ -449,6 +469,7 @@ impl Lease {
             && n > self.generation
         {
             let _ = state.lost.set(record.holder.clone());
+            state.notify_renewed();
             holder::let_go_here(&self.holder.token);
             return Err(LeaseError::Lost {
                 what: state.what.clone(),
@@ -459,6 +480,7 @@ impl Lease {
         state
             .commit_until_ms
             .store(now + self.commit_window_ms(), Ordering::SeqCst);
+        state.notify_renewed();
         Ok(())
     }
 

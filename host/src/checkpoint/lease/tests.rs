@@ -124,6 +124,31 @@ async fn commits_lapse_half_a_lease_after_the_last_renewal_and_resume_with_the_n
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_commit_waits_out_a_lapse_for_the_next_renewal_but_not_past_the_expiry() {
+    let world = World::new();
+    let lease = world.acquire().await.expect("lease");
+    world.advance(TTL / 2);
+    let check = lease.check();
+    assert!(matches!(check.check(), Err(LeaseError::Lapsed { .. })));
+    // A commit on a blocking thread, and the renewal that lets it go on.
+    let waiting = std::thread::spawn({
+        let check = check.clone();
+        move || check.wait_while_lapsed()
+    });
+    lease.renew().await.expect("renew");
+    waiting
+        .join()
+        .expect("the waiting thread")
+        .expect("renewed: the commit goes on");
+    // At the lease's expiry another run may hold it: the lapse is an error at once.
+    world.advance(TTL);
+    assert!(matches!(
+        check.wait_while_lapsed(),
+        Err(LeaseError::Lapsed { .. })
+    ));
+}
+
+#[tokio::test(start_paused = true)]
 async fn a_released_or_dropped_lease_is_free_at_once() {
     let world = World::new();
     let first = world.acquire().await.expect("first");
