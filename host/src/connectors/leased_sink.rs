@@ -8,8 +8,8 @@ use crate::ids::CheckpointId;
 use crate::record::RecordBatch;
 
 /// Wraps a sink: every stage, commit and recovery first checks the run's leases (no store is
-/// read: [`LeaseCheck::check`] is a clock reading), and waits while one has lapsed. Writes go through; they only fill what
-/// the next stage makes durable.
+/// read: [`LeaseCheck::check`] is a clock reading), and waits while one has lapsed. Writes go
+/// through; they only fill what the next stage makes durable.
 pub struct LeasedSink {
     inner: Box<dyn Sink>,
     leases: Vec<LeaseCheck>,
