@@ -309,9 +309,12 @@ fn in_front_of_a_slow_operator_the_barrier_waits_behind_a_fraction_of_the_interv
         .map(|w| w[1].completed_at_ms - w[0].completed_at_ms)
         .collect();
     intervals.sort_unstable();
+    // The bounds leave room for a loaded machine (the slow operator's sleeps overrun, the
+    // threads wait for a core) and still tell a bounded queue from an unbounded one, behind
+    // which the barrier waits 800 ms or more.
     let p90 = intervals[intervals.len() * 9 / 10];
     assert!(
-        p90 <= 2 * interval.as_millis() as u64,
+        p90 <= 4 * interval.as_millis() as u64,
         "p90 of the time between checkpoints {p90} ms with a {} ms interval; all: {intervals:?}",
         interval.as_millis()
     );
@@ -322,7 +325,7 @@ fn in_front_of_a_slow_operator_the_barrier_waits_behind_a_fraction_of_the_interv
     delays.sort_unstable();
     let median = delays[delays.len() / 2];
     assert!(
-        median <= interval.as_millis() as u64,
+        median <= 2 * interval.as_millis() as u64,
         "median start delay {median} ms with a {} ms interval; all: {delays:?}",
         interval.as_millis()
     );

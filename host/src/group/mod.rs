@@ -55,7 +55,7 @@ use crate::connectors::kafka::settings::{Assignment, KafkaSourceSpec, client_con
 use crate::connectors::kafka::source::{InputPartition, PartitionLink, kafka_error};
 use crate::engine::Engine;
 use crate::job::spec::{RecordPolicy, SinkSpec, SourceSpec};
-use crate::job::stages::StagePlan;
+use crate::job::stages::{RepartitionTopic, StagePlan};
 use crate::job::{
     CheckpointRequest, JobError, JobMetrics, JobSpec, RunOptions, RunSummary, StopSignal,
     SupervisorError, run_job,
@@ -692,19 +692,21 @@ async fn stage_jobs(
         });
     }
     for (topic, wanted) in plan.topics().zip(&counts[1..]) {
-        ensure_topic(&spec.name, kafka, &topic.topic, *wanted).await?;
+        ensure_topic(&spec.name, kafka, topic, *wanted).await?;
     }
     Ok(Some(plan.stage_jobs(spec, &counts)))
 }
 
-/// Makes sure `topic` exists with `wanted` partitions, on the brokers of the job's source:
-/// creates it if it is missing, and says so.
+/// Makes sure `repartition`'s topic exists with `wanted` partitions, on the brokers of the
+/// job's source: creates it if it is missing, and says so. A topic that exists keeps its
+/// settings (its retention among them).
 async fn ensure_topic(
     job: &str,
     kafka: &KafkaSourceSpec,
-    topic: &str,
+    repartition: &RepartitionTopic,
     wanted: u32,
 ) -> Result<(), GroupError> {
+    let topic = repartition.topic.as_str();
     let mismatch = |partitions: usize| GroupError::TopicMismatch {
         job: job.to_owned(),
         topic: topic.to_owned(),
@@ -737,8 +739,8 @@ async fn ensure_topic(
     )
     .create()
     .map_err(|e| cannot(format!("cannot create an admin client: {e}")))?;
-    // The brokers' own replication factor (-1).
-    let new = NewTopic::new(topic, wanted as i32, TopicReplication::Fixed(-1));
+    let retention = repartition.retention_ms.map(|ms| ms.to_string());
+    let new = new_topic(topic, wanted, retention.as_deref());
     let options = AdminOptions::new()
         .operation_timeout(Some(kafka.connect_timeout()))
         .request_timeout(Some(kafka.connect_timeout()));
@@ -774,6 +776,16 @@ async fn ensure_topic(
             }
             None => return Err(cannot("the new topic did not show in the metadata".into())),
         }
+    }
+}
+
+/// The creation request of a repartition topic: `partitions`, the brokers' own replication
+/// factor (-1), and `retention.ms` if the job file sets it.
+fn new_topic<'a>(topic: &'a str, partitions: u32, retention_ms: Option<&'a str>) -> NewTopic<'a> {
+    let new = NewTopic::new(topic, partitions as i32, TopicReplication::Fixed(-1));
+    match retention_ms {
+        Some(ms) => new.set("retention.ms", ms),
+        None => new,
     }
 }
 
@@ -1016,4 +1028,24 @@ async fn watch_pipelines(
         }
     }
     (summary, failure)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_repartition_topic_is_created_with_the_retention_the_job_file_sets() {
+        let set = new_topic("weir.wc.count.repartition", 4, Some("3600000"));
+        assert_eq!(
+            (set.name, set.num_partitions, set.config),
+            (
+                "weir.wc.count.repartition",
+                4,
+                vec![("retention.ms", "3600000")]
+            )
+        );
+        assert!(matches!(set.replication, TopicReplication::Fixed(-1)));
+        assert!(new_topic("t", 1, None).config.is_empty());
+    }
 }

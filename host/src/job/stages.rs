@@ -49,6 +49,8 @@ pub struct RepartitionTopic {
     pub topic: String,
     /// Its partition count; `None`: as many as the job's input topic.
     pub partitions: Option<u32>,
+    /// Its `retention.ms` when Weir creates it; `None`: the brokers' default.
+    pub retention_ms: Option<u64>,
     /// The operator that reads it first, whose key partitions it.
     pub operator: String,
     pub key_by: KeyBy,
@@ -91,6 +93,7 @@ impl StagePlan {
                             .clone()
                             .unwrap_or_else(|| default_topic(&spec.name, &op.name)),
                         partitions: op.repartition.partitions,
+                        retention_ms: op.repartition.retention_ms,
                         operator: op.name.clone(),
                         key_by: op.key_by.clone().expect("re-keys"),
                     }),
@@ -225,12 +228,15 @@ impl fmt::Display for Described<'_> {
                 (StageInput::Source, SourceSpec::Kafka(kafka)) => source_kafka(kafka),
                 (StageInput::Source, source) => format!("source {}", source.kind()),
                 (StageInput::Repartition(topic), _) => format!(
-                    "topic `{}` ({} partitions, keyed by {})",
+                    "topic `{}` ({} partitions, keyed by {}{})",
                     topic.topic,
                     topic
                         .partitions
                         .map_or_else(|| "as many as the input's".to_owned(), |p| p.to_string()),
                     key_by(&topic.key_by),
+                    topic
+                        .retention_ms
+                        .map_or_else(String::new, |ms| format!(", retention {ms} ms")),
                 ),
             };
             // Numbered as their folders and groups are: stage 0 is the job's own.

@@ -726,6 +726,13 @@ impl Checker<'_> {
         if repartition.partitions == Some(0) {
             return Err(self.invalid(format!("{at} repartition.partitions"), "must be at least 1"));
         }
+        if repartition.retention_ms == Some(0) {
+            return Err(self.invalid(
+                format!("{at} repartition.retention_ms"),
+                "must be at least 1: the brokers would delete records before the next stage \
+                 read them",
+            ));
+        }
         Ok(())
     }
 }

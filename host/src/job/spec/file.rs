@@ -138,6 +138,9 @@ pub struct RepartitionFile {
     pub topic: Option<String>,
     /// Default: as many as the job's input topic.
     pub partitions: Option<u32>,
+    /// The topic's `retention.ms` when Weir creates it; default: the brokers'. The bound on
+    /// the topic where the brokers do not delete what the next stage has read past.
+    pub retention_ms: Option<u64>,
 }
 
 fn one() -> u32 {

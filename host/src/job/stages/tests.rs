@@ -115,7 +115,7 @@ fn every_re_key_is_a_stage_and_the_topics_settings_are_kept() {
             ("tokenize", ""),
             (
                 "count",
-                "key_by = \"key\"\nrepartition = { topic = \"words\", partitions = 8 }",
+                "key_by = \"key\"\nrepartition = { topic = \"words\", partitions = 8, retention_ms = 3600000 }",
             ),
             ("top", "key_by = \"key\""),
         ],
@@ -124,13 +124,20 @@ fn every_re_key_is_a_stage_and_the_topics_settings_are_kept() {
     let plan = StagePlan::of(&spec);
     let topics: Vec<_> = plan
         .topics()
-        .map(|t| (t.topic.as_str(), t.partitions, t.operator.as_str()))
+        .map(|t| {
+            (
+                t.topic.as_str(),
+                t.partitions,
+                t.retention_ms,
+                t.operator.as_str(),
+            )
+        })
         .collect();
     assert_eq!(
         topics,
         [
-            ("words", Some(8), "count"),
-            ("weir.wc.top.repartition", None, "top")
+            ("words", Some(8), Some(3_600_000), "count"),
+            ("weir.wc.top.repartition", None, None, "top")
         ]
     );
     let printed = plan.describe(&spec).to_string();
@@ -138,6 +145,12 @@ fn every_re_key_is_a_stage_and_the_topics_settings_are_kept() {
     assert!(
         printed.contains(
             "stage 0: source kafka topic `lines` (keyed by the message key) -> tokenize (x1) -> topic `words`"
+        ),
+        "{printed}"
+    );
+    assert!(
+        printed.contains(
+            "stage 1: topic `words` (8 partitions, keyed by the record key, retention 3600000 ms) -> count (x1) -> topic `weir.wc.top.repartition`"
         ),
         "{printed}"
     );
@@ -186,6 +199,21 @@ fn a_repartition_setting_where_no_topic_comes_is_refused_and_a_bad_topic_name_to
     )
     .expect_err("zero");
     assert!(zero.contains("repartition.partitions"), "{zero}");
+    let no_retention = kafka_job(
+        "",
+        &[
+            ("tokenize", ""),
+            (
+                "count",
+                "key_by = \"key\"\nrepartition = { retention_ms = 0 }",
+            ),
+        ],
+    )
+    .expect_err("zero");
+    assert!(
+        no_retention.contains("repartition.retention_ms") && no_retention.contains("at least 1"),
+        "{no_retention}"
+    );
 }
 
 #[test]
