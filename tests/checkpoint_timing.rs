@@ -224,6 +224,7 @@ impl OperatorFactory for Native {
 fn stage(name: &str, factory: Native, key_by: Option<KeyBy>) -> Stage {
     Stage {
         name: name.into(),
+        uid: name.into(),
         factory: Arc::new(factory),
         parallelism: 1,
         key_by,

@@ -23,6 +23,7 @@ mod installed;
 mod kafka;
 mod languages;
 mod one_writer;
+mod operator_changes;
 mod pipeline;
 mod record_counts;
 mod sandbox;

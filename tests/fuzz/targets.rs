@@ -494,7 +494,11 @@ fn plan_start(input: &[u8]) -> Found {
             StartFrom::Restart(lineage),
         ] {
             if let Ok(start) = JobStart::plan(&store, "wordcount", &from, &[]).await {
-                let _ = (start.lineage(&from), start.assignment());
+                let _ = (
+                    start.lineage(&from),
+                    start.assignment(&["count"]),
+                    start.check_state_kept("wordcount", &["count"], &[]),
+                );
                 check(start.next_checkpoint > CheckpointId(3), || {
                     format!(
                         "a run after checkpoint 3 numbers its first {}",

@@ -39,6 +39,7 @@ pub fn one_stage(
         source: Box::new(source),
         stages: vec![Stage {
             name: name.into(),
+            uid: name.into(),
             factory,
             parallelism: 1,
             key_by: Some(KeyBy::RecordKey),

@@ -221,6 +221,21 @@ impl CheckpointMetadata {
         self.operators.iter().find(|o| o.name == name)
     }
 
+    /// The operators whose state this checkpoint holds (live keys or pending timers) and
+    /// that are not among `uids`, with the bytes of their live state: what a restore into a
+    /// job of those operators would drop.
+    pub fn state_without_place(&self, uids: &[&str]) -> Vec<(&str, u64)> {
+        self.operators
+            .iter()
+            .filter(|o| !uids.contains(&o.name.as_str()))
+            .filter(|o| o.subtasks.iter().any(|s| s.live_bytes > 0 || s.timers > 0))
+            .map(|o| {
+                let bytes = o.subtasks.iter().map(|s| s.live_bytes).sum();
+                (o.name.as_str(), bytes)
+            })
+            .collect()
+    }
+
     /// Checks what readers rely on and the JSON syntax cannot say (metadata has no checksum:
     /// a damaged or hand-edited file parses): the number of key groups is one a job can
     /// have, and every subtask's key groups lie within them. A reader sizes a subtask's

@@ -125,6 +125,31 @@ pub enum StartError {
         count: usize,
         newest: Arc<CheckpointMetadata>,
     },
+    /// The checkpoint holds state of operators the job no longer has (by uid), and the run
+    /// was not told to drop it.
+    #[error(
+        "checkpoint {checkpoint} holds state of {} that job `{job}` has no operator for \
+         (state goes by an operator's uid, or its name when it has none): give the operator \
+         that takes its place that uid (`uid = \"{}\"` in its [[operators]] entry), or drop \
+         the state with {}",
+        dropped_list(dropped),
+        dropped[0].0,
+        dropped.iter().map(|(uid, _)| format!("--allow-dropped-state {uid}")).collect::<Vec<_>>().join(" ")
+    )]
+    DroppedState {
+        job: String,
+        checkpoint: CheckpointId,
+        /// By uid, with the bytes of its live state.
+        dropped: Vec<(String, u64)>,
+    },
+}
+
+fn dropped_list(dropped: &[(String, u64)]) -> String {
+    let each: Vec<String> = dropped
+        .iter()
+        .map(|(uid, bytes)| format!("operator `{uid}` ({bytes} bytes)"))
+        .collect();
+    each.join(", ")
 }
 
 fn damage_list(damaged: &[CheckpointError]) -> String {
@@ -401,6 +426,44 @@ impl JobStart {
         })
     }
 
+    /// Refuses a restore that would drop state: operators of the restored checkpoint that hold
+    /// state, that none of `uids` (the job's operators') takes over, and that `allowed`
+    /// (`--allow-dropped-state`) does not name. Operators the checkpoint lacks start empty.
+    pub fn check_state_kept(
+        &self,
+        job: &str,
+        uids: &[&str],
+        allowed: &[String],
+    ) -> Result<(), StartError> {
+        // A finished job's restore only commits its last output: no state is read.
+        let Some(restored) = self.restored.as_ref().filter(|m| !m.finished) else {
+            return Ok(());
+        };
+        let mut dropped = Vec::new();
+        for (uid, bytes) in restored.state_without_place(uids) {
+            if allowed.iter().any(|a| a == uid) {
+                tracing::warn!(
+                    job,
+                    checkpoint = restored.id.0,
+                    operator = %uid,
+                    bytes,
+                    "dropping the state of an operator the job no longer has (--allow-dropped-state)"
+                );
+            } else {
+                dropped.push((uid.to_owned(), bytes));
+            }
+        }
+        if dropped.is_empty() {
+            Ok(())
+        } else {
+            Err(StartError::DroppedState {
+                job: job.to_owned(),
+                checkpoint: restored.id,
+                dropped,
+            })
+        }
+    }
+
     /// What an automatic restart of this run may restore.
     pub fn lineage(&self, from: &StartFrom) -> RunLineage {
         let origin = match from {
@@ -418,13 +481,27 @@ impl JobStart {
         }
     }
 
-    /// What the subtasks are told.
-    pub fn assignment(&self) -> RestoreAssignment {
+    /// What the subtasks of a job of operators `uids` are told.
+    pub fn assignment(&self, uids: &[&str]) -> RestoreAssignment {
         RestoreAssignment {
             restored: self.restored.clone(),
             retained: self.retained.clone(),
+            adopted: adopted(&self.retained, uids),
         }
     }
+}
+
+/// The operators of `retained` checkpoints that are not among `uids`, each once.
+pub(crate) fn adopted(retained: &[Arc<CheckpointMetadata>], uids: &[&str]) -> Vec<String> {
+    let mut adopted: Vec<String> = retained
+        .iter()
+        .flat_map(|m| &m.operators)
+        .map(|o| o.name.clone())
+        .filter(|name| !uids.contains(&name.as_str()))
+        .collect();
+    adopted.sort_unstable();
+    adopted.dedup();
+    adopted
 }
 
 #[cfg(test)]

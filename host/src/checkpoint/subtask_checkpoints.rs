@@ -164,6 +164,10 @@ pub struct RestoreAssignment {
     pub restored: Option<Arc<CheckpointMetadata>>,
     /// Every retained checkpoint (the restored one among them): their artifacts stay.
     pub retained: Vec<Arc<CheckpointMetadata>>,
+    /// Operators (by uid) of retained checkpoints that the job no longer has: the job's
+    /// first subtask (of its first operator) owns their artifacts, and deletes them as those
+    /// checkpoints leave retention.
+    pub adopted: Vec<String>,
 }
 
 /// Who a subtask is, for [`SubtaskCheckpoints::new`].
@@ -236,8 +240,9 @@ impl SubtaskCheckpoints {
             self.key_groups,
             assignment.retained.iter().map(|m| &**m),
         );
+        let adopts = self.operator_index == 0 && self.subtask.0 == 0;
         for metadata in &assignment.retained {
-            let own: Vec<String> = metadata
+            let mut own: Vec<String> = metadata
                 .operator(&self.operator)
                 .into_iter()
                 .flat_map(|o| &o.subtasks)
@@ -245,6 +250,20 @@ impl SubtaskCheckpoints {
                 .filter(|a| ownership.owns(self.subtask, &a.path))
                 .map(|a| a.path.clone())
                 .collect();
+            if adopts {
+                own.extend(
+                    metadata
+                        .operators
+                        .iter()
+                        .filter(|o| assignment.adopted.contains(&o.name))
+                        .flat_map(|o| &o.subtasks)
+                        .flat_map(|h| &h.chain)
+                        .map(|a| a.path.clone()),
+                );
+                // After a rescale, chains share artifacts.
+                own.sort_unstable();
+                own.dedup();
+            }
             self.owned.referenced.insert(metadata.id, own);
         }
         if let Some(restored) = &assignment.restored {
@@ -280,12 +299,6 @@ impl SubtaskCheckpoints {
             checkpoint: restored.id,
             reason,
         };
-        let operator = restored.operator(&self.operator).ok_or_else(|| {
-            incompatible(format!(
-                "has no operator `{}`: it belongs to another job",
-                self.operator
-            ))
-        })?;
         if restored.key_groups != self.key_groups.count() {
             return Err(incompatible(format!(
                 "has {} key groups and the job {}: max_parallelism cannot change",
@@ -293,6 +306,18 @@ impl SubtaskCheckpoints {
                 self.key_groups.count()
             )));
         }
+        let Some(operator) = restored.operator(&self.operator) else {
+            // An operator the job did not have then (the checkpoint knows operators by their
+            // uid): it starts with empty state.
+            if self.subtask.0 == 0 {
+                tracing::info!(
+                    operator = %self.operator,
+                    checkpoint = restored.id.0,
+                    "the checkpoint holds no state of this operator: it starts empty"
+                );
+            }
+            return Ok(());
+        };
         // The subtasks whose key groups overlap ours; with unchanged parallelism, just ours.
         let sources: Vec<&SubtaskHandle> = operator
             .subtasks

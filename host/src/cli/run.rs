@@ -24,6 +24,11 @@ pub(super) struct RunArgs {
     /// `--restore`, the state is redistributed by key group (a rescale). Repeatable.
     #[arg(long, value_name = "[OPERATOR=]N")]
     parallelism: Vec<String>,
+    /// Restore even though the checkpoint holds state of OPERATOR (by its uid) and the job
+    /// no longer has it: that state is dropped. Without it such a restore is refused.
+    /// Repeatable.
+    #[arg(long, value_name = "OPERATOR")]
+    allow_dropped_state: Vec<String>,
     /// The object store for checkpoints, overriding the job file's `[checkpoints] store`.
     #[arg(long, value_name = "URL")]
     checkpoint_store: Option<String>,
@@ -70,6 +75,7 @@ pub(super) fn run(args: RunArgs, quiet: bool) -> Result<(), Failure> {
     let runtime = super::runtime(true)?;
     let options = RunOptions {
         progress: !args.no_progress && std::io::stderr().is_terminal(),
+        allow_dropped_state: args.allow_dropped_state,
         ..RunOptions::default()
     };
     if let crate::job::spec::SourceSpec::Kafka(_) = &spec.source {

@@ -68,7 +68,7 @@ enum StateCommand {
 
 #[derive(Debug, clap::Args)]
 struct Common {
-    /// The operator whose state to read (its name in the job file).
+    /// The operator whose state to read: its uid in the job file, or its name when it has none.
     #[arg(long, value_name = "NAME")]
     operator: String,
     /// A job file (JOB.toml), a folder, or an object-store URL (file:///dir,

@@ -53,12 +53,14 @@ pub(super) async fn finish(
             checkpointing: checkpointing.clone(),
             stages: stages
                 .iter()
-                .map(|s| (s.name.clone(), s.parallelism))
+                .map(|s| (s.uid.clone(), s.parallelism))
                 .collect(),
             key_groups,
             assignment: RestoreAssignment {
                 restored: None,
                 retained: start.retained.clone(),
+                // It completes no checkpoint, so deletes nothing that leaves retention.
+                adopted: Vec::new(),
             },
         };
         tokio::task::spawn_blocking(move || sweep.run())

@@ -209,8 +209,9 @@ impl JobMetrics {
 
     /// Sets the record counters to where `restored` left them, or to zero for a run from the
     /// beginning. An operator restored with another parallelism cannot tell which subtask
-    /// counted what: its first subtask starts from the operator's totals.
-    pub fn start_from(&self, restored: Option<&CheckpointMetadata>) {
+    /// counted what: its first subtask starts from the operator's totals. `uids` are the
+    /// operators' (in order), by which the checkpoint knows them; a new one counts from zero.
+    pub fn start_from(&self, restored: Option<&CheckpointMetadata>, uids: &[&str]) {
         let counts = restored.and_then(|m| m.counts.as_ref().map(|c| (m, c)));
         if let Some(m) = restored
             && counts.is_none()
@@ -226,10 +227,10 @@ impl JobMetrics {
             .store(source, Ordering::Relaxed);
         self.sink_records
             .store(counts.map_or(0, |(_, c)| c.sink_records), Ordering::Relaxed);
-        for operator in &self.operators {
+        for (operator, uid) in self.operators.iter().zip(uids) {
             let saved: &[TaskCounts] = counts
                 .and_then(|(m, c)| {
-                    let index = m.operators.iter().position(|o| o.name == operator.name)?;
+                    let index = m.operators.iter().position(|o| o.name == *uid)?;
                     c.operators.get(index).map(Vec::as_slice)
                 })
                 .unwrap_or_default();

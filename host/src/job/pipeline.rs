@@ -24,6 +24,8 @@ use crate::partition::KeyGroups;
 #[derive(Clone)]
 pub struct Stage {
     pub name: String,
+    /// What its state is kept under in checkpoints ([`crate::job::OperatorSpec::uid`]).
+    pub uid: String,
     pub factory: Arc<dyn OperatorFactory>,
     pub parallelism: u32,
     /// How the stage's input is partitioned; `None` spreads batches round robin.
@@ -157,6 +159,7 @@ fn stage(op: &OperatorSpec, engine: &Engine) -> Result<Stage, PrepareError> {
         })?;
     Ok(Stage {
         name: op.name.clone(),
+        uid: op.uid.clone(),
         factory: Arc::new(WasmOperatorFactory::new(engine.clone(), component)),
         parallelism: op.parallelism,
         key_by: op.key_by.clone(),

@@ -41,6 +41,9 @@ pub struct RunOptions {
     /// Raised once every subtask of a run has opened its operator and restored its state: the
     /// job has started (`weir submit` waits for it, to say whether it did).
     pub started: StartedSignal,
+    /// Operators (by uid) whose state a restore may drop because the job no longer has them
+    /// (`--allow-dropped-state`); a restore that would drop any other's is refused.
+    pub allow_dropped_state: Vec<String>,
 }
 
 impl Default for RunOptions {
@@ -55,6 +58,7 @@ impl Default for RunOptions {
             guest_log: None,
             lease_wait: Duration::ZERO,
             started: StartedSignal::default(),
+            allow_dropped_state: Vec::new(),
         }
     }
 }

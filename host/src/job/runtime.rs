@@ -78,7 +78,8 @@ pub async fn run(
                 .map(|s| (s.name.as_str(), s.parallelism)),
         ))
     });
-    metrics.start_from(start.restored.as_deref());
+    let uids: Vec<&str> = pipeline.stages.iter().map(|s| s.uid.as_str()).collect();
+    metrics.start_from(start.restored.as_deref(), &uids);
     if let Some(checkpoint) = start.restored.as_ref().filter(|m| m.finished) {
         // The job had finished: only its last output may still need committing.
         let name = pipeline.name.clone();
@@ -263,7 +264,13 @@ impl<'a> Launch<'a> {
             ack_rx,
             notify: Vec::new(),
             run_id: crate::ids::new_run_id().into(),
-            assignment: start.assignment(),
+            assignment: start.assignment(
+                &shape
+                    .stages
+                    .iter()
+                    .map(|s| s.uid.as_str())
+                    .collect::<Vec<_>>(),
+            ),
             latch: Some(latch),
             tasks: Tasks::new(shape.name),
         }
@@ -467,7 +474,7 @@ impl<'a> Launch<'a> {
             Handle::current(),
             self.ack_tx.clone(),
             SubtaskIdentity {
-                operator: stage.name.clone(),
+                operator: stage.uid.clone(),
                 operator_index: s,
                 subtask,
                 parallelism: stage.parallelism,
@@ -525,7 +532,7 @@ impl<'a> Launch<'a> {
                 operators: shape
                     .stages
                     .iter()
-                    .map(|s| (s.name.clone(), s.parallelism))
+                    .map(|s| (s.uid.clone(), s.parallelism))
                     .collect(),
                 store: checkpointing.map(|c| c.store.clone()),
                 interval: checkpointing.map(|c| c.interval),

@@ -135,6 +135,8 @@ async fn supervise(
             Some(c) => JobStart::plan(&c.store, &spec.name, &from, &damaged).await?,
             None => JobStart::fresh(),
         };
+        let uids: Vec<&str> = spec.operators.iter().map(|op| op.uid.as_str()).collect();
+        start.check_state_kept(&spec.name, &uids, &options.allow_dropped_state)?;
         if let Some(restored) = &start.restored {
             for damage in &start.passed_over {
                 if warned.insert(damage.checkpoint()) {

@@ -151,13 +151,14 @@ impl Checker<'_> {
         Ok((max, batch_size))
     }
 
-    /// `[[operators]]`, each named once.
+    /// `[[operators]]`, each named once, and each with a `uid` of its own.
     fn check_operators(
         &self,
         operators: Vec<OperatorFile>,
         max: u32,
     ) -> Result<Vec<OperatorSpec>, SpecError> {
         let mut names = HashSet::new();
+        let mut uids = HashSet::new();
         let mut checked = Vec::new();
         for (i, op) in operators.into_iter().enumerate() {
             let at = format!("operators[{i}] (`{}`)", op.name);
@@ -169,7 +170,18 @@ impl Checker<'_> {
                     self.invalid(format!("{at} name"), "another operator has the same name")
                 );
             }
-            checked.push(self.check_operator(&at, op, max)?);
+            let op = self.check_operator(&at, op, max)?;
+            if !uids.insert(op.uid.clone()) {
+                return Err(self.invalid(
+                    format!("{at} uid"),
+                    format!(
+                        "another operator's state is kept under `{}` (its uid, or its name \
+                         when it has none)",
+                        op.uid
+                    ),
+                ));
+            }
+            checked.push(op);
         }
         Ok(checked)
     }
@@ -632,8 +644,16 @@ impl Checker<'_> {
             ));
         }
         self.check_repartition(at, &op.repartition)?;
+        let uid = match op.uid {
+            Some(uid) if uid.trim().is_empty() => {
+                return Err(self.invalid(format!("{at} uid"), "must not be empty"));
+            }
+            Some(uid) => uid,
+            None => op.name.clone(),
+        };
         Ok(OperatorSpec {
             repartition: op.repartition,
+            uid,
             name: op.name,
             component,
             parallelism: op.parallelism,

@@ -112,6 +112,9 @@ pub enum SourceSpec {
 #[serde(deny_unknown_fields)]
 pub struct OperatorFile {
     pub name: String,
+    /// What the operator's state is kept under in checkpoints; default: its name. Keeps the
+    /// state across a rename.
+    pub uid: Option<String>,
     pub component: PathBuf,
     #[serde(default = "one")]
     pub parallelism: u32,

@@ -132,6 +132,9 @@ pub struct JobSpec {
 #[derive(Clone, Debug)]
 pub struct OperatorSpec {
     pub name: String,
+    /// What its state is kept under in checkpoints, and matched by at a restore: the job
+    /// file's `uid`, else the name.
+    pub uid: String,
     pub component: PathBuf,
     pub parallelism: u32,
     pub key_by: Option<KeyBy>,

@@ -309,3 +309,37 @@ fn settings_that_would_make_the_job_silently_wrong_are_refused() {
         json("timestamp = { json_pointer = \"/ts\" }\nwatermark = { max_out_of_order_ms = 100 }");
     parse(&timed, dir.path()).expect("valid");
 }
+
+#[test]
+fn an_operators_state_goes_by_its_uid_its_name_by_default_and_each_uid_is_its_own() {
+    let dir = fixture();
+    let spec = parse(GOOD, dir.path()).expect("valid");
+    assert_eq!(spec.operators[0].uid, "count");
+    let renamed = GOOD.replace("name = \"count\"", "name = \"counter\"\nuid = \"count\"");
+    let spec = parse(&renamed, dir.path()).expect("valid");
+    assert_eq!(
+        (
+            spec.operators[0].name.as_str(),
+            spec.operators[0].uid.as_str()
+        ),
+        ("counter", "count")
+    );
+
+    let empty = parse(&GOOD.replace("parallelism = 3", "uid = \" \""), dir.path())
+        .expect_err("an empty uid");
+    assert!(
+        empty.contains("operators[0] (`count`) uid") && empty.contains("must not be empty"),
+        "{empty}"
+    );
+    // A second operator whose name is the first one's uid would share its state.
+    let shared = renamed.replace(
+        "[sink]",
+        "[[operators]]\nname = \"count\"\ncomponent = \"op.wasm\"\n[sink]",
+    );
+    let err = parse(&shared, dir.path()).expect_err("a shared uid");
+    assert!(
+        err.contains("operators[1] (`count`) uid")
+            && err.contains("another operator's state is kept under `count`"),
+        "{err}"
+    );
+}

@@ -1,0 +1,180 @@
+//! Restoring a checkpoint into a job whose operators changed: a checkpoint keeps each
+//! operator's state under its uid (its name unless the job file sets `uid`), so a renamed
+//! operator that keeps its uid keeps its state; an operator the checkpoint has no state for
+//! starts empty; and a restore that would leave state without an operator to take it is
+//! refused, naming it, unless `--allow-dropped-state` says to drop it.
+
+use crate::support;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use support::crash::{committed, running_counts};
+use support::{assert_clean_failure, cache_dir, stderr, tokenize_then};
+
+/// Writes `in.txt` of `lines` lines; returns its words, in order.
+fn write_input(dir: &Path, lines: usize) -> Vec<String> {
+    let mut text = String::new();
+    let mut words = Vec::new();
+    for i in 0..lines {
+        let line = format!("w{} w{} w{}", i % 97, i % 31, i % 7);
+        words.extend(line.split(' ').map(str::to_owned));
+        text.push_str(&line);
+        text.push('\n');
+    }
+    std::fs::write(dir.join("in.txt"), text).expect("write input");
+    words
+}
+
+/// A word count of `dir/in.txt` (tokenize, then `count`) into `dir/out.txt`, checkpointing
+/// into `dir/store`, killed once it has completed a checkpoint.
+fn word_count_killed_after_a_checkpoint(dir: &Path) -> PathBuf {
+    let job = tokenize_then(
+        dir,
+        "name = \"changes\"\nbatch_size = 16",
+        "count",
+        "weir-example-counter",
+        "",
+        &format!(
+            "[checkpoints]\nstore = \"file://{}\"\ninterval_ms = 20",
+            dir.join("store").display()
+        ),
+    );
+    // 200 000 lines take at least 2 s: the run is still running when the test kills it.
+    support::pace_source(&job, 100_000);
+    let mut run = Command::new(env!("CARGO_BIN_EXE_weir"))
+        .args(["run", path(&job), "-q"])
+        .env("WEIR_CACHE_DIR", cache_dir())
+        .env("RUST_LOG", "error")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("weir starts");
+    let checkpoints = dir.join("store").join("changes").join("checkpoints");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while support::checkpoint_ids(&checkpoints).is_empty() {
+        assert!(Instant::now() < deadline, "no checkpoint within 60 s");
+        assert!(
+            run.try_wait().expect("poll").is_none(),
+            "the run ended before its first checkpoint"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    run.kill().expect("SIGKILL");
+    run.wait().expect("wait");
+    job
+}
+
+fn path(p: &Path) -> &str {
+    p.to_str().expect("utf-8")
+}
+
+/// Rewrites the job file, replacing `from` (which it must hold once) with `to`.
+fn edit(job: &Path, from: &str, to: &str) {
+    let text = std::fs::read_to_string(job).expect("job file");
+    assert_eq!(text.matches(from).count(), 1, "{from:?} in {text}");
+    std::fs::write(job, text.replace(from, to)).expect("job file");
+}
+
+#[test]
+fn a_renamed_operator_keeps_its_state_under_its_uid_and_a_restore_that_would_drop_it_is_refused() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let words = write_input(dir.path(), 200_000);
+    let job = word_count_killed_after_a_checkpoint(dir.path());
+
+    // Renamed: the checkpoint's state of `count` would have no operator.
+    edit(&job, "name = \"count\"", "name = \"counter\"");
+    let refused = support::weir(&["run", path(&job), "--restore", "latest"]);
+    assert_eq!(refused.status.code(), Some(2), "{}", stderr(&refused));
+    assert_clean_failure(
+        &refused,
+        &[
+            "holds state of operator `count`",
+            "that job `changes` has no operator for",
+            "uid = \"count\"",
+            "--allow-dropped-state count",
+        ],
+    );
+
+    // With the old name as its uid, the renamed operator takes the state over: the output
+    // is an uninterrupted run's. The tokenizer, renamed too, held no state: nothing to
+    // drop.
+    edit(
+        &job,
+        "name = \"counter\"",
+        "name = \"counter\"\nuid = \"count\"",
+    );
+    edit(&job, "name = \"tokenize\"", "name = \"split\"");
+    let restored = support::weir(&["run", path(&job), "--restore", "latest", "-q"]);
+    assert!(restored.status.success(), "{}", stderr(&restored));
+    assert!(
+        committed(dir.path()) == running_counts(words.iter().map(String::as_str)),
+        "the output differs from an uninterrupted run's"
+    );
+}
+
+#[test]
+fn with_allow_dropped_state_the_old_state_goes_and_the_new_operator_starts_empty() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let words = write_input(dir.path(), 200_000);
+    let job = word_count_killed_after_a_checkpoint(dir.path());
+    edit(&job, "name = \"count\"", "name = \"counter\"");
+
+    let out = Command::new(env!("CARGO_BIN_EXE_weir"))
+        .args(["run", path(&job), "--restore", "latest", "-q"])
+        .args(["--allow-dropped-state", "count"])
+        .env("WEIR_CACHE_DIR", cache_dir())
+        .env("RUST_LOG", "info")
+        .output()
+        .expect("weir runs");
+    let log = stderr(&out);
+    assert!(out.status.success(), "{log}");
+    assert!(
+        log.contains("dropping the state of an operator the job no longer has")
+            && log.contains("operator=count"),
+        "{log}"
+    );
+    assert!(
+        log.contains("the checkpoint holds no state of this operator: it starts empty")
+            && log.contains("operator=counter"),
+        "{log}"
+    );
+
+    // Every word counted once, by the first run up to its checkpoint and by the new
+    // operator after it, which counted from zero: some word's count began again at 1.
+    let got = committed(dir.path());
+    assert_eq!(got.len(), words.len(), "a line per word, once");
+    let ones = got.iter().filter(|l| l.ends_with("\t1")).count();
+    let distinct = running_counts(words.iter().map(String::as_str))
+        .iter()
+        .filter(|l| l.ends_with("\t1"))
+        .count();
+    assert!(
+        ones > distinct,
+        "{ones} first counts for {distinct} words: no count began again"
+    );
+
+    // The dropped state's artifacts went once no retained checkpoint referenced them.
+    let state = dir.path().join("store").join("changes").join("state");
+    assert!(
+        files_under(&state.join("counter")) > 0,
+        "the new operator's state is stored"
+    );
+    assert_eq!(
+        files_under(&state.join("count")),
+        0,
+        "the dropped operator's artifacts are left in the store"
+    );
+}
+
+/// How many files are under `dir`, at any depth (none if it does not exist).
+fn files_under(dir: &Path) -> usize {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return 0;
+    };
+    entries
+        .map(|e| e.expect("entry").path())
+        .map(|p| if p.is_dir() { files_under(&p) } else { 1 })
+        .sum()
+}
