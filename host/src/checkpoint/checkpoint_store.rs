@@ -7,6 +7,7 @@
 //! <store prefix>/<job>/sink/chk-…07.out                           staged output (Kafka sink)
 //! <store prefix>/<job>/partitions/<p>/…                           the same, per input partition
 //! <store prefix>/<job>/lease/<generation>                         the lease of the run that owns it
+//! <store prefix>/<job>/savepoints/<name>/…                        copies of a checkpoint (`savepoint`)
 //! ```
 //!
 //! Each subtask writes under its own prefix and only it deletes there, so that cleanup and
@@ -21,6 +22,7 @@ use object_store::path::Path;
 use object_store::{ObjectStore, ObjectStoreExt, PutPayload};
 
 use super::metadata::{CheckpointMetadata, METADATA_VERSION};
+use super::savepoint;
 use super::storage::{StorageError, open_store};
 use crate::ids::{CheckpointId, SubtaskIndex};
 
@@ -268,8 +270,8 @@ impl CheckpointStore {
 
     /// Deletes every object of the job, metadata first: a crash part way leaves fewer
     /// complete checkpoints and orphaned artifacts (which the next run sweeps), never a
-    /// checkpoint whose artifacts are gone. The lease of the run that asks stays. Returns
-    /// how many objects were deleted.
+    /// checkpoint whose artifacts are gone. The lease of the run that asks stays, and so do
+    /// the savepoints. Returns how many objects were deleted.
     pub async fn delete_all(&self) -> Result<usize, StorageError> {
         /// Deletes in flight at once: enough to hide a remote store's latency.
         const CONCURRENT_DELETES: usize = 16;
@@ -278,7 +280,11 @@ impl CheckpointStore {
             .list(&self.root)
             .await?
             .into_iter()
-            .filter(|path| !metadata.contains(path) && !self.is_lease(path))
+            .filter(|path| {
+                !metadata.contains(path)
+                    && !self.is_lease(path)
+                    && !savepoint::is_savepoint_object(self, path)
+            })
             .collect();
         let mut deleted = 0;
         for batch in [metadata, artifacts] {
@@ -292,10 +298,11 @@ impl CheckpointStore {
         Ok(deleted)
     }
 
-    /// Every checkpoint object of the job (its leases aside), for inspection and tests.
+    /// Every checkpoint object of the job (its leases and savepoints aside), for inspection
+    /// and tests.
     pub async fn list_all(&self) -> Result<Vec<Path>, StorageError> {
         let mut all = self.list(&self.root).await?;
-        all.retain(|path| !self.is_lease(path));
+        all.retain(|path| !self.is_lease(path) && !savepoint::is_savepoint_object(self, path));
         Ok(all)
     }
 

@@ -22,6 +22,8 @@
 //! - [`storage`]: stores chosen by URL through `object_store`; ranged reads of artifacts.
 //! - [`history`]: the last checkpoints a pipeline tried, failed ones included, with their
 //!   costs, for the console.
+//! - [`savepoint`]: a completed checkpoint copied out of the chain under a name, which only
+//!   the user deletes.
 //! - [`verify`]: reads a checkpoint whole and reports its damage, artifact by artifact.
 //! - [`instrumented_store`]: a store wrapper that counts reads, writes and deletes per path
 //!   and injects faults, for tests.
@@ -38,6 +40,7 @@ pub mod metadata;
 pub mod ownership;
 pub mod protocol;
 pub(crate) mod release;
+pub mod savepoint;
 pub(crate) mod start;
 pub mod storage;
 pub mod subtask_checkpoints;

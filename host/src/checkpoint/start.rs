@@ -32,6 +32,9 @@ pub enum RestoreFrom {
     Id(CheckpointId),
     /// A metadata file on local disk (its artifacts are read from the job's store).
     Metadata(PathBuf),
+    /// A savepoint of the job's store (`savepoint:<name>`), which may come from another job
+    /// or store.
+    Savepoint(String),
 }
 
 impl std::str::FromStr for RestoreFrom {
@@ -40,6 +43,8 @@ impl std::str::FromStr for RestoreFrom {
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         Ok(if s == "latest" {
             Self::Latest
+        } else if let Some(name) = s.strip_prefix("savepoint:") {
+            Self::Savepoint(name.to_owned())
         } else if let Ok(id) = s.parse() {
             Self::Id(CheckpointId(id))
         } else {
@@ -93,6 +98,8 @@ pub enum StartError {
         path: PathBuf,
         source: std::io::Error,
     },
+    #[error(transparent)]
+    Savepoint(#[from] super::savepoint::SavepointError),
     #[error("checkpoint {id} belongs to job `{found}`, not `{expected}`")]
     OtherJob {
         id: CheckpointId,
@@ -300,6 +307,7 @@ impl Found {
                 }
                 Ok(Some(Arc::new(metadata)))
             }
+            RestoreFrom::Savepoint(_) => unreachable!("JobStart::plan reads savepoints itself"),
         }
     }
 
@@ -362,6 +370,8 @@ pub struct JobStart {
     /// does not parse, or damage found by an earlier attempt), newest first: a restore of
     /// `latest` fell back past them.
     pub passed_over: Vec<CheckpointError>,
+    /// The savepoint restored, by name, if the restored checkpoint is one.
+    pub savepoint: Option<String>,
 }
 
 impl JobStart {
@@ -372,6 +382,7 @@ impl JobStart {
             retained: Vec::new(),
             next_checkpoint: CheckpointId(1),
             passed_over: Vec::new(),
+            savepoint: None,
         }
     }
 
@@ -404,12 +415,24 @@ impl JobStart {
             from,
             StartFrom::Restore(RestoreFrom::Latest) | StartFrom::Restart(_)
         );
+        let mut savepoint = None;
         let restored = match found.choice(job, from)? {
             None => None,
+            Some(RestoreFrom::Savepoint(name)) => {
+                let metadata = super::savepoint::read(store, &name).await?;
+                // No fallback: the user chose it.
+                if let Some(e) = damaged.iter().find(|d| d.checkpoint() == Some(metadata.id)) {
+                    return Err(StartError::Damaged(e.clone()));
+                }
+                savepoint = Some(name);
+                Some(Arc::new(metadata))
+            }
             Some(restore) => found.resolve(job, restore, falls_back, damaged)?,
         };
+        // A savepoint may come from another job.
         if let Some(m) = &restored
             && m.job != job
+            && savepoint.is_none()
         {
             return Err(StartError::OtherJob {
                 id: m.id,
@@ -423,6 +446,7 @@ impl JobStart {
             passed_over: found.passed_over(restored_id.filter(|_| falls_back)),
             retained: found.retained,
             restored,
+            savepoint,
         })
     }
 
@@ -473,6 +497,7 @@ impl JobStart {
             StartFrom::Restore(RestoreFrom::Metadata(path)) if self.restored.is_some() => {
                 Some(RestoreFrom::Metadata(path.clone()))
             }
+            _ if self.savepoint.is_some() => self.savepoint.clone().map(RestoreFrom::Savepoint),
             _ => self.restored.as_ref().map(|m| RestoreFrom::Id(m.id)),
         };
         RunLineage {
@@ -487,6 +512,7 @@ impl JobStart {
             restored: self.restored.clone(),
             retained: self.retained.clone(),
             adopted: adopted(&self.retained, uids),
+            detached: self.savepoint.is_some(),
         }
     }
 }

@@ -168,6 +168,9 @@ pub struct RestoreAssignment {
     /// first subtask (of its first operator) owns their artifacts, and deletes them as those
     /// checkpoints leave retention.
     pub adopted: Vec<String>,
+    /// The restored checkpoint is a savepoint, whose artifacts belong to no run: the state
+    /// restored from them is written afresh at the first checkpoint, as after a rescale.
+    pub detached: bool,
 }
 
 /// Who a subtask is, for [`SubtaskCheckpoints::new`].
@@ -274,7 +277,7 @@ impl SubtaskCheckpoints {
                 checkpoint = restored.id.0
             )
             .entered();
-            self.restore(backend, restored)?;
+            self.restore(backend, restored, assignment.detached)?;
         }
         let everything: HashSet<&str> = assignment
             .retained
@@ -294,6 +297,7 @@ impl SubtaskCheckpoints {
         &mut self,
         backend: &mut KeyedStateBackend,
         restored: &CheckpointMetadata,
+        detached: bool,
     ) -> Result<(), CheckpointError> {
         let incompatible = |reason: String| CheckpointError::Incompatible {
             checkpoint: restored.id,
@@ -353,9 +357,10 @@ impl SubtaskCheckpoints {
             }
         }
         let rescaled = operator.parallelism != self.parallelism;
-        if rescaled {
-            // Our state comes from others' chains: the first checkpoint writes it afresh,
-            // and the inherited artifacts go once that checkpoint is the earliest retained.
+        if rescaled || detached {
+            // Our state comes from others' chains (or a savepoint's copies): the first
+            // checkpoint writes it afresh, and the inherited artifacts go once that
+            // checkpoint is the earliest retained (a savepoint's never: nothing owns them).
             self.full_next = true;
             backend.forget_chain();
         } else if let Some(handle) = sources.first() {

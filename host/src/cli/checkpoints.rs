@@ -1,6 +1,7 @@
 //! `weir checkpoints list STORE [--host URL] [--json]` and
 //! `weir checkpoints show ID|latest --store STORE [--job NAME] [--host URL] [--json]` and
-//! `weir checkpoints verify [ID|latest|all] --store STORE [--job NAME] [--json]`
+//! `weir checkpoints verify [ID|latest|all] --store STORE [--job NAME] [--json]` and
+//! `weir checkpoints delete-savepoint NAME --store STORE [--job NAME]`
 //!
 //! Read-only inspection of the checkpoints jobs left in an object store, so that an operator
 //! can see what a restore would start from (and what it costs) without running anything.
@@ -17,8 +18,8 @@
 //! - with `--host URL`, the id of a job that `weir serve` runs there, read through the host's
 //!   API (`GET /v1/jobs/{id}/checkpoints`), which answers with what a store would give.
 //!
-//! Everything here reads; nothing writes or deletes, so it is safe to point at the store of a
-//! running job.
+//! `weir checkpoints delete-savepoint NAME --store STORE [--job NAME]` deletes a savepoint;
+//! everything else here reads, and is safe to point at the store of a running job.
 
 use anyhow::anyhow;
 
@@ -88,6 +89,17 @@ enum CheckpointsCommand {
         #[arg(long)]
         json: bool,
     },
+    /// Delete a savepoint (`weir savepoint`): its metadata first, then its copies.
+    DeleteSavepoint {
+        /// The savepoint's name.
+        name: String,
+        /// A job file (JOB.toml), a folder, or an object-store URL.
+        #[arg(long, value_name = "STORE")]
+        store: String,
+        /// The job, when the store holds the checkpoints of several.
+        #[arg(long, value_name = "NAME")]
+        job: Option<String>,
+    },
 }
 
 /// Which checkpoints `verify` reads.
@@ -142,6 +154,9 @@ pub fn checkpoints(args: CheckpointsArgs) -> Result<(), Failure> {
             job,
             json,
         } => runtime.block_on(verify(which, &store, job.as_deref(), json)),
+        CheckpointsCommand::DeleteSavepoint { name, store, job } => {
+            runtime.block_on(super::savepoint::delete(&name, &store, job.as_deref()))
+        }
     }
 }
 
@@ -316,10 +331,15 @@ fn print_list(rows: &[CheckpointSummary], json: bool) -> Result<(), Failure> {
         "ARTIFACTS",
         "BYTES",
     ])];
+    // A savepoint by what restores it.
+    let id = |r: &CheckpointSummary| match &r.savepoint {
+        Some(name) => format!("savepoint:{name}"),
+        None => r.id.to_string(),
+    };
     table.extend(rows.iter().map(|r| match &r.damaged {
         Some(_) => vec![
             r.job.clone(),
-            r.id.to_string(),
+            id(r),
             "DAMAGED".into(),
             "-".into(),
             "-".into(),
@@ -328,7 +348,7 @@ fn print_list(rows: &[CheckpointSummary], json: bool) -> Result<(), Failure> {
         ],
         None => vec![
             r.job.clone(),
-            r.id.to_string(),
+            id(r),
             r.completed_at.clone(),
             yes_no(r.finished).to_owned(),
             r.subtasks.to_string(),
@@ -342,8 +362,10 @@ fn print_list(rows: &[CheckpointSummary], json: bool) -> Result<(), Failure> {
     );
     // Why, below the table: the reasons are long.
     for r in rows {
-        if let Some(why) = &r.damaged {
-            println!("damaged: checkpoint {} of {}: {why}", r.id, r.job);
+        match (&r.damaged, &r.savepoint) {
+            (Some(why), Some(name)) => println!("damaged: savepoint {name} of {}: {why}", r.job),
+            (Some(why), None) => println!("damaged: checkpoint {} of {}: {why}", r.id, r.job),
+            (None, _) => {}
         }
     }
     Ok(())

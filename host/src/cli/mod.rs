@@ -11,6 +11,7 @@ mod client;
 mod new;
 mod plan;
 mod run;
+mod savepoint;
 mod serve;
 mod state;
 mod store_arg;
@@ -76,6 +77,9 @@ enum Command {
     Toolchain(toolchain::ToolchainArgs),
     /// Inspect the completed checkpoints in an object store.
     Checkpoints(checkpoints::CheckpointsArgs),
+    /// Copy a job's checkpoint out of its chain under a name (a savepoint, which only
+    /// `weir savepoint delete` removes), to restore later with `--restore savepoint:NAME`.
+    Savepoint(savepoint::SavepointArgs),
     /// Print the keyed state of an operator at a completed checkpoint, without running the job.
     State(state::StateArgs),
     /// Run a host that runs jobs submitted over HTTP, with a web console at its address.
@@ -131,6 +135,7 @@ pub fn main() -> ExitCode {
         Command::New(args) => new::new(args),
         Command::Toolchain(args) => toolchain::toolchain(args),
         Command::Checkpoints(args) => checkpoints::checkpoints(args),
+        Command::Savepoint(args) => savepoint::savepoint(args),
         Command::State(args) => state::state(args),
         Command::Serve(args) => serve::serve(args),
         Command::Client(command) => client::client(command),

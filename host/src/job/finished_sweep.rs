@@ -61,6 +61,7 @@ pub(super) async fn finish(
                 retained: start.retained.clone(),
                 // It completes no checkpoint, so deletes nothing that leaves retention.
                 adopted: Vec::new(),
+                detached: false,
             },
         };
         tokio::task::spawn_blocking(move || sweep.run())

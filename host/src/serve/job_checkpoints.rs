@@ -10,6 +10,7 @@ use std::str::FromStr;
 use futures::TryStreamExt;
 
 use super::protocol::{CheckpointDetail, CheckpointSummary};
+use crate::checkpoint::savepoint::{self, SavepointError};
 use crate::checkpoint::storage::StorageError;
 use crate::checkpoint::{CheckpointMetadata, CheckpointStore};
 use crate::ids::CheckpointId;
@@ -105,9 +106,36 @@ impl JobCheckpoints {
                     artifacts: 0,
                     bytes: 0,
                     damaged: Some(e.to_string()),
+                    savepoint: None,
                 }),
                 Err(e) => return Err(e),
             }
+        }
+        for name in savepoint::names(&self.store).await? {
+            let mut row = match savepoint::read(&self.store, &name).await {
+                Ok(m) => summary(&m),
+                Err(SavepointError::Storage(e @ StorageError::Metadata { .. })) => {
+                    CheckpointSummary {
+                        job: self.job.clone(),
+                        id: 0,
+                        completed_at_ms: 0,
+                        completed_at: String::new(),
+                        finished: false,
+                        subtasks: 0,
+                        artifacts: 0,
+                        bytes: 0,
+                        damaged: Some(e.to_string()),
+                        savepoint: None,
+                    }
+                }
+                Err(SavepointError::Storage(e)) => return Err(e),
+                // Listed a moment ago: deleted since.
+                Err(_) => continue,
+            };
+            // A savepoint may come from another job: listed under the one it is in.
+            row.job = self.job.clone();
+            row.savepoint = Some(name);
+            rows.push(row);
         }
         Ok(rows)
     }
@@ -180,6 +208,7 @@ pub fn summary(m: &CheckpointMetadata) -> CheckpointSummary {
         artifacts,
         bytes,
         damaged: None,
+        savepoint: None,
     }
 }
 

@@ -121,6 +121,10 @@ pub struct CheckpointSummary {
     /// fields are then empty.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub damaged: Option<String>,
+    /// The savepoint's name, for a row of a savepoint (a copy of checkpoint `id` that only
+    /// the user deletes; `--restore savepoint:<name>`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub savepoint: Option<String>,
 }
 
 /// `GET /v1/jobs/{id}/checkpoints/{ID|latest}`: the checkpoint's metadata (its fields, as

@@ -1,8 +1,13 @@
+//! Upgrading a job and keeping its state (DESIGN.md §8.1, §8.4).
+//!
 //! Restoring a checkpoint into a job whose operators changed: a checkpoint keeps each
 //! operator's state under its uid (its name unless the job file sets `uid`), so a renamed
 //! operator that keeps its uid keeps its state; an operator the checkpoint has no state for
 //! starts empty; and a restore that would leave state without an operator to take it is
 //! refused, naming it, unless `--allow-dropped-state` says to drop it.
+//!
+//! Savepoints: a checkpoint copied out of the chain under a name outlives retention and
+//! `--fresh`, restores, and restores from another store it was copied to.
 
 use crate::support;
 
@@ -177,4 +182,119 @@ fn files_under(dir: &Path) -> usize {
         .map(|e| e.expect("entry").path())
         .map(|p| if p.is_dir() { files_under(&p) } else { 1 })
         .sum()
+}
+
+/// Copies the folder `from` to `to`, whole.
+fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).expect("create");
+    for entry in std::fs::read_dir(from).expect("read") {
+        let path = entry.expect("entry").path();
+        let into = to.join(path.file_name().expect("name"));
+        if path.is_dir() {
+            copy_dir(&path, &into);
+        } else {
+            std::fs::copy(&path, &into).expect("copy");
+        }
+    }
+}
+
+fn stdout_of(out: &std::process::Output) -> String {
+    assert!(out.status.success(), "{}", stderr(out));
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+#[test]
+fn a_savepoint_outlives_retention_and_fresh_and_restores_here_or_in_another_store() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let words = write_input(dir.path(), 200_000);
+    let expected = running_counts(words.iter().map(String::as_str));
+    let job = word_count_killed_after_a_checkpoint(dir.path());
+    let checkpoints = dir.path().join("store").join("changes").join("checkpoints");
+
+    let saved = stdout_of(&support::weir(&[
+        "savepoint",
+        path(&job),
+        "--name",
+        "before-upgrade",
+    ]));
+    let id: u64 = saved
+        .split("checkpoint ")
+        .nth(1)
+        .and_then(|rest| rest.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no checkpoint id in {saved:?}"));
+    assert!(
+        saved.contains("savepoint `before-upgrade` of job `changes`")
+            && saved.contains("--restore savepoint:before-upgrade"),
+        "{saved}"
+    );
+    let again = support::weir(&["savepoint", path(&job), "--name", "before-upgrade"]);
+    assert_eq!(again.status.code(), Some(2), "{}", stderr(&again));
+    assert_clean_failure(&again, &["savepoint `before-upgrade` already exists"]);
+
+    // The job runs on to its end, and retention lets the checkpoint go: not the savepoint.
+    let finished = support::weir(&["run", path(&job), "--restore", "latest", "-q"]);
+    assert!(finished.status.success(), "{}", stderr(&finished));
+    assert!(committed(dir.path()) == expected);
+    assert!(
+        !support::checkpoint_ids(&checkpoints).contains(&id),
+        "checkpoint {id} is still retained"
+    );
+    let listed = stdout_of(&support::weir(&["checkpoints", "list", path(&job)]));
+    assert!(listed.contains("savepoint:before-upgrade"), "{listed}");
+
+    // Restored, the output goes back to what the savepoint covered, and on from there.
+    let restored = support::weir(&[
+        "run",
+        path(&job),
+        "--restore",
+        "savepoint:before-upgrade",
+        "-q",
+    ]);
+    assert!(restored.status.success(), "{}", stderr(&restored));
+    assert!(
+        committed(dir.path()) == expected,
+        "the output restored from the savepoint differs from an uninterrupted run's"
+    );
+
+    // Copied to another store, it restores there.
+    let other = dir.path().join("other-store");
+    copy_dir(
+        &dir.path().join("store/changes/savepoints"),
+        &other.join("changes/savepoints"),
+    );
+    let elsewhere = support::weir(&[
+        "run",
+        path(&job),
+        "--checkpoint-store",
+        &format!("file://{}", other.display()),
+        "--restore",
+        "savepoint:before-upgrade",
+        "-q",
+    ]);
+    assert!(elsewhere.status.success(), "{}", stderr(&elsewhere));
+    assert!(committed(dir.path()) == expected);
+
+    // `--fresh` deletes the checkpoints and keeps the savepoint; deleting it is explicit.
+    let fresh = support::weir(&["run", path(&job), "--fresh", "-q"]);
+    assert!(fresh.status.success(), "{}", stderr(&fresh));
+    let listed = stdout_of(&support::weir(&["checkpoints", "list", path(&job)]));
+    assert!(listed.contains("savepoint:before-upgrade"), "{listed}");
+    let deleted = stdout_of(&support::weir(&[
+        "checkpoints",
+        "delete-savepoint",
+        "before-upgrade",
+        "--store",
+        path(&job),
+    ]));
+    assert!(
+        deleted.contains("deleted savepoint `before-upgrade`"),
+        "{deleted}"
+    );
+    assert_eq!(files_under(&dir.path().join("store/changes/savepoints")), 0);
+    let listed = stdout_of(&support::weir(&["checkpoints", "list", path(&job)]));
+    assert!(!listed.contains("savepoint:"), "{listed}");
+    let gone = support::weir(&["run", path(&job), "--restore", "savepoint:before-upgrade"]);
+    assert_eq!(gone.status.code(), Some(2), "{}", stderr(&gone));
+    assert_clean_failure(&gone, &["no savepoint `before-upgrade`"]);
 }
