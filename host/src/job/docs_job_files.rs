@@ -68,6 +68,10 @@ const PAGES: &[(&str, &str)] = &[
         include_str!("../../../docs/performance.md"),
     ),
     ("docs/serve.md", include_str!("../../../docs/serve.md")),
+    (
+        "docs/upgrading.md",
+        include_str!("../../../docs/upgrading.md"),
+    ),
 ];
 
 #[test]

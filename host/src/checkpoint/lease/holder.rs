@@ -124,17 +124,44 @@ fn machine_id() -> Option<String> {
 }
 
 /// A process's start time in clock ticks after boot (`/proc/<pid>/stat`, field 22), or
-/// `None` when there is no such process.
+/// `None` when there is no such process, or it has exited and only waits to be reaped (a
+/// zombie: killed runs stay so where the parent, in a container often an init that does not
+/// reap, has not waited for them).
 fn process_start(pid: u32) -> Option<u64> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     // The command name, field 2, is in parentheses and may hold spaces: count after it.
-    let after_name = &stat[stat.rfind(')')? + 1..];
-    after_name.split_whitespace().nth(19)?.parse().ok()
+    let mut fields = stat[stat.rfind(')')? + 1..].split_whitespace();
+    // Field 3: the state.
+    if matches!(fields.next()?, "Z" | "X") {
+        return None;
+    }
+    fields.nth(18)?.parse().ok()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_killed_process_is_gone_before_anyone_reaps_it() {
+        let mut child = std::process::Command::new("sleep")
+            .arg("600")
+            .spawn()
+            .expect("sleep");
+        let pid = child.id();
+        assert!(process_start(pid).is_some(), "a running process");
+        child.kill().expect("SIGKILL");
+        // Not waited for: a zombie until the end of the test.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        while process_start(pid).is_some() {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "a killed process still counts as running"
+            );
+            std::thread::yield_now();
+        }
+        child.wait().expect("reap");
+    }
 
     #[test]
     fn this_process_is_alive_while_it_holds_the_lease() {
