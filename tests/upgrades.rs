@@ -298,3 +298,64 @@ fn a_savepoint_outlives_retention_and_fresh_and_restores_here_or_in_another_stor
     assert_eq!(gone.status.code(), Some(2), "{}", stderr(&gone));
     assert_clean_failure(&gone, &["no savepoint `before-upgrade`"]);
 }
+
+#[test]
+fn a_run_stopped_with_savepoint_on_exit_saves_its_latest_checkpoint_and_exits_0() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let words = write_input(dir.path(), 200_000);
+    let job = word_count_killed_after_a_checkpoint(dir.path());
+    // Checkpoints are whole at every instant: the savepoint is the latest, whatever the
+    // moment of the stop.
+    let mut run = Command::new(env!("CARGO_BIN_EXE_weir"))
+        .args(["run", path(&job), "--restore", "latest", "-q"])
+        .args(["--savepoint-on-exit", "at-stop"])
+        .env("WEIR_CACHE_DIR", cache_dir())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("weir starts");
+    let checkpoints = dir.path().join("store").join("changes").join("checkpoints");
+    let before = support::checkpoint_ids(&checkpoints);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while support::checkpoint_ids(&checkpoints) == before {
+        assert!(Instant::now() < deadline, "no new checkpoint within 60 s");
+        assert!(
+            run.try_wait().expect("poll").is_none(),
+            "the run ended before its first checkpoint"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let term = Command::new("kill")
+        .args(["-TERM", &run.id().to_string()])
+        .status()
+        .expect("kill");
+    assert!(term.success());
+    let out = run.wait_with_output().expect("wait");
+    let log = stderr(&out);
+    assert!(out.status.success(), "{log}");
+    assert!(
+        log.contains("savepoint `at-stop` holds checkpoint"),
+        "{log}"
+    );
+    let listed = stdout_of(&support::weir(&["checkpoints", "list", path(&job)]));
+    assert!(listed.contains("savepoint:at-stop"), "{listed}");
+
+    // A second stop into the same name is refused before the run starts.
+    let taken = support::weir(&[
+        "run",
+        path(&job),
+        "--restore",
+        "latest",
+        "--savepoint-on-exit",
+        "at-stop",
+    ]);
+    assert_eq!(taken.status.code(), Some(2), "{}", stderr(&taken));
+    assert_clean_failure(&taken, &["savepoint `at-stop` already exists"]);
+
+    let restored = support::weir(&["run", path(&job), "--restore", "savepoint:at-stop", "-q"]);
+    assert!(restored.status.success(), "{}", stderr(&restored));
+    assert!(
+        committed(dir.path()) == running_counts(words.iter().map(String::as_str)),
+        "the output differs from an uninterrupted run's"
+    );
+}

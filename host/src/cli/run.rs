@@ -4,8 +4,10 @@ use std::io::IsTerminal;
 use std::path::PathBuf;
 
 use super::Failure;
-use crate::checkpoint::{RestoreFrom, StartFrom};
-use crate::job::{JobSpec, RunOptions, run_job};
+use crate::checkpoint::savepoint::{self, SavepointError};
+use crate::checkpoint::{CheckpointStore, RestoreFrom, StartFrom};
+use crate::ids::CheckpointId;
+use crate::job::{JobError, JobSpec, RunOptions, StopSignal, SupervisorError, run_job};
 
 #[derive(Debug, clap::Args)]
 pub(super) struct RunArgs {
@@ -29,6 +31,11 @@ pub(super) struct RunArgs {
     /// Repeatable.
     #[arg(long, value_name = "OPERATOR")]
     allow_dropped_state: Vec<String>,
+    /// When the run ends, or is stopped with Ctrl-C or SIGTERM, copy its latest completed
+    /// checkpoint into the savepoint NAME (`weir savepoint`); restore it later with
+    /// `--restore savepoint:NAME`. A stopped run then exits 0.
+    #[arg(long, value_name = "NAME")]
+    savepoint_on_exit: Option<String>,
     /// The object store for checkpoints, overriding the job file's `[checkpoints] store`.
     #[arg(long, value_name = "URL")]
     checkpoint_store: Option<String>,
@@ -79,6 +86,13 @@ pub(super) fn run(args: RunArgs, quiet: bool) -> Result<(), Failure> {
         ..RunOptions::default()
     };
     if let crate::job::spec::SourceSpec::Kafka(_) = &spec.source {
+        if args.savepoint_on_exit.is_some() {
+            return Err(Failure::input(anyhow::anyhow!(
+                "--savepoint-on-exit: job `{}` reads Kafka, whose partitions checkpoint on \
+                 their own: it has no savepoints",
+                spec.name
+            )));
+        }
         if args.fresh || args.restore.is_some() {
             return Err(Failure::input(anyhow::anyhow!(
                 "job `{}` reads Kafka: each partition resumes from its own latest checkpoint, \
@@ -93,28 +107,89 @@ pub(super) fn run(args: RunArgs, quiet: bool) -> Result<(), Failure> {
         (true, _) => StartFrom::Fresh,
         (false, restore) => StartFrom::from(restore),
     };
-    let summary = runtime
-        .block_on(run_job(&spec, &engine, from, options))
-        .map_err(|e| {
+    let Some(name) = args.savepoint_on_exit else {
+        let summary = runtime
+            .block_on(run_job(&spec, &engine, from, options))
+            .map_err(|e| {
+                let input = e.is_input_error();
+                job_failure(&spec.name, e, input)
+            })?;
+        if !quiet {
+            eprintln!("{summary}");
+        }
+        return Ok(());
+    };
+    // Refused before the run, not after it: a name in use, or no checkpoints to copy.
+    let store = exit_savepoint_store(&spec, &name, &runtime)?;
+    stop_on_signal(&runtime, &options.stop, "stopping: taking the savepoint");
+    match runtime.block_on(run_job(&spec, &engine, from, options)) {
+        Ok(summary) if !quiet => eprintln!("{summary}"),
+        Ok(_) => {}
+        Err(SupervisorError::Failed {
+            error: JobError::Stopped,
+            ..
+        }) => {}
+        Err(e) => {
             let input = e.is_input_error();
-            job_failure(&spec.name, e, input)
-        })?;
-    if !quiet {
-        eprintln!("{summary}");
+            return Err(job_failure(&spec.name, e, input));
+        }
     }
+    let id = runtime.block_on(save_latest(&store, &name))?;
+    eprintln!(
+        "weir: savepoint `{name}` holds checkpoint {id} of job `{}`: restore it with \
+         `weir run JOB.toml --restore savepoint:{name}`",
+        spec.name
+    );
     Ok(())
 }
 
-/// A Kafka job: this process joins the job's consumer group and runs the partitions the group
-/// gives it, until Ctrl-C or SIGTERM (or, with `stop_at_end`, until they are done).
-fn run_kafka(
+/// The store `--savepoint-on-exit NAME` will write to, once NAME is known to be free there.
+fn exit_savepoint_store(
     spec: &JobSpec,
-    engine: &crate::engine::Engine,
+    name: &str,
     runtime: &tokio::runtime::Runtime,
-    options: RunOptions,
-    quiet: bool,
-) -> Result<(), Failure> {
-    let stop = options.stop.clone();
+) -> Result<CheckpointStore, Failure> {
+    let checkpoints = spec.checkpoints.as_ref().ok_or_else(|| {
+        Failure::input(anyhow::anyhow!(
+            "--savepoint-on-exit: job `{}` keeps no checkpoints; add a [checkpoints] section",
+            spec.name
+        ))
+    })?;
+    let store = CheckpointStore::open(&checkpoints.store, &spec.name).map_err(Failure::input)?;
+    let taken = runtime
+        .block_on(savepoint::names(&store))
+        .map_err(Failure::failed)?;
+    if taken.iter().any(|n| n == name) {
+        return Err(Failure::input(anyhow::anyhow!(
+            "--savepoint-on-exit: {}",
+            SavepointError::Exists(name.to_owned())
+        )));
+    }
+    Ok(store)
+}
+
+/// Copies the latest completed checkpoint in `store` into the savepoint `name`; its id.
+async fn save_latest(store: &CheckpointStore, name: &str) -> Result<CheckpointId, Failure> {
+    let failed = |e: anyhow::Error| Failure::failed(e.context(format!("savepoint `{name}`")));
+    let latest = store.completed().await.map_err(|e| failed(e.into()))?;
+    let id = *latest.last().ok_or_else(|| {
+        failed(anyhow::anyhow!(
+            "the run completed no checkpoint, so there is nothing to save"
+        ))
+    })?;
+    let metadata = store
+        .read_metadata(id)
+        .await
+        .map_err(|e| failed(e.into()))?;
+    savepoint::create(store, &metadata, name)
+        .await
+        .map_err(|e| failed(e.into()))?;
+    Ok(id)
+}
+
+/// Raises `stop` at Ctrl-C or SIGTERM, saying `what` it does then.
+fn stop_on_signal(runtime: &tokio::runtime::Runtime, stop: &StopSignal, what: &'static str) {
+    let stop = stop.clone();
     runtime.spawn(async move {
         let mut term =
             tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
@@ -130,9 +205,21 @@ fn run_kafka(
             _ = tokio::signal::ctrl_c() => {}
             () = terminated => {}
         }
-        eprintln!("weir: stopping: leaving the group");
+        eprintln!("weir: {what}");
         stop.stop();
     });
+}
+
+/// A Kafka job: this process joins the job's consumer group and runs the partitions the group
+/// gives it, until Ctrl-C or SIGTERM (or, with `stop_at_end`, until they are done).
+fn run_kafka(
+    spec: &JobSpec,
+    engine: &crate::engine::Engine,
+    runtime: &tokio::runtime::Runtime,
+    options: RunOptions,
+    quiet: bool,
+) -> Result<(), Failure> {
+    stop_on_signal(runtime, &options.stop, "stopping: leaving the group");
     let summary = runtime
         .block_on(crate::group::run_group(spec, engine, options))
         .map_err(|e| {
