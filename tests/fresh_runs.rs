@@ -12,11 +12,9 @@
 use crate::support;
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
 
 use support::crash::{committed, running_counts};
-use support::{assert_clean_failure, cache_dir, stderr, tokenize_then};
+use support::{assert_clean_failure, stderr, tokenize_then};
 
 /// The word that makes the changed operator fail.
 const BOOM: &str = "boom";
@@ -124,23 +122,10 @@ fn a_fresh_run_beside_a_killed_run_is_refused_or_fails_but_never_loses_output() 
     let (good, bad) = jobs(dir.path(), "killed", BOOM);
 
     // Run the word count until it has completed a few checkpoints, then SIGKILL it.
-    let mut child = Command::new(env!("CARGO_BIN_EXE_weir"))
-        .args(["run", path(&good), "-q"])
-        .env("WEIR_CACHE_DIR", cache_dir())
-        .env("RUST_LOG", "error")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("weir starts");
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while checkpoint_ids(dir.path(), "killed").len() < 2 {
-        assert!(Instant::now() < deadline, "no checkpoint completed in 60 s");
-        assert!(
-            child.try_wait().expect("poll").is_none(),
-            "the job ended before it could be killed: make its input longer"
-        );
-        std::thread::sleep(Duration::from_millis(5));
-    }
+    let mut child = support::spawn_run(&[path(&good), "-q"]);
+    support::wait_while_running(&mut child, "two checkpoints", || {
+        checkpoint_ids(dir.path(), "killed").len() >= 2
+    });
     child.kill().expect("SIGKILL");
     child.wait().expect("wait");
     let partial = committed(dir.path());

@@ -10,24 +10,17 @@
 use crate::support;
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use support::crash::{committed, running_counts};
 use support::host::{Host, TOKEN};
-use support::{assert_clean_failure, cache_dir, stderr, tokenize_then};
+use support::{
+    assert_clean_failure, cache_dir, spawn_run, stderr, tokenize_then, wait_while_running,
+};
 
 /// Writes `in.txt` of `lines` lines; returns the word count's expected output, sorted.
 fn write_input(dir: &Path, lines: usize) -> Vec<String> {
-    let mut text = String::new();
-    let mut words = Vec::new();
-    for i in 0..lines {
-        let line = format!("w{} w{} w{}", i % 97, i % 31, i % 7);
-        words.extend(line.split(' ').map(str::to_owned));
-        text.push_str(&line);
-        text.push('\n');
-    }
-    std::fs::write(dir.join("in.txt"), text).expect("write input");
+    let words = support::write_word_lines(dir, lines);
     running_counts(words.iter().map(String::as_str))
 }
 
@@ -54,33 +47,6 @@ fn word_count(dir: &Path, name: &str, store: &str) -> PathBuf {
 
 fn path(p: &Path) -> &str {
     p.to_str().expect("utf-8")
-}
-
-/// `weir run ARGS` in the background.
-fn spawn_run(args: &[&str]) -> Child {
-    Command::new(env!("CARGO_BIN_EXE_weir"))
-        .arg("run")
-        .args(args)
-        .env("WEIR_CACHE_DIR", cache_dir())
-        .env("RUST_LOG", "error")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("weir starts")
-}
-
-/// Waits until `held` is true, while `child` runs (it must still be running then: its
-/// source is paced, see [`word_count`]).
-fn wait_while_running(child: &mut Child, what: &str, held: impl Fn() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while !held() {
-        assert!(Instant::now() < deadline, "{what}: not within 60 s");
-        assert!(
-            child.try_wait().expect("poll").is_none(),
-            "the run ended before {what}"
-        );
-        std::thread::sleep(Duration::from_millis(5));
-    }
 }
 
 /// Whether the output `dir/out.txt` has a lease (a run writes it).

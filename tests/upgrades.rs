@@ -13,24 +13,9 @@ use crate::support;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
 
 use support::crash::{committed, running_counts};
 use support::{assert_clean_failure, cache_dir, stderr, tokenize_then};
-
-/// Writes `in.txt` of `lines` lines; returns its words, in order.
-fn write_input(dir: &Path, lines: usize) -> Vec<String> {
-    let mut text = String::new();
-    let mut words = Vec::new();
-    for i in 0..lines {
-        let line = format!("w{} w{} w{}", i % 97, i % 31, i % 7);
-        words.extend(line.split(' ').map(str::to_owned));
-        text.push_str(&line);
-        text.push('\n');
-    }
-    std::fs::write(dir.join("in.txt"), text).expect("write input");
-    words
-}
 
 /// A word count of `dir/in.txt` (tokenize, then `count`) into `dir/out.txt`, checkpointing
 /// into `dir/store`, killed once it has completed a checkpoint.
@@ -48,24 +33,11 @@ fn word_count_killed_after_a_checkpoint(dir: &Path) -> PathBuf {
     );
     // 200 000 lines take at least 2 s: the run is still running when the test kills it.
     support::pace_source(&job, 100_000);
-    let mut run = Command::new(env!("CARGO_BIN_EXE_weir"))
-        .args(["run", path(&job), "-q"])
-        .env("WEIR_CACHE_DIR", cache_dir())
-        .env("RUST_LOG", "error")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("weir starts");
+    let mut run = support::spawn_run(&[path(&job), "-q"]);
     let checkpoints = dir.join("store").join("changes").join("checkpoints");
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while support::checkpoint_ids(&checkpoints).is_empty() {
-        assert!(Instant::now() < deadline, "no checkpoint within 60 s");
-        assert!(
-            run.try_wait().expect("poll").is_none(),
-            "the run ended before its first checkpoint"
-        );
-        std::thread::sleep(Duration::from_millis(5));
-    }
+    support::wait_while_running(&mut run, "a checkpoint", || {
+        !support::checkpoint_ids(&checkpoints).is_empty()
+    });
     run.kill().expect("SIGKILL");
     run.wait().expect("wait");
     job
@@ -85,7 +57,7 @@ fn edit(job: &Path, from: &str, to: &str) {
 #[test]
 fn a_renamed_operator_keeps_its_state_under_its_uid_and_a_restore_that_would_drop_it_is_refused() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let words = write_input(dir.path(), 200_000);
+    let words = support::write_word_lines(dir.path(), 200_000);
     let job = word_count_killed_after_a_checkpoint(dir.path());
 
     // Renamed: the checkpoint's state of `count` would have no operator.
@@ -122,7 +94,7 @@ fn a_renamed_operator_keeps_its_state_under_its_uid_and_a_restore_that_would_dro
 #[test]
 fn with_allow_dropped_state_the_old_state_goes_and_the_new_operator_starts_empty() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let words = write_input(dir.path(), 200_000);
+    let words = support::write_word_lines(dir.path(), 200_000);
     let job = word_count_killed_after_a_checkpoint(dir.path());
     edit(&job, "name = \"count\"", "name = \"counter\"");
 
@@ -206,7 +178,7 @@ fn stdout_of(out: &std::process::Output) -> String {
 #[test]
 fn a_savepoint_outlives_retention_and_fresh_and_restores_here_or_in_another_store() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let words = write_input(dir.path(), 200_000);
+    let words = support::write_word_lines(dir.path(), 200_000);
     let expected = running_counts(words.iter().map(String::as_str));
     let job = word_count_killed_after_a_checkpoint(dir.path());
     let checkpoints = dir.path().join("store").join("changes").join("checkpoints");
@@ -302,7 +274,7 @@ fn a_savepoint_outlives_retention_and_fresh_and_restores_here_or_in_another_stor
 #[test]
 fn a_run_stopped_with_savepoint_on_exit_saves_its_latest_checkpoint_and_exits_0() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let words = write_input(dir.path(), 200_000);
+    let words = support::write_word_lines(dir.path(), 200_000);
     let job = word_count_killed_after_a_checkpoint(dir.path());
     // Checkpoints are whole at every instant: the savepoint is the latest, whatever the
     // moment of the stop.
@@ -316,15 +288,9 @@ fn a_run_stopped_with_savepoint_on_exit_saves_its_latest_checkpoint_and_exits_0(
         .expect("weir starts");
     let checkpoints = dir.path().join("store").join("changes").join("checkpoints");
     let before = support::checkpoint_ids(&checkpoints);
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while support::checkpoint_ids(&checkpoints) == before {
-        assert!(Instant::now() < deadline, "no new checkpoint within 60 s");
-        assert!(
-            run.try_wait().expect("poll").is_none(),
-            "the run ended before its first checkpoint"
-        );
-        std::thread::sleep(Duration::from_millis(5));
-    }
+    support::wait_while_running(&mut run, "a new checkpoint", || {
+        support::checkpoint_ids(&checkpoints) != before
+    });
     let term = Command::new("kill")
         .args(["-TERM", &run.id().to_string()])
         .status()

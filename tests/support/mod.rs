@@ -13,7 +13,7 @@ pub mod host;
 pub mod kafka;
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::{Child, Command, Output};
 use std::sync::OnceLock;
 
 /// The repository root.
@@ -253,4 +253,49 @@ pub fn checkpoint_ids(folder: &Path) -> Vec<u64> {
         .unwrap_or_default();
     ids.sort_unstable();
     ids
+}
+
+/// Writes `dir/in.txt` of `lines` lines of three words each (97, 31 and 7 distinct words in
+/// turn); returns the words, in order.
+pub fn write_word_lines(dir: &Path, lines: usize) -> Vec<String> {
+    let mut text = String::new();
+    let mut words = Vec::new();
+    for i in 0..lines {
+        let line = format!("w{} w{} w{}", i % 97, i % 31, i % 7);
+        words.extend(line.split(' ').map(str::to_owned));
+        text.push_str(&line);
+        text.push('\n');
+    }
+    std::fs::write(dir.join("in.txt"), text).expect("write input");
+    words
+}
+
+/// Waits until `held` is true, while `child` runs: it must still be running then (pace its
+/// source, [`pace_source`]), and it must happen within a minute.
+pub fn wait_while_running(child: &mut Child, what: &str, held: impl Fn() -> bool) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while !held() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{what}: not within 60 s"
+        );
+        assert!(
+            child.try_wait().expect("poll").is_none(),
+            "the run ended before {what}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+}
+
+/// `weir run ARGS` in the background, quiet: its output and log go nowhere.
+pub fn spawn_run(args: &[&str]) -> Child {
+    Command::new(env!("CARGO_BIN_EXE_weir"))
+        .arg("run")
+        .args(args)
+        .env("WEIR_CACHE_DIR", cache_dir())
+        .env("RUST_LOG", "error")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("weir starts")
 }

@@ -96,18 +96,9 @@ impl JobCheckpoints {
         for id in self.store.completed().await? {
             match self.store.read_metadata(id).await {
                 Ok(m) => rows.push(summary(&m)),
-                Err(e @ StorageError::Metadata { .. }) => rows.push(CheckpointSummary {
-                    job: self.job.clone(),
-                    id: id.0,
-                    completed_at_ms: 0,
-                    completed_at: String::new(),
-                    finished: false,
-                    subtasks: 0,
-                    artifacts: 0,
-                    bytes: 0,
-                    damaged: Some(e.to_string()),
-                    savepoint: None,
-                }),
+                Err(e @ StorageError::Metadata { .. }) => {
+                    rows.push(damaged_row(&self.job, id.0, &e));
+                }
                 Err(e) => return Err(e),
             }
         }
@@ -115,18 +106,7 @@ impl JobCheckpoints {
             let mut row = match savepoint::read(&self.store, &name).await {
                 Ok(m) => summary(&m),
                 Err(SavepointError::Storage(e @ StorageError::Metadata { .. })) => {
-                    CheckpointSummary {
-                        job: self.job.clone(),
-                        id: 0,
-                        completed_at_ms: 0,
-                        completed_at: String::new(),
-                        finished: false,
-                        subtasks: 0,
-                        artifacts: 0,
-                        bytes: 0,
-                        damaged: Some(e.to_string()),
-                        savepoint: None,
-                    }
+                    damaged_row(&self.job, 0, &e)
                 }
                 Err(SavepointError::Storage(e)) => return Err(e),
                 // Listed a moment ago: deleted since.
@@ -192,6 +172,22 @@ impl JobCheckpoints {
             .map(|o| (self.store.relative(&o.location), o.size))
             .filter(|(path, _)| referenced.contains(path.as_str()))
             .collect())
+    }
+}
+
+/// The row of a checkpoint of `job` whose metadata cannot be read: only why.
+fn damaged_row(job: &str, id: u64, why: &StorageError) -> CheckpointSummary {
+    CheckpointSummary {
+        job: job.to_owned(),
+        id,
+        completed_at_ms: 0,
+        completed_at: String::new(),
+        finished: false,
+        subtasks: 0,
+        artifacts: 0,
+        bytes: 0,
+        damaged: Some(why.to_string()),
+        savepoint: None,
     }
 }
 
