@@ -15,11 +15,12 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 use support::crash::{committed, running_counts};
+use support::host::{Host, TOKEN};
 use support::{assert_clean_failure, cache_dir, stderr, tokenize_then};
 
-/// A word count of `dir/in.txt` (tokenize, then `count`) into `dir/out.txt`, checkpointing
-/// into `dir/store`, killed once it has completed a checkpoint.
-fn word_count_killed_after_a_checkpoint(dir: &Path) -> PathBuf {
+/// The job `changes`: a word count of `dir/in.txt` (tokenize, then `count`) into
+/// `dir/out.txt`, checkpointing into `dir/store`, paced.
+fn word_count(dir: &Path) -> PathBuf {
     let job = tokenize_then(
         dir,
         "name = \"changes\"\nbatch_size = 16",
@@ -31,8 +32,14 @@ fn word_count_killed_after_a_checkpoint(dir: &Path) -> PathBuf {
             dir.join("store").display()
         ),
     );
-    // 200 000 lines take at least 2 s: the run is still running when the test kills it.
+    // 200 000 lines take at least 2 s: the run is still running when the test acts on it.
     support::pace_source(&job, 100_000);
+    job
+}
+
+/// [`word_count`] run until it has completed a checkpoint, and killed.
+fn word_count_killed_after_a_checkpoint(dir: &Path) -> PathBuf {
+    let job = word_count(dir);
     let mut run = support::spawn_run(&[path(&job), "-q"]);
     let checkpoints = dir.join("store").join("changes").join("checkpoints");
     support::wait_while_running(&mut run, "a checkpoint", || {
@@ -324,4 +331,36 @@ fn a_run_stopped_with_savepoint_on_exit_saves_its_latest_checkpoint_and_exits_0(
         committed(dir.path()) == running_counts(words.iter().map(String::as_str)),
         "the output differs from an uninterrupted run's"
     );
+}
+
+#[test]
+fn a_served_job_checkpoints_into_a_savepoint_through_its_host() {
+    let data = tempfile::tempdir().expect("tempdir");
+    let host = Host::start(data.path());
+    let dir = tempfile::tempdir().expect("tempdir");
+    support::write_word_lines(dir.path(), 200_000);
+    let job = word_count(dir.path());
+    let submitted = host.weir(&["submit", path(&job), "--json"], Some(TOKEN));
+    assert!(submitted.status.success(), "{}", stderr(&submitted));
+    let info: serde_json::Value = serde_json::from_slice(&submitted.stdout).expect("JSON");
+    let id = info[0]["id"].as_str().expect("id").to_owned();
+
+    let saved = host.weir(&["savepoint", &id, "--name", "served"], Some(TOKEN));
+    let said = stdout_of(&saved);
+    assert!(
+        said.contains("savepoint `served` of job `changes`: checkpoint"),
+        "{said}"
+    );
+    let listed = stdout_of(&host.weir(&["checkpoints", "list", &id], Some(TOKEN)));
+    assert!(listed.contains("savepoint:served"), "{listed}");
+
+    // The name is taken now; the host says so.
+    let again = host.weir(&["savepoint", &id, "--name", "served"], Some(TOKEN));
+    assert!(!again.status.success());
+    assert!(
+        stderr(&again).contains("savepoint `served` already exists"),
+        "{}",
+        stderr(&again)
+    );
+    host.wait(&id);
 }

@@ -82,10 +82,17 @@ pub async fn create(
     let into = folder(store, name);
     let artifacts: BTreeSet<&str> = checkpoint.artifacts().map(|a| a.path.as_str()).collect();
     let objects = store.object_store();
-    futures::stream::iter(&artifacts)
+    // Owned paths: the copies run in futures that a server's tasks may move between threads.
+    let copies: Vec<(Path, Path)> = artifacts
+        .iter()
         .map(|relative| {
-            let from = store.resolve(relative);
             let to = Path::from_iter(into.parts().chain(Path::from(*relative).parts()));
+            (store.resolve(relative), to)
+        })
+        .collect();
+    futures::stream::iter(copies)
+        .map(|(from, to)| {
+            let objects = objects.clone();
             async move {
                 objects
                     .copy(&from, &to)

@@ -200,7 +200,11 @@ async fn started(host: &HostArgs, mut info: JobInfo) -> Result<(), Failure> {
 /// `weir checkpoint ID`: asks for a checkpoint; unless `wait` is `None`, waits until one
 /// completes (the first after the request) and says which, with its size as `weir
 /// checkpoints list` counts it.
-async fn checkpoint_now(host: &HostArgs, id: &str, wait: Option<Duration>) -> Result<(), Failure> {
+pub(super) async fn checkpoint_now(
+    host: &HostArgs,
+    id: &str,
+    wait: Option<Duration>,
+) -> Result<(), Failure> {
     let path = format!("/v1/jobs/{id}/checkpoint");
     let asked: JobInfo = call(host, reqwest::Method::POST, &path, None::<&()>).await?;
     if asked.status != JobStatus::Running {
@@ -272,7 +276,7 @@ async fn checkpoint_now(host: &HostArgs, id: &str, wait: Option<Duration>) -> Re
 }
 
 /// `GET /v1/jobs/{id}`.
-async fn job_info(host: &HostArgs, id: &str) -> Result<JobInfo, Failure> {
+pub(super) async fn job_info(host: &HostArgs, id: &str) -> Result<JobInfo, Failure> {
     let path = format!("/v1/jobs/{id}");
     call(host, reqwest::Method::GET, &path, None::<&()>).await
 }

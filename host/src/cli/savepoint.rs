@@ -6,10 +6,14 @@
 
 use anyhow::anyhow;
 
+use std::time::Duration;
+
 use super::Failure;
+use super::client::{HostArgs, call, checkpoint_now, job_info};
 use super::store_arg::StoreArg;
 use crate::checkpoint::savepoint::{self, SavepointError};
-use crate::serve::job_checkpoints::{InspectError, JobCheckpoints, Which};
+use crate::serve::job_checkpoints::{InspectError, JobCheckpoints, SaveError, Which};
+use crate::serve::protocol::{JobStatus, SavepointInfo, SavepointRequest};
 
 #[derive(Debug, clap::Args)]
 pub(super) struct SavepointArgs {
@@ -23,40 +27,77 @@ pub(super) struct SavepointArgs {
     #[arg(long, value_name = "ID|latest", default_value = "latest")]
     checkpoint: Which,
     /// The job, when the store holds the checkpoints of several.
-    #[arg(long, value_name = "NAME")]
+    #[arg(long, value_name = "NAME", conflicts_with = "host")]
     job: Option<String>,
+    /// A job that `weir serve` runs at this URL: STORE is the job's id. A running job first
+    /// takes a checkpoint (unless --checkpoint names one), so the savepoint holds its state
+    /// as of now. The token is WEIR_TOKEN's, or ~/.config/weir/token's.
+    #[arg(long, value_name = "URL")]
+    host: Option<String>,
 }
 
 pub(super) fn savepoint(args: SavepointArgs) -> Result<(), Failure> {
     let runtime = super::runtime(false)?;
-    runtime.block_on(create(
-        &args.store,
-        &args.name,
-        args.checkpoint,
-        args.job.as_deref(),
-    ))
+    match args.host {
+        Some(host) => runtime.block_on(create_served(
+            host,
+            &args.store,
+            &args.name,
+            args.checkpoint,
+        )),
+        None => runtime.block_on(create(
+            &args.store,
+            &args.name,
+            args.checkpoint,
+            args.job.as_deref(),
+        )),
+    }
+}
+
+/// `weir savepoint ID --host URL`: through the host's API.
+async fn create_served(host: String, id: &str, name: &str, which: Which) -> Result<(), Failure> {
+    let host = HostArgs::at(host);
+    let checkpoint = match which {
+        Which::Id(checkpoint) => Some(checkpoint.0),
+        Which::Latest => {
+            let info = job_info(&host, id).await?;
+            // A Kafka job has no savepoints: the host says so below, before any checkpoint.
+            if info.status == JobStatus::Running && info.partitions.is_none() {
+                checkpoint_now(&host, id, Some(Duration::from_secs(60))).await?;
+            }
+            None
+        }
+    };
+    let request = SavepointRequest {
+        name: name.to_owned(),
+        checkpoint,
+    };
+    let path = format!("/v1/jobs/{id}/savepoints");
+    let saved: SavepointInfo = call(&host, reqwest::Method::POST, &path, Some(&request)).await?;
+    println!("{}", saved_message(&saved));
+    Ok(())
+}
+
+fn saved_message(saved: &SavepointInfo) -> String {
+    format!(
+        "savepoint `{}` of job `{}`: checkpoint {} ({} artifacts copied); restore it with \
+         `weir run JOB.toml --restore savepoint:{}`",
+        saved.name, saved.job, saved.checkpoint, saved.artifacts, saved.name
+    )
 }
 
 async fn create(store: &str, name: &str, which: Which, job: Option<&str>) -> Result<(), Failure> {
     let target = StoreArg::open(store, "")?;
     let job = target.one_job(job, &format!("checkpoint {which}")).await?;
-    let checkpoints = target.store_of(&job);
-    let detail = JobCheckpoints::new(&job, checkpoints.clone())
-        .detail(which)
+    let saved = JobCheckpoints::new(&job, target.store_of(&job))
+        .save_as(which, name)
         .await
         .map_err(|e| match e {
-            InspectError::Storage(e) => target.unreadable(e),
+            SaveError::Inspect(InspectError::Storage(e))
+            | SaveError::Savepoint(SavepointError::Storage(e)) => target.unreadable(e),
             e => Failure::input(anyhow!("{}: {e}", target.url)),
         })?;
-    let metadata = detail.metadata;
-    let copied = savepoint::create(&checkpoints, &metadata, name)
-        .await
-        .map_err(|e| savepoint_failure(&target, e))?;
-    println!(
-        "savepoint `{name}` of job `{job}`: checkpoint {} ({copied} artifacts copied); \
-         restore it with `weir run JOB.toml --restore savepoint:{name}`",
-        metadata.id
-    );
+    println!("{}", saved_message(&saved));
     Ok(())
 }
 

@@ -31,11 +31,15 @@ use axum::{Json, Router};
 
 use super::Registry;
 use super::graph::JobGraph;
-use super::job_checkpoints::{InspectError, Which};
-use super::protocol::{CheckpointDetail, CheckpointSummary, ErrorBody, JobInfo, SubmitRequest};
+use super::job_checkpoints::{InspectError, SaveError, Which};
+use super::protocol::{
+    CheckpointDetail, CheckpointSummary, ErrorBody, JobInfo, SavepointInfo, SavepointRequest,
+    SubmitRequest,
+};
 use super::rates::RatesBody;
 use super::registry::{CheckpointsError, RestartError};
 use crate::checkpoint::history::CheckpointRecord;
+use crate::checkpoint::savepoint::SavepointError;
 use crate::ids::CheckpointId;
 use crate::operator::LogLine;
 
@@ -54,6 +58,7 @@ pub fn router(registry: Arc<Registry>, token: String) -> Router {
         .route("/v1/jobs/{id}/graph", get(graph))
         .route("/v1/jobs/{id}/rates", get(rates))
         .route("/v1/jobs/{id}/checkpoints", get(checkpoints))
+        .route("/v1/jobs/{id}/savepoints", post(take_savepoint))
         .route("/v1/jobs/{id}/checkpoints/history", get(checkpoint_history))
         .route(
             "/v1/jobs/{id}/checkpoints/{checkpoint}",
@@ -349,6 +354,33 @@ async fn checkpoint_detail(
             StatusCode::INTERNAL_SERVER_ERROR,
             format!("job {id}: cannot read checkpoint {which}: {e}"),
         ),
+    }
+}
+
+async fn take_savepoint(
+    State(registry): State<Arc<Registry>>,
+    Path(id): Path<String>,
+    Json(request): Json<SavepointRequest>,
+) -> Response {
+    let checkpoints = match registry.checkpoints(&id) {
+        Ok(c) => c,
+        Err(e) => return checkpoints_error(e),
+    };
+    let which = request
+        .checkpoint
+        .map_or(Which::Latest, |n| Which::Id(CheckpointId(n)));
+    match checkpoints.save_as(which, &request.name).await {
+        Ok(info) => Json::<SavepointInfo>(info).into_response(),
+        Err(e) => {
+            let status = match &e {
+                SaveError::Savepoint(SavepointError::BadName(_)) => StatusCode::BAD_REQUEST,
+                SaveError::Savepoint(SavepointError::Exists(_))
+                | SaveError::Inspect(InspectError::NoCheckpoints { .. }) => StatusCode::CONFLICT,
+                SaveError::Inspect(InspectError::NoSuchCheckpoint { .. }) => StatusCode::NOT_FOUND,
+                _ => StatusCode::INTERNAL_SERVER_ERROR,
+            };
+            error(status, format!("job {id}: {e}"))
+        }
     }
 }
 

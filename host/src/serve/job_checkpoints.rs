@@ -9,7 +9,7 @@ use std::str::FromStr;
 
 use futures::TryStreamExt;
 
-use super::protocol::{CheckpointDetail, CheckpointSummary};
+use super::protocol::{CheckpointDetail, CheckpointSummary, SavepointInfo};
 use crate::checkpoint::savepoint::{self, SavepointError};
 use crate::checkpoint::storage::StorageError;
 use crate::checkpoint::{CheckpointMetadata, CheckpointStore};
@@ -61,6 +61,15 @@ pub enum InspectError {
     },
     #[error(transparent)]
     Storage(#[from] StorageError),
+}
+
+/// Why a savepoint could not be taken.
+#[derive(Debug, thiserror::Error)]
+pub enum SaveError {
+    #[error(transparent)]
+    Inspect(#[from] InspectError),
+    #[error(transparent)]
+    Savepoint(#[from] SavepointError),
 }
 
 fn list(ids: &[CheckpointId]) -> String {
@@ -122,8 +131,33 @@ impl JobCheckpoints {
 
     /// One completed checkpoint, with the artifacts the store holds.
     pub async fn detail(&self, which: Which) -> Result<CheckpointDetail, InspectError> {
+        let id = self.chosen(which).await?;
+        let metadata = self.store.read_metadata(id).await?;
+        let stored = self.stored(&metadata).await?;
+        Ok(CheckpointDetail { metadata, stored })
+    }
+
+    /// Copies a completed checkpoint into the savepoint `name`.
+    pub async fn save_as(&self, which: Which, name: &str) -> Result<SavepointInfo, SaveError> {
+        let id = self.chosen(which).await?;
+        let metadata = self
+            .store
+            .read_metadata(id)
+            .await
+            .map_err(InspectError::from)?;
+        let artifacts = savepoint::create(&self.store, &metadata, name).await?;
+        Ok(SavepointInfo {
+            job: self.job.clone(),
+            name: name.to_owned(),
+            checkpoint: id.0,
+            artifacts,
+        })
+    }
+
+    /// The id of the completed checkpoint `which` names.
+    async fn chosen(&self, which: Which) -> Result<CheckpointId, InspectError> {
         let completed = self.store.completed().await?;
-        let id = match which {
+        Ok(match which {
             Which::Latest => *completed
                 .last()
                 .ok_or_else(|| InspectError::NoCheckpoints {
@@ -143,10 +177,7 @@ impl JobCheckpoints {
                     }
                 });
             }
-        };
-        let metadata = self.store.read_metadata(id).await?;
-        let stored = self.stored(&metadata).await?;
-        Ok(CheckpointDetail { metadata, stored })
+        })
     }
 
     /// The size of every artifact `metadata` references that the store holds, by the path

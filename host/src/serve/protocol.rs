@@ -127,6 +127,24 @@ pub struct CheckpointSummary {
     pub savepoint: Option<String>,
 }
 
+/// `POST /v1/jobs/{id}/savepoints`: copy a completed checkpoint (the latest unless
+/// `checkpoint` names one) into the savepoint `name` (`weir savepoint`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SavepointRequest {
+    pub name: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub checkpoint: Option<u64>,
+}
+
+/// A savepoint taken: of which job, from which checkpoint, how many artifacts it copied.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SavepointInfo {
+    pub job: String,
+    pub name: String,
+    pub checkpoint: u64,
+    pub artifacts: usize,
+}
+
 /// `GET /v1/jobs/{id}/checkpoints/{ID|latest}`: the checkpoint's metadata (its fields, as
 /// `weir checkpoints show --json` prints them) and `stored`, the size of each artifact it
 /// references that the store holds, by the path the metadata gives; a missing artifact is
