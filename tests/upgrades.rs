@@ -338,7 +338,7 @@ fn a_served_job_checkpoints_into_a_savepoint_through_its_host() {
     let data = tempfile::tempdir().expect("tempdir");
     let host = Host::start(data.path());
     let dir = tempfile::tempdir().expect("tempdir");
-    support::write_word_lines(dir.path(), 200_000);
+    let words = support::write_word_lines(dir.path(), 200_000);
     let job = word_count(dir.path());
     let submitted = host.weir(&["submit", path(&job), "--json"], Some(TOKEN));
     assert!(submitted.status.success(), "{}", stderr(&submitted));
@@ -362,5 +362,27 @@ fn a_served_job_checkpoints_into_a_savepoint_through_its_host() {
         "{}",
         stderr(&again)
     );
-    host.wait(&id);
+    let ended = host.wait(&id);
+    assert_eq!(ended["status"], "finished", "{ended}");
+    let expected = running_counts(words.iter().map(String::as_str));
+    assert!(committed(dir.path()) == expected);
+
+    // Run again from the savepoint: the output goes back to it, and on from there.
+    let restarted = host.weir(&["restart", &id, "--savepoint", "served"], Some(TOKEN));
+    assert!(restarted.status.success(), "{}", stderr(&restarted));
+    let ended = host.wait(&id);
+    assert_eq!(ended["status"], "finished", "{ended}");
+    // It ran from there (a finished job's restore only commits, and reads nothing).
+    assert!(ended["checkpoints_completed"].as_u64() > Some(0), "{ended}");
+    assert!(
+        committed(dir.path()) == expected,
+        "the output restored from the savepoint differs from an uninterrupted run's"
+    );
+    let unknown = host.weir(&["restart", &id, "--savepoint", "nope"], Some(TOKEN));
+    assert!(!unknown.status.success());
+    assert!(
+        stderr(&unknown).contains("no savepoint `nope`"),
+        "{}",
+        stderr(&unknown)
+    );
 }

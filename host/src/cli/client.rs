@@ -97,6 +97,9 @@ pub(super) enum ClientCommand {
         /// The checkpoint's id; the job's latest by default.
         #[arg(long)]
         checkpoint: Option<u64>,
+        /// A savepoint of the job (`weir savepoint`) instead of a checkpoint.
+        #[arg(long, value_name = "NAME", conflicts_with = "checkpoint")]
+        savepoint: Option<String>,
         #[command(flatten)]
         host: HostArgs,
     },
@@ -156,11 +159,13 @@ pub(super) fn client(command: ClientCommand) -> Result<(), Failure> {
             ClientCommand::Restart {
                 id,
                 checkpoint,
+                savepoint,
                 host,
             } => {
-                let action = match checkpoint {
-                    Some(c) => format!("restart?checkpoint={c}"),
-                    None => "restart".into(),
+                let action = match (checkpoint, savepoint) {
+                    (Some(c), _) => format!("restart?checkpoint={c}"),
+                    (None, Some(name)) => format!("restart?savepoint={name}"),
+                    (None, None) => "restart".into(),
                 };
                 act(&host, &id, &action).await
             }

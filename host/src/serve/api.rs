@@ -38,6 +38,7 @@ use super::protocol::{
 };
 use super::rates::RatesBody;
 use super::registry::{CheckpointsError, RestartError};
+use crate::checkpoint::RestoreFrom;
 use crate::checkpoint::history::CheckpointRecord;
 use crate::checkpoint::savepoint::SavepointError;
 use crate::ids::CheckpointId;
@@ -157,10 +158,12 @@ async fn checkpoint(State(registry): State<Arc<Registry>>, Path(id): Path<String
     }
 }
 
-/// `?checkpoint=N`: restart from checkpoint `N` instead of the latest.
+/// `?checkpoint=N` or `?savepoint=NAME`: restart from checkpoint `N`, or the savepoint
+/// `NAME`, instead of the latest checkpoint.
 #[derive(Debug, serde::Deserialize)]
 pub struct RestartOptions {
     pub checkpoint: Option<u64>,
+    pub savepoint: Option<String>,
 }
 
 async fn restart(
@@ -168,10 +171,18 @@ async fn restart(
     Path(id): Path<String>,
     Query(options): Query<RestartOptions>,
 ) -> Response {
-    match registry
-        .restart(&id, options.checkpoint.map(CheckpointId))
-        .await
-    {
+    let from = match (options.checkpoint, options.savepoint) {
+        (Some(_), Some(_)) => {
+            return error(
+                StatusCode::BAD_REQUEST,
+                "restart from a checkpoint or a savepoint, not both",
+            );
+        }
+        (Some(n), None) => Some(RestoreFrom::Id(CheckpointId(n))),
+        (None, Some(name)) => Some(RestoreFrom::Savepoint(name)),
+        (None, None) => None,
+    };
+    match registry.restart(&id, from).await {
         Ok(info) => Json(info).into_response(),
         Err(e @ RestartError::NoSuchJob(_)) => error(StatusCode::NOT_FOUND, e.to_string()),
         Err(e @ RestartError::Running(_)) => error(StatusCode::CONFLICT, e.to_string()),

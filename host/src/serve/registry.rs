@@ -25,7 +25,6 @@ use crate::checkpoint::history::CheckpointRecord;
 use crate::checkpoint::{CheckpointStore, JobStart, RestoreFrom, StartFrom};
 use crate::engine::Engine;
 use crate::group::GroupView;
-use crate::ids::CheckpointId;
 use crate::job::pipeline::file_outputs;
 use crate::job::spec::{SinkSpec, SourceSpec};
 use crate::job::{
@@ -298,7 +297,7 @@ impl Registry {
     pub async fn restart(
         self: &Arc<Self>,
         id: &str,
-        checkpoint: Option<CheckpointId>,
+        from: Option<RestoreFrom>,
     ) -> Result<JobInfo, RestartError> {
         let job = self
             .jobs()
@@ -316,9 +315,10 @@ impl Registry {
                 "job {id} keeps no checkpoints: it can only be submitted again"
             ))
         })?;
-        let restore = checkpoint.map_or(RestoreFrom::Latest, RestoreFrom::Id);
+        let chosen = from.is_some();
+        let restore = from.unwrap_or(RestoreFrom::Latest);
         if matches!(spec.source, SourceSpec::Kafka(_)) {
-            if checkpoint.is_some() {
+            if chosen {
                 return Err(unusable(format!(
                     "job {id} reads Kafka: each partition resumes from its own latest \
                      checkpoint, so no checkpoint can be chosen"
