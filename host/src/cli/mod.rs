@@ -78,7 +78,8 @@ enum Command {
     /// Inspect the completed checkpoints in an object store.
     Checkpoints(checkpoints::CheckpointsArgs),
     /// Copy a job's checkpoint out of its chain under a name (a savepoint, which only
-    /// `weir checkpoints delete-savepoint` removes), to restore later with `--restore savepoint:NAME`.
+    /// `weir checkpoints delete-savepoint` removes), to restore later with
+    /// `--restore savepoint:NAME`.
     Savepoint(savepoint::SavepointArgs),
     /// Print the keyed state of an operator at a completed checkpoint, without running the job.
     State(state::StateArgs),
