@@ -236,12 +236,13 @@ fn a_savepoint_outlives_retention_and_fresh_and_restores_here_or_in_another_stor
         "the output restored from the savepoint differs from an uninterrupted run's"
     );
 
-    // Copied to another store, it restores there.
+    // Copied to another store, under another job's name, it restores there.
     let other = dir.path().join("other-store");
     copy_dir(
         &dir.path().join("store/changes/savepoints"),
-        &other.join("changes/savepoints"),
+        &other.join("moved/savepoints"),
     );
+    edit(&job, "name = \"changes\"", "name = \"moved\"");
     let elsewhere = support::weir(&[
         "run",
         path(&job),
@@ -253,6 +254,7 @@ fn a_savepoint_outlives_retention_and_fresh_and_restores_here_or_in_another_stor
     ]);
     assert!(elsewhere.status.success(), "{}", stderr(&elsewhere));
     assert!(committed(dir.path()) == expected);
+    edit(&job, "name = \"moved\"", "name = \"changes\"");
 
     // `--fresh` deletes the checkpoints and keeps the savepoint; deleting it is explicit.
     let fresh = support::weir(&["run", path(&job), "--fresh", "-q"]);
