@@ -91,7 +91,7 @@ impl StagePlan {
                             .repartition
                             .topic
                             .clone()
-                            .unwrap_or_else(|| default_topic(&spec.name, &op.name)),
+                            .unwrap_or_else(|| default_topic(&spec.name, &op.uid)),
                         partitions: op.repartition.partitions,
                         retention_ms: op.repartition.retention_ms,
                         operator: op.name.clone(),
@@ -198,7 +198,8 @@ pub fn is_topic_char(c: char) -> bool {
     c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-')
 }
 
-/// `weir.<job>.<operator>.repartition`, with any character a topic name cannot hold as `_`.
+/// `weir.<job>.<uid>.repartition` for the operator of that uid, with any character a topic
+/// name cannot hold as `_`.
 pub fn default_topic(job: &str, operator: &str) -> String {
     let clean = |name: &str| -> String {
         name.chars()

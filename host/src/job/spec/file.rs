@@ -137,7 +137,8 @@ pub struct OperatorFile {
 #[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RepartitionFile {
-    /// Default: `weir.<job>.<operator>.repartition`.
+    /// Default: `weir.<job>.<uid>.repartition`: by the operator's uid, so that a rename
+    /// that keeps the uid keeps the topic.
     pub topic: Option<String>,
     /// Default: as many as the job's input topic.
     pub partitions: Option<u32>,

@@ -299,3 +299,20 @@ fn each_stage_runs_as_a_kafka_job_of_its_own_between_the_topics() {
     assert_eq!(jobs[0].name, "wc");
     assert_eq!(jobs[0].sink, whole.sink);
 }
+
+#[test]
+fn a_repartition_topic_is_named_by_the_operators_uid_so_a_kept_uid_keeps_the_topic() {
+    let renamed = kafka_job(
+        "",
+        &[
+            ("tokenize", ""),
+            ("word-counts", "key_by = \"key\"\nuid = \"count\""),
+        ],
+    )
+    .expect("valid");
+    let topics: Vec<String> = StagePlan::of(&renamed)
+        .topics()
+        .map(|t| t.topic.clone())
+        .collect();
+    assert_eq!(topics, ["weir.wc.count.repartition"]);
+}
