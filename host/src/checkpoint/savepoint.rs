@@ -17,8 +17,8 @@
 use std::collections::BTreeSet;
 
 use futures::{StreamExt, TryStreamExt};
-use object_store::ObjectStoreExt;
 use object_store::path::Path;
+use object_store::{ObjectStoreExt, PutMode, PutOptions, PutPayload};
 
 use super::checkpoint_store::{CheckpointStore, delete_if_present, parse_metadata};
 use super::metadata::CheckpointMetadata;
@@ -108,11 +108,23 @@ pub async fn create(
         path: path.clone(),
         message: e.to_string(),
     })?;
-    objects
-        .put(&path, json.into())
+    // Created, never overwritten: of two savepoints taken under one name at once, one wins
+    // and the other is told (their copies are the same objects of the same checkpoint, or
+    // the loser's are left for a `delete-savepoint`).
+    match objects
+        .put_opts(
+            &path,
+            PutPayload::from(json),
+            PutOptions::from(PutMode::Create),
+        )
         .await
-        .map_err(store_error(&path))?;
-    Ok(artifacts.len())
+    {
+        Ok(_) => Ok(artifacts.len()),
+        Err(object_store::Error::AlreadyExists { .. }) => {
+            Err(SavepointError::Exists(name.to_owned()))
+        }
+        Err(source) => Err(StorageError::Store { path, source }.into()),
+    }
 }
 
 /// The names of the job's savepoints (those whose metadata was written), sorted.
