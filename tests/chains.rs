@@ -184,6 +184,7 @@ fn metadata(id: CheckpointId, handle: &SubtaskHandle) -> CheckpointMetadata {
         operators: vec![OperatorHandles {
             name: "op".into(),
             parallelism: 1,
+            component: None,
             subtasks: vec![handle.clone()],
         }],
         timing: None,

@@ -225,6 +225,7 @@ fn stage(name: &str, factory: Native, key_by: Option<KeyBy>) -> Stage {
     Stage {
         name: name.into(),
         uid: name.into(),
+        component: None,
         factory: Arc::new(factory),
         parallelism: 1,
         key_by,

@@ -49,6 +49,7 @@ fn metadata(job: &str, id: u64) -> CheckpointMetadata {
         operators: vec![OperatorHandles {
             name: "count".into(),
             parallelism: 2,
+            component: None,
             subtasks: chains
                 .iter()
                 .enumerate()

@@ -96,6 +96,30 @@ fn a_renamed_operator_keeps_its_state_under_its_uid_and_a_restore_that_would_dro
         committed(dir.path()) == running_counts(words.iter().map(String::as_str)),
         "the output differs from an uninterrupted run's"
     );
+
+    // Each checkpoint records which component wrote each operator's state.
+    let shown = stdout_of(&support::weir(&[
+        "checkpoints",
+        "show",
+        "latest",
+        "--store",
+        path(&job),
+        "--json",
+    ]));
+    let metadata: serde_json::Value = serde_json::from_str(&shown).expect("JSON");
+    let counter = std::fs::read(support::component("weir-example-counter")).expect("read");
+    let digest: String =
+        sha2::Digest::finalize(<sha2::Sha256 as sha2::Digest>::new_with_prefix(&counter))
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect();
+    let count = metadata["operators"]
+        .as_array()
+        .expect("operators")
+        .iter()
+        .find(|o| o["name"] == "count")
+        .expect("count");
+    assert_eq!(count["component"], format!("sha256:{digest}"), "{shown}");
 }
 
 #[test]

@@ -587,6 +587,7 @@ fn metadata_seeds() -> Vec<(String, Vec<u8>)> {
             OperatorHandles {
                 name: "tokenize".into(),
                 parallelism: 1,
+                component: None,
                 subtasks: vec![SubtaskHandle {
                     chain: Vec::new(),
                     ..handle(0, range(0, 1), &[], "tokenize")
@@ -595,6 +596,7 @@ fn metadata_seeds() -> Vec<(String, Vec<u8>)> {
             OperatorHandles {
                 name: "count".into(),
                 parallelism: 3,
+                component: None,
                 subtasks: (0..3)
                     .map(|s| {
                         handle(
@@ -636,6 +638,7 @@ fn metadata_seeds() -> Vec<(String, Vec<u8>)> {
         operators: vec![OperatorHandles {
             name: "count".into(),
             parallelism: 3,
+            component: None,
             subtasks: (0..3)
                 .map(|s| {
                     handle(

@@ -40,6 +40,7 @@ pub fn one_stage(
         stages: vec![Stage {
             name: name.into(),
             uid: name.into(),
+            component: None,
             factory,
             parallelism: 1,
             key_by: Some(KeyBy::RecordKey),

@@ -372,6 +372,7 @@ mod tests {
             operators: vec![OperatorHandles {
                 name: "count".into(),
                 parallelism: 1,
+                component: None,
                 subtasks: vec![SubtaskHandle {
                     key_groups: (0, 128),
                     ..SubtaskHandle::default()

@@ -97,6 +97,8 @@ pub(crate) struct CoordinatorSetup {
     pub key_groups: u32,
     /// Name and parallelism of every operator, in order.
     pub operators: Vec<(String, u32)>,
+    /// The digest of each operator's component, in the same order, where known.
+    pub components: Vec<Option<String>>,
     /// Where metadata goes; `None` when the job does not checkpoint (its last checkpoint
     /// still ends the stream and commits the sink, but nothing is stored).
     pub store: Option<CheckpointStore>,
@@ -743,9 +745,11 @@ impl Coordinator {
             .operators
             .iter()
             .zip(&done.handles)
-            .map(|((name, parallelism), handles)| OperatorHandles {
+            .enumerate()
+            .map(|(i, ((name, parallelism), handles))| OperatorHandles {
                 name: name.clone(),
                 parallelism: *parallelism,
+                component: self.setup.components.get(i).cloned().flatten(),
                 subtasks: handles.iter().flatten().cloned().collect(),
             })
             .collect();
@@ -829,6 +833,7 @@ mod tests {
             job: "job".into(),
             key_groups: 8,
             operators: vec![("count".into(), 1)],
+            components: vec![None],
             store: None,
             interval: Some(Duration::from_millis(100)),
             timeout: Some(Duration::from_secs(1)),

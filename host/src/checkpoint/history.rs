@@ -214,6 +214,7 @@ mod tests {
         metadata.operators = vec![OperatorHandles {
             name: "count".into(),
             parallelism: 2,
+            component: None,
             subtasks: vec![
                 subtask(vec![artifact("a", 100), artifact("shared", 50)], 60),
                 subtask(vec![artifact("shared", 50)], 40),

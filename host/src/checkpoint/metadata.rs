@@ -138,8 +138,13 @@ pub struct RecordCounts {
 /// The handles of one operator's subtasks.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct OperatorHandles {
+    /// The operator's uid.
     pub name: String,
     pub parallelism: u32,
+    /// The digest of the component that wrote this state (`sha256:<hex>`), where known: a
+    /// checkpoint from before digests were recorded, or a pipeline built in code, has none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub component: Option<String>,
     /// One per subtask, in subtask order.
     pub subtasks: Vec<SubtaskHandle>,
 }

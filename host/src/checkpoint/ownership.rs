@@ -114,6 +114,7 @@ mod tests {
             operators: vec![OperatorHandles {
                 name: "op".into(),
                 parallelism,
+                component: None,
                 subtasks,
             }],
             timing: None,

@@ -396,6 +396,9 @@ pub fn describe(detail: &CheckpointDetail) -> String {
             "\noperator `{}` (parallelism {})",
             op.name, op.parallelism
         );
+        if let Some(component) = &op.component {
+            let _ = writeln!(out, "  component {component}");
+        }
         for s in &op.subtasks {
             let sizes: Vec<String> = s.chain.iter().map(|a| a.bytes.to_string()).collect();
             let _ = writeln!(

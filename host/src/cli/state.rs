@@ -655,6 +655,7 @@ mod tests {
             operators: vec![OperatorHandles {
                 name: "count".into(),
                 parallelism: 2,
+                component: None,
                 subtasks: handles,
             }],
             source_max_timestamp: None,

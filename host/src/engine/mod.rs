@@ -7,6 +7,7 @@
 //!   its `bundle` import reads and its compiled artifact does not depend on.
 //! - [`function_cache`]: Cranelift's incremental compilation cache, on disk, for `weir build`.
 //! - [`component`]: loading a component and checking that it implements Weir's world.
+//! - [`component_digest`]: a component file's sha256, which checkpoints record.
 //!
 //! The engine and [`crate::guest`] import each other, on purpose: the engine links the
 //! guest's host functions into every component and makes stores of [`GuestState`], and a
@@ -16,6 +17,7 @@
 pub(crate) mod bundle;
 pub(crate) mod cache;
 pub(crate) mod component;
+pub(crate) mod component_digest;
 pub(crate) mod function_cache;
 
 use std::sync::Arc;

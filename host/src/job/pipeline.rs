@@ -15,6 +15,7 @@ use crate::connectors::{
     ConnectorError, DiscardSink, FileSink, GeneratorSource, JsonLinesSource, LeasedSink, Sink,
     Source, StdoutSink, TextLinesSource,
 };
+use crate::engine::component_digest::component_digest;
 use crate::engine::{Engine, LoadError};
 use crate::guest::WasmOperatorFactory;
 use crate::operator::{GuestLimits, OperatorFactory};
@@ -26,6 +27,9 @@ pub struct Stage {
     pub name: String,
     /// What its state is kept under in checkpoints ([`crate::job::OperatorSpec::uid`]).
     pub uid: String,
+    /// The digest of its component, which checkpoints record; `None` for an operator
+    /// built in code.
+    pub component: Option<String>,
     pub factory: Arc<dyn OperatorFactory>,
     pub parallelism: u32,
     /// How the stage's input is partitioned; `None` spreads batches round robin.
@@ -157,9 +161,17 @@ fn stage(op: &OperatorSpec, engine: &Engine) -> Result<Stage, PrepareError> {
             operator: op.name.clone(),
             source,
         })?;
+    let digest = component_digest(&op.component).map_err(|e| PrepareError::Load {
+        operator: op.name.clone(),
+        source: LoadError::Read {
+            path: op.component.clone(),
+            source: e,
+        },
+    })?;
     Ok(Stage {
         name: op.name.clone(),
         uid: op.uid.clone(),
+        component: Some(digest),
         factory: Arc::new(WasmOperatorFactory::new(engine.clone(), component)),
         parallelism: op.parallelism,
         key_by: op.key_by.clone(),

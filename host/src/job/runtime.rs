@@ -534,6 +534,7 @@ impl<'a> Launch<'a> {
                     .iter()
                     .map(|s| (s.uid.clone(), s.parallelism))
                     .collect(),
+                components: shape.stages.iter().map(|s| s.component.clone()).collect(),
                 store: checkpointing.map(|c| c.store.clone()),
                 interval: checkpointing.map(|c| c.interval),
                 timeout: checkpointing.map(|c| c.timeout),
