@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use support::crash::{committed, running_counts};
-use support::host::{Host, TOKEN};
+use support::host::Host;
 use support::{
     assert_clean_failure, cache_dir, spawn_run, stderr, tokenize_then, wait_while_running,
 };
@@ -137,16 +137,6 @@ fn a_killed_run_does_not_block_the_restore_that_follows_it() {
     assert!(committed(dir.path()) == expected);
 }
 
-/// `weir submit JOB --json` on `host`; returns the job's id.
-fn submit(host: &Host, job: &Path) -> Result<String, String> {
-    let out = host.weir(&["submit", path(job), "--json"], Some(TOKEN));
-    if !out.status.success() {
-        return Err(stderr(&out));
-    }
-    let info: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
-    Ok(info[0]["id"].as_str().expect("id").to_owned())
-}
-
 #[test]
 fn a_served_job_and_a_local_run_never_write_one_output_together() {
     let data = tempfile::tempdir().expect("tempdir");
@@ -156,7 +146,7 @@ fn a_served_job_and_a_local_run_never_write_one_output_together() {
     let job = word_count(dir.path(), "shared", "store");
 
     // Served first: the local run is refused, naming the output.
-    let served = submit(&host, &job).expect("submitted");
+    let served = host.submit(&job).expect("submitted");
     let deadline = Instant::now() + Duration::from_secs(60);
     while !output_leased(dir.path()) {
         assert!(
@@ -166,7 +156,7 @@ fn a_served_job_and_a_local_run_never_write_one_output_together() {
         std::thread::sleep(Duration::from_millis(5));
     }
     // And the host refuses a second job on the same output while the first runs.
-    let twin = submit(&host, &job).expect_err("a second writer of out.txt");
+    let twin = host.submit(&job).expect_err("a second writer of out.txt");
     assert!(twin.contains("out.txt") && twin.contains(&served), "{twin}");
     let local = support::weir(&["run", path(&job)]);
     assert_eq!(local.status.code(), Some(2), "{}", stderr(&local));
@@ -182,7 +172,7 @@ fn a_served_job_and_a_local_run_never_write_one_output_together() {
         checkpointed(dir.path(), "shared")
     });
     // Refused by `weir submit` itself, or failed as it started.
-    let error = match submit(&host, &job) {
+    let error = match host.submit(&job) {
         Err(refused) => refused,
         Ok(served) => {
             let info = host.wait(&served);

@@ -366,10 +366,7 @@ fn a_served_job_checkpoints_into_a_savepoint_through_its_host() {
     let dir = tempfile::tempdir().expect("tempdir");
     let words = support::write_word_lines(dir.path(), 200_000);
     let job = word_count(dir.path());
-    let submitted = host.weir(&["submit", path(&job), "--json"], Some(TOKEN));
-    assert!(submitted.status.success(), "{}", stderr(&submitted));
-    let info: serde_json::Value = serde_json::from_slice(&submitted.stdout).expect("JSON");
-    let id = info[0]["id"].as_str().expect("id").to_owned();
+    let id = host.submit(&job).expect("submitted");
 
     let saved = host.weir(&["savepoint", &id, "--name", "served"], Some(TOKEN));
     let said = stdout_of(&saved);

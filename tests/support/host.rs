@@ -71,6 +71,17 @@ impl Host {
         command.output().expect("weir runs")
     }
 
+    /// `weir submit JOB --json`: the job's id, or the refusal's message.
+    pub fn submit(&self, job: &Path) -> Result<String, String> {
+        let job = job.to_str().expect("utf-8");
+        let out = self.weir(&["submit", job, "--json"], Some(TOKEN));
+        if !out.status.success() {
+            return Err(super::stderr(&out));
+        }
+        let info: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+        Ok(info[0]["id"].as_str().expect("id").to_owned())
+    }
+
     pub fn job(&self, id: &str) -> serde_json::Value {
         let out = self.weir(&["job", id, "--json"], Some(TOKEN));
         assert!(out.status.success(), "{}", stderr(&out));

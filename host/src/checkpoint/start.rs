@@ -171,6 +171,19 @@ fn plural(n: usize, what: &str) -> String {
     }
 }
 
+/// A checkpoint the user chose outside the store's chain (a metadata file, a savepoint):
+/// only an earlier attempt's finding of damage applies, the store's own checkpoint of that id
+/// being another object, and there is no fallback.
+fn chosen(
+    metadata: CheckpointMetadata,
+    damaged: &[CheckpointError],
+) -> Result<Option<Arc<CheckpointMetadata>>, StartError> {
+    if let Some(e) = damaged.iter().find(|d| d.checkpoint() == Some(metadata.id)) {
+        return Err(StartError::Damaged(e.clone()));
+    }
+    Ok(Some(Arc::new(metadata)))
+}
+
 fn none_whole(job: &str, damage: &[(CheckpointId, &CheckpointError)]) -> StartError {
     let mut damaged: Vec<CheckpointError> = damage.iter().map(|(_, e)| (*e).clone()).collect();
     damaged.sort_by_key(|e| std::cmp::Reverse(e.checkpoint()));
@@ -261,9 +274,10 @@ impl Found {
     }
 
     /// The metadata of the checkpoint `restore` names, if it may be restored; `None` for
-    /// `latest` of a job without checkpoints.
-    fn resolve(
+    /// `latest` of a job without checkpoints. A savepoint is read from `store`.
+    async fn resolve(
         &self,
+        store: &CheckpointStore,
         job: &str,
         restore: RestoreFrom,
         falls_back: bool,
@@ -300,14 +314,11 @@ impl Found {
                     source,
                 })?;
                 let metadata = parse_metadata(&bytes, &path.display().to_string())?;
-                // Only an earlier attempt's finding applies: the store's own checkpoint of
-                // that id is not this file.
-                if let Some(e) = damaged.iter().find(|d| d.checkpoint() == Some(metadata.id)) {
-                    return Err(StartError::Damaged(e.clone()));
-                }
-                Ok(Some(Arc::new(metadata)))
+                chosen(metadata, damaged)
             }
-            RestoreFrom::Savepoint(_) => unreachable!("JobStart::plan reads savepoints itself"),
+            RestoreFrom::Savepoint(name) => {
+                chosen(super::savepoint::read(store, &name).await?, damaged)
+            }
         }
     }
 
@@ -415,19 +426,18 @@ impl JobStart {
             from,
             StartFrom::Restore(RestoreFrom::Latest) | StartFrom::Restart(_)
         );
-        let mut savepoint = None;
-        let restored = match found.choice(job, from)? {
+        let choice = found.choice(job, from)?;
+        let savepoint = match &choice {
+            Some(RestoreFrom::Savepoint(name)) => Some(name.clone()),
+            _ => None,
+        };
+        let restored = match choice {
             None => None,
-            Some(RestoreFrom::Savepoint(name)) => {
-                let metadata = super::savepoint::read(store, &name).await?;
-                // No fallback: the user chose it.
-                if let Some(e) = damaged.iter().find(|d| d.checkpoint() == Some(metadata.id)) {
-                    return Err(StartError::Damaged(e.clone()));
-                }
-                savepoint = Some(name);
-                Some(Arc::new(metadata))
+            Some(restore) => {
+                found
+                    .resolve(store, job, restore, falls_back, damaged)
+                    .await?
             }
-            Some(restore) => found.resolve(job, restore, falls_back, damaged)?,
         };
         // A savepoint may come from another job.
         if let Some(m) = &restored

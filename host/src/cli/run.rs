@@ -107,39 +107,36 @@ pub(super) fn run(args: RunArgs, quiet: bool) -> Result<(), Failure> {
         (true, _) => StartFrom::Fresh,
         (false, restore) => StartFrom::from(restore),
     };
-    let Some(name) = args.savepoint_on_exit else {
-        let summary = runtime
-            .block_on(run_job(&spec, &engine, from, options))
-            .map_err(|e| {
-                let input = e.is_input_error();
-                job_failure(&spec.name, e, input)
-            })?;
-        if !quiet {
-            eprintln!("{summary}");
-        }
-        return Ok(());
-    };
     // Refused before the run, not after it: a name in use, or no checkpoints to copy.
-    let store = exit_savepoint_store(&spec, &name, &runtime)?;
-    stop_on_signal(&runtime, &options.stop, "stopping: taking the savepoint");
+    let saving = match args.savepoint_on_exit {
+        Some(name) => {
+            let store = exit_savepoint_store(&spec, &name, &runtime)?;
+            stop_on_signal(&runtime, &options.stop, "stopping: taking the savepoint");
+            Some((name, store))
+        }
+        None => None,
+    };
     match runtime.block_on(run_job(&spec, &engine, from, options)) {
         Ok(summary) if !quiet => eprintln!("{summary}"),
         Ok(_) => {}
+        // Only a savepoint's signal stops a run that is not a Kafka one.
         Err(SupervisorError::Failed {
             error: JobError::Stopped,
             ..
-        }) => {}
+        }) if saving.is_some() => {}
         Err(e) => {
             let input = e.is_input_error();
             return Err(job_failure(&spec.name, e, input));
         }
     }
-    let id = runtime.block_on(save_latest(&store, &name))?;
-    eprintln!(
-        "weir: savepoint `{name}` holds checkpoint {id} of job `{}`: restore it with \
-         `weir run JOB.toml --restore savepoint:{name}`",
-        spec.name
-    );
+    if let Some((name, store)) = saving {
+        let id = runtime.block_on(save_latest(&store, &name))?;
+        eprintln!(
+            "weir: savepoint `{name}` holds checkpoint {id} of job `{}`: restore it with \
+             `weir run JOB.toml --restore savepoint:{name}`",
+            spec.name
+        );
+    }
     Ok(())
 }
 
