@@ -580,6 +580,54 @@ async fn a_newcomer_reads_times_lateness_pages_of_history_and_jobs_that_ended_or
     browser.close().await;
 }
 
+#[tokio::test(flavor = "multi_thread")]
+async fn an_upgraded_job_shows_its_versions_and_why_an_upgrade_rolled_back() {
+    let data = tempfile::tempdir().expect("tempdir");
+    let host = Host::start(data.path());
+    let dir = tempfile::tempdir().expect("tempdir");
+    let job = endless_job(dir.path());
+    let id = submit(&host, &job);
+    let text = std::fs::read_to_string(&job).expect("job file");
+    // A version with an operator that fails as it opens, then a good one.
+    let failing = dir.path().join("failing.toml");
+    let check = format!(
+        "[[operators]]\nname = \"check\"\ncomponent = {}\nconfig = {{ mode = \"no-such-mode\" }}\n",
+        toml_path(&component("weir-test-faulty"))
+    );
+    std::fs::write(&failing, format!("{text}\n{check}")).expect("job file");
+    let out = host.weir(
+        &["upgrade", &id, failing.to_str().expect("utf-8")],
+        Some(TOKEN),
+    );
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    let out = host.weir(&["upgrade", &id, job.to_str().expect("utf-8")], Some(TOKEN));
+    assert!(out.status.success(), "{}", stderr(&out));
+
+    let browser = Browser::start().await;
+    browser.goto(&format!("{}/", host.url)).await;
+    browser.type_into("#token", TOKEN).await;
+    browser.click("#login-button").await;
+    browser.goto(&format!("{}/#/jobs/{id}", host.url)).await;
+    browser
+        .wait_text("#versions-current", "the version that runs", |t| {
+            t == "Version 3 runs."
+        })
+        .await;
+    let rows = browser.count("#versions-body tr").await;
+    assert_eq!(rows, 2);
+    // Newest first.
+    let newest = browser.text("#versions-body tr:nth-child(1)").await;
+    assert!(
+        newest.contains("1 → 3") && newest.contains("done"),
+        "{newest}"
+    );
+    let oldest = browser.text("#versions-body tr:nth-child(2)").await;
+    for part in ["1 → 2", "rolled back", "upgrade-2", "no-such-mode"] {
+        assert!(oldest.contains(part), "{part}: {oldest}");
+    }
+    browser.screenshot("versions").await;
+}
+
 #[test]
 fn every_data_and_action_endpoint_needs_the_token_and_every_response_is_locked_down() {
     let data = tempfile::tempdir().expect("tempdir");
@@ -602,6 +650,8 @@ fn every_data_and_action_endpoint_needs_the_token_and_every_response_is_locked_d
         format!("/v1/jobs/{id}/checkpoint"),
         format!("/v1/jobs/{id}/restart"),
         format!("/v1/jobs/{id}/cancel"),
+        format!("/v1/jobs/{id}/savepoints"),
+        format!("/v1/jobs/{id}/upgrade"),
     ];
     let calls = reads
         .iter()

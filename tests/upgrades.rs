@@ -8,6 +8,11 @@
 //!
 //! Savepoints: a checkpoint copied out of the chain under a name outlives retention and
 //! `--fresh`, restores, and restores from another store it was copied to.
+//!
+//! `weir upgrade` of a served job (DESIGN.md §8.8): a checked swap of its code that keeps its
+//! state, a version that fails before its first checkpoint rolled back by the host, refusals
+//! that change nothing, and a host killed in the middle that resumes one version, with the
+//! output exactly once throughout.
 
 use crate::support;
 
@@ -407,5 +412,254 @@ fn a_served_job_checkpoints_into_a_savepoint_through_its_host() {
         stderr(&unknown).contains("no savepoint `nope`"),
         "{}",
         stderr(&unknown)
+    );
+}
+
+/// The new version of [`word_count`]'s job file `job`, written beside it as `file`: `count`
+/// renamed `tally`, keeping its state under its uid, and `extra` appended.
+fn renamed_version(job: &Path, file: &str, extra: &str) -> PathBuf {
+    let text = std::fs::read_to_string(job).expect("job file");
+    let renamed = text.replace("name = \"count\"", "name = \"tally\"\nuid = \"count\"");
+    assert_ne!(renamed, text);
+    let path = job.with_file_name(file);
+    std::fs::write(&path, format!("{renamed}\n{extra}")).expect("job file");
+    path
+}
+
+/// An operator appended to a job that fails as it opens, in every version.
+fn failing_operator() -> String {
+    format!(
+        "[[operators]]\nname = \"check\"\ncomponent = {}\nconfig = {{ mode = \"no-such-mode\" }}\n",
+        support::toml_path(&support::component("weir-test-faulty"))
+    )
+}
+
+/// Waits until job `id` of `host` has completed a checkpoint, then cancels it (no last one).
+fn cancelled_after_a_checkpoint(host: &Host, id: &str) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    loop {
+        let info = host.job(id);
+        assert_eq!(
+            info["status"], "running",
+            "it ended before a checkpoint: {info}"
+        );
+        if info["last_checkpoint"].as_u64().is_some() {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no checkpoint: {info}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let cancelled = host.weir(&["cancel", id], Some(TOKEN));
+    assert!(cancelled.status.success(), "{}", stderr(&cancelled));
+    assert_eq!(host.wait(id)["status"], "cancelled");
+}
+
+#[test]
+fn a_served_job_is_upgraded_keeping_its_state_and_a_version_that_fails_rolls_back() {
+    let data = tempfile::tempdir().expect("tempdir");
+    let host = Host::start(data.path());
+    let dir = tempfile::tempdir().expect("tempdir");
+    let words = support::write_word_lines(dir.path(), 200_000);
+    let job = word_count(dir.path());
+    let id = host.submit(&job).expect("submitted");
+    // Stopped mid-input, with state that a restore would have to place.
+    cancelled_after_a_checkpoint(&host, &id);
+
+    // A check changes nothing, and says what would become of each operator's state.
+    let renamed = renamed_version(&job, "renamed.toml", "");
+    let checked = host.weir(&["upgrade", &id, path(&renamed), "--check"], Some(TOKEN));
+    let said = stdout_of(&checked);
+    assert!(
+        said.contains("`tally` (uid `count`): restores its state from checkpoint")
+            && said.contains("into the same component")
+            && said.contains("`tokenize`: restores its state"),
+        "{said}"
+    );
+    // Renamed without a uid, the counter's state would have no place: refused, naming it.
+    let unkept = job.with_file_name("unkept.toml");
+    std::fs::write(
+        &unkept,
+        std::fs::read_to_string(&job)
+            .expect("job file")
+            .replace("name = \"count\"", "name = \"tally\""),
+    )
+    .expect("job file");
+    let refused = host.weir(&["upgrade", &id, path(&unkept), "--check"], Some(TOKEN));
+    assert_eq!(refused.status.code(), Some(2), "{}", stderr(&refused));
+    for part in ["`count`", "--allow-dropped-state count"] {
+        assert!(stderr(&refused).contains(part), "{}", stderr(&refused));
+    }
+    let refused = host.weir(&["upgrade", &id, path(&unkept)], Some(TOKEN));
+    assert_eq!(refused.status.code(), Some(2), "{}", stderr(&refused));
+    let info = host.job(&id);
+    assert_eq!(info["version"], 1, "{info}");
+    assert_eq!(info["upgrades"], serde_json::json!([]), "{info}");
+    assert_eq!(info["status"], "cancelled", "{info}");
+
+    // A version that fails before its first checkpoint: the host rolls back by itself.
+    let failing = renamed_version(&job, "failing.toml", &failing_operator());
+    let failed = host.weir(&["upgrade", &id, path(&failing)], Some(TOKEN));
+    assert_eq!(failed.status.code(), Some(1), "{}", stderr(&failed));
+    for part in ["rolled back", "no-such-mode", "version 1 runs again"] {
+        assert!(stderr(&failed).contains(part), "{}", stderr(&failed));
+    }
+    let info = host.job(&id);
+    assert_eq!(info["version"], 1, "{info}");
+    assert_eq!(info["upgrades"][0]["to"], 2, "{info}");
+    assert_eq!(info["upgrades"][0]["status"], "rolled-back", "{info}");
+
+    // The good version: it takes over the counts where the old one left them.
+    let upgraded = host.weir(&["upgrade", &id, path(&renamed)], Some(TOKEN));
+    assert!(upgraded.status.success(), "{}", stderr(&upgraded));
+    assert!(
+        stderr(&upgraded).contains("from version 1 to 3"),
+        "{}",
+        stderr(&upgraded)
+    );
+    let ended = host.wait(&id);
+    assert_eq!(ended["status"], "finished", "{ended}");
+    assert_eq!(ended["version"], 3, "{ended}");
+    assert_eq!(ended["upgrades"][1]["status"], "done", "{ended}");
+    assert_eq!(ended["operators"][1]["name"], "tally", "{ended}");
+    let expected = running_counts(words.iter().map(String::as_str));
+    assert!(
+        committed(dir.path()) == expected,
+        "the output across two upgrades differs from an uninterrupted run's"
+    );
+    // The savepoints the upgrades took stay, for a way back by hand.
+    let listed = stdout_of(&host.weir(&["checkpoints", "list", &id], Some(TOKEN)));
+    for name in ["savepoint:upgrade-2", "savepoint:upgrade-3"] {
+        assert!(listed.contains(name), "{listed}");
+    }
+}
+
+#[test]
+fn an_upgrade_of_a_finished_job_or_one_that_changes_the_output_is_refused_and_changes_nothing() {
+    let data = tempfile::tempdir().expect("tempdir");
+    let host = Host::start(data.path());
+    // A job that read its input to the end has nothing left for a new version.
+    let small = tempfile::tempdir().expect("tempdir");
+    support::write_word_lines(small.path(), 10);
+    let small_job = word_count(small.path());
+    let finished = host.submit(&small_job).expect("submitted");
+    assert_eq!(host.wait(&finished)["status"], "finished");
+    let refused = host.weir(&["upgrade", &finished, path(&small_job)], Some(TOKEN));
+    assert_eq!(refused.status.code(), Some(2), "{}", stderr(&refused));
+    assert!(
+        stderr(&refused).contains(&format!("job {finished} finished")),
+        "{}",
+        stderr(&refused)
+    );
+
+    let dir = tempfile::tempdir().expect("tempdir");
+    support::write_word_lines(dir.path(), 200_000);
+    let job = word_count(dir.path());
+    let id = host.submit(&job).expect("submitted");
+    cancelled_after_a_checkpoint(&host, &id);
+    let elsewhere = job.with_file_name("elsewhere.toml");
+    std::fs::write(
+        &elsewhere,
+        std::fs::read_to_string(&job)
+            .expect("job file")
+            .replace("path = \"out.txt\"", "path = \"other.txt\""),
+    )
+    .expect("job file");
+    let refused = host.weir(&["upgrade", &id, path(&elsewhere)], Some(TOKEN));
+    assert_eq!(refused.status.code(), Some(2), "{}", stderr(&refused));
+    assert!(
+        stderr(&refused).contains("[sink] differs"),
+        "{}",
+        stderr(&refused)
+    );
+    let unknown = host.weir(&["upgrade", "job-99", path(&job)], Some(TOKEN));
+    assert_eq!(unknown.status.code(), Some(2), "{}", stderr(&unknown));
+    assert!(
+        stderr(&unknown).contains("no job job-99"),
+        "{}",
+        stderr(&unknown)
+    );
+    // Nothing of the refused versions stays in the jobs' folders.
+    for job in [&finished, &id] {
+        let versions = data.path().join("jobs").join(job).join("versions");
+        assert_eq!(files_under(&versions), 0);
+        let info = host.job(job);
+        assert_eq!(info["version"], 1, "{info}");
+        assert_eq!(info["upgrades"], serde_json::json!([]), "{info}");
+    }
+    assert_eq!(host.job(&id)["status"], "cancelled");
+}
+
+/// When the host is killed during an upgrade.
+#[derive(Clone, Copy, Debug)]
+enum KillPoint {
+    /// As soon as the upgrade is recorded: the old version may still be stopping.
+    Recorded,
+    /// As soon as the new version is recorded as the one that runs.
+    Swapped,
+}
+
+#[test]
+fn a_host_killed_during_an_upgrade_resumes_one_version_and_the_output_stays_exactly_once() {
+    for point in [KillPoint::Recorded, KillPoint::Swapped] {
+        killed_during_an_upgrade(point);
+    }
+}
+
+fn killed_during_an_upgrade(point: KillPoint) {
+    let data = tempfile::tempdir().expect("tempdir");
+    let mut host = Host::start(data.path());
+    let dir = tempfile::tempdir().expect("tempdir");
+    let words = support::write_word_lines(dir.path(), 200_000);
+    let job = word_count(dir.path());
+    let id = host.submit(&job).expect("submitted");
+    let record = data.path().join("jobs").join(&id).join("job.json");
+    let renamed = renamed_version(&job, "renamed.toml", "");
+    let mut upgrade = Command::new(env!("CARGO_BIN_EXE_weir"))
+        .args(["upgrade", &id, path(&renamed), "--host", &host.url])
+        .env("WEIR_TOKEN", TOKEN)
+        .env("WEIR_CACHE_DIR", cache_dir())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("weir upgrade");
+    let reached = |r: &str| match point {
+        KillPoint::Recorded => r.contains("in-progress"),
+        KillPoint::Swapped => r.contains("\"version\":2"),
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while !std::fs::read_to_string(&record).is_ok_and(|r| reached(&r)) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{point:?} not reached"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(2));
+    }
+    host.child.kill().expect("SIGKILL");
+    host.child.wait().expect("wait");
+    upgrade.wait().expect("weir upgrade ends");
+    drop(host);
+
+    let host = Host::start(data.path());
+    let ended = host.wait(&id);
+    assert_eq!(ended["status"], "finished", "{point:?}: {ended}");
+    let upgrade = &ended["upgrades"][0];
+    match (point, upgrade["status"].as_str()) {
+        // The new version had started: it went on, and checkpointed.
+        (_, Some("done")) => assert_eq!(ended["version"], 2, "{ended}"),
+        // Killed before: the old version resumed, and the record says why.
+        (KillPoint::Recorded, Some("failed")) => {
+            assert_eq!(ended["version"], 1, "{ended}");
+            let reason = upgrade["reason"].as_str().unwrap_or_default();
+            assert!(reason.contains("the host stopped"), "{ended}");
+        }
+        _ => panic!("{point:?}: the upgrade did not end as it should: {ended}"),
+    }
+    let expected = running_counts(words.iter().map(String::as_str));
+    assert!(
+        committed(dir.path()) == expected,
+        "{point:?}: the output after a host killed mid-upgrade differs from an uninterrupted run's"
     );
 }

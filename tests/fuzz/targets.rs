@@ -1755,7 +1755,7 @@ fn serve_submit(input: &[u8]) -> Found {
     std::fs::create_dir_all(&dir).map_err(|e| format!("job folder: {e}"))?;
     // The sources the seeds name, beside the job file.
     std::fs::write(dir.join("input.txt"), b"a b\n").map_err(|e| e.to_string())?;
-    let prepared = weir_host::serve::registry::prepare(&dir, &request);
+    let prepared = weir_host::serve::registry::prepare(&dir, &dir.join("checkpoints"), &request);
     let result = (|| {
         let entries: Vec<_> = std::fs::read_dir(root)
             .map_err(|e| e.to_string())?

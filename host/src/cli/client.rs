@@ -349,7 +349,7 @@ async fn partition_checkpoints(
 
 /// The job file with source, sink and dead-letter paths made absolute (the host reads and
 /// writes them), and its components.
-fn submission(job: &Path) -> Result<SubmitRequest, Failure> {
+pub(super) fn submission(job: &Path) -> Result<SubmitRequest, Failure> {
     let spec = JobSpec::load(job).map_err(Failure::input)?;
     for stale in crate::build::stale_components(
         spec.operators
@@ -526,7 +526,7 @@ pub(super) async fn call<T: serde::de::DeserializeOwned>(
     })
 }
 
-fn print_jobs(host: &HostArgs, jobs: &[JobInfo]) -> Result<(), Failure> {
+pub(super) fn print_jobs(host: &HostArgs, jobs: &[JobInfo]) -> Result<(), Failure> {
     if host.json {
         println!(
             "{}",
@@ -670,6 +670,23 @@ fn print_job(host: &HostArgs, job: &JobInfo) -> Result<(), Failure> {
                 p.sink_records,
                 p.last_checkpoint
                     .map_or_else(|| "-".into(), |c| c.to_string())
+            );
+        }
+    }
+    if !job.upgrades.is_empty() {
+        println!("\nversion {} (upgrades, oldest first)", job.version);
+        println!(
+            "{:<8} {:<23} {:<12} {:<14} WHY",
+            "VERSION", "ASKED", "STATUS", "SAVEPOINT"
+        );
+        for u in &job.upgrades {
+            println!(
+                "{:<8} {:<23} {:<12} {:<14} {}",
+                format!("{} -> {}", u.from, u.to),
+                crate::clock::utc(u.at_ms),
+                u.status.to_string(),
+                u.savepoint,
+                u.reason.as_deref().unwrap_or("")
             );
         }
     }

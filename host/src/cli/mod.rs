@@ -16,6 +16,7 @@ mod serve;
 mod state;
 mod store_arg;
 mod toolchain;
+mod upgrade;
 mod validate;
 
 use std::path::PathBuf;
@@ -88,6 +89,10 @@ enum Command {
     /// Open http://ADDRESS/ in a browser and sign in with the token to watch its jobs: their
     /// graphs with rates and backpressure, checkpoints and logs.
     Serve(serve::ServeArgs),
+    /// Swap a served job's code for a new version and keep its state: a savepoint, the
+    /// new version restored from it, and the old one back if the new one fails before its
+    /// first checkpoint.
+    Upgrade(upgrade::UpgradeArgs),
     #[command(flatten)]
     Client(client::ClientCommand),
 }
@@ -139,6 +144,7 @@ pub fn main() -> ExitCode {
         Command::Savepoint(args) => savepoint::savepoint(args),
         Command::State(args) => state::state(args),
         Command::Serve(args) => serve::serve(args),
+        Command::Upgrade(args) => upgrade::upgrade(args),
         Command::Client(command) => client::client(command),
     };
     match result {

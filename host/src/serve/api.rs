@@ -7,7 +7,9 @@
 //! | `GET /v1/jobs/{id}` | one job: status, records per operator, last checkpoint |
 //! | `POST /v1/jobs/{id}/cancel[?checkpoint=true]` | stop a job (after a last checkpoint); its checkpoints stay |
 //! | `POST /v1/jobs/{id}/checkpoint` | take a checkpoint now |
-//! | `POST /v1/jobs/{id}/restart[?checkpoint=N]` | run an ended job again from checkpoint `N` (default: its latest) |
+//! | `POST /v1/jobs/{id}/restart[?checkpoint=N\|savepoint=NAME]` | run an ended job again from checkpoint `N` or a savepoint (default: its latest checkpoint) |
+//! | `POST /v1/jobs/{id}/savepoints` | copy a completed checkpoint into a named savepoint ([`SavepointRequest`]) |
+//! | `POST /v1/jobs/{id}/upgrade` | swap the job's code for a new version, keeping its state ([`UpgradeRequest`]); 202 with its [`JobInfo`] (whose last `upgrades` entry says how it goes), or with `check`, 200 with an [`UpgradeCheck`] |
 //! | `GET /v1/jobs/{id}/logs[?tail=N][&operator=OP][&level=L]` | the last `N` (default 200) lines its guests logged ([`LogLine`]s), of operator `OP`, at level `L` or above |
 //! | `GET /v1/jobs/{id}/checkpoints` | its completed checkpoints ([`CheckpointSummary`]s, what `weir checkpoints list --json` prints) |
 //! | `GET /v1/jobs/{id}/checkpoints/{ID\|latest}` | one of them: metadata and stored artifacts ([`CheckpointDetail`]) |
@@ -34,10 +36,10 @@ use super::graph::JobGraph;
 use super::job_checkpoints::{InspectError, SaveError, Which};
 use super::protocol::{
     CheckpointDetail, CheckpointSummary, ErrorBody, JobInfo, SavepointInfo, SavepointRequest,
-    SubmitRequest,
+    SubmitRequest, UpgradeCheck, UpgradeRequest,
 };
 use super::rates::RatesBody;
-use super::registry::{CheckpointsError, RestartError};
+use super::registry::{CheckpointsError, RestartError, UpgradeAnswer, UpgradeError};
 use crate::checkpoint::RestoreFrom;
 use crate::checkpoint::history::CheckpointRecord;
 use crate::checkpoint::savepoint::SavepointError;
@@ -60,6 +62,7 @@ pub fn router(registry: Arc<Registry>, token: String) -> Router {
         .route("/v1/jobs/{id}/rates", get(rates))
         .route("/v1/jobs/{id}/checkpoints", get(checkpoints))
         .route("/v1/jobs/{id}/savepoints", post(take_savepoint))
+        .route("/v1/jobs/{id}/upgrade", post(upgrade))
         .route("/v1/jobs/{id}/checkpoints/history", get(checkpoint_history))
         .route(
             "/v1/jobs/{id}/checkpoints/{checkpoint}",
@@ -185,7 +188,9 @@ async fn restart(
     match registry.restart(&id, from).await {
         Ok(info) => Json(info).into_response(),
         Err(e @ RestartError::NoSuchJob(_)) => error(StatusCode::NOT_FOUND, e.to_string()),
-        Err(e @ RestartError::Running(_)) => error(StatusCode::CONFLICT, e.to_string()),
+        Err(e @ (RestartError::Running(_) | RestartError::Upgrading(_))) => {
+            error(StatusCode::CONFLICT, e.to_string())
+        }
         Err(e @ RestartError::Unusable(_)) => error(StatusCode::BAD_REQUEST, e.to_string()),
     }
 }
@@ -392,6 +397,20 @@ async fn take_savepoint(
             };
             error(status, format!("job {id}: {e}"))
         }
+    }
+}
+
+async fn upgrade(
+    State(registry): State<Arc<Registry>>,
+    Path(id): Path<String>,
+    Json(request): Json<UpgradeRequest>,
+) -> Response {
+    match registry.upgrade(&id, request).await {
+        Ok(UpgradeAnswer::Started(info)) => (StatusCode::ACCEPTED, Json(info)).into_response(),
+        Ok(UpgradeAnswer::Checked(check)) => Json::<UpgradeCheck>(check).into_response(),
+        Err(e @ UpgradeError::NoSuchJob(_)) => error(StatusCode::NOT_FOUND, e.to_string()),
+        Err(e @ UpgradeError::InProgress(_)) => error(StatusCode::CONFLICT, e.to_string()),
+        Err(e @ UpgradeError::Refused(_)) => error(StatusCode::BAD_REQUEST, e.to_string()),
     }
 }
 

@@ -5,7 +5,7 @@
 //! - [`job_checkpoints`]: a job's completed checkpoints as summaries and details, what the
 //!   API answers and `weir checkpoints` prints for a store too.
 //! - [`registry`]: the jobs the host runs, each isolated in its own folder, checkpoint store
-//!   prefix, metrics and failures.
+//!   prefix, metrics and failures, and their versions (`weir upgrade`, with rollback).
 //! - [`prometheus`]: `/metrics` in the Prometheus text format.
 //! - [`rates`]: each job's records per second over the last five minutes and each task's
 //!   backpressure, sampled by the host once a second.
@@ -51,7 +51,10 @@ pub async fn serve(
 ) -> anyhow::Result<()> {
     std::fs::create_dir_all(&options.data_dir)
         .with_context(|| format!("cannot create {}", options.data_dir.display()))?;
-    let registry = Arc::new(Registry::new(engine, options.data_dir.clone()));
+    // Whole, since jobs' stores are named by URL: a relative folder names none.
+    let data_dir = std::fs::canonicalize(&options.data_dir)
+        .with_context(|| format!("cannot resolve {}", options.data_dir.display()))?;
+    let registry = Arc::new(Registry::new(engine, data_dir));
     // Jobs running when the host last stopped go on from their latest checkpoint.
     registry.resume();
     tokio::spawn(rates::sample_every(registry.clone()));

@@ -54,6 +54,88 @@ pub struct JobInfo {
     /// When its last checkpoint completed (Unix time, ms) in this host's run of it.
     #[serde(default)]
     pub last_checkpoint_at_ms: Option<u64>,
+    /// The version of the job that runs (1 as submitted; each upgrade adds one).
+    #[serde(default = "first_version")]
+    pub version: u32,
+    /// Its upgrades, oldest first (`weir upgrade`).
+    #[serde(default)]
+    pub upgrades: Vec<UpgradeRecord>,
+}
+
+fn first_version() -> u32 {
+    1
+}
+
+/// `POST /v1/jobs/{id}/upgrade`: a new version of a job (`weir upgrade`): its job file and
+/// components, as a submission sends them.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct UpgradeRequest {
+    #[serde(flatten)]
+    pub submission: SubmitRequest,
+    /// Keep the new version even if it fails before its first checkpoint.
+    #[serde(default)]
+    pub no_rollback: bool,
+    /// Only check the new version against the job's latest checkpoint; change nothing.
+    #[serde(default)]
+    pub check: bool,
+    /// Operators (by uid) whose state the new version may drop.
+    #[serde(default)]
+    pub allow_dropped_state: Vec<String>,
+}
+
+/// One upgrade of a job, as the job's history keeps it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct UpgradeRecord {
+    pub from: u32,
+    pub to: u32,
+    /// When it was asked for, Unix time in milliseconds.
+    pub at_ms: u64,
+    /// The savepoint the new version restores, and a rollback the old one.
+    pub savepoint: String,
+    /// Whether a failure of the new version before its first checkpoint rolls back.
+    pub rollback: bool,
+    /// Operators (by uid) whose state the new version may drop.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub allow_dropped_state: Vec<String>,
+    pub status: UpgradeStatus,
+    /// Why it failed or was rolled back.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum UpgradeStatus {
+    /// Stopping the old version, or waiting for the new one's first checkpoint.
+    InProgress,
+    /// The new version completed a checkpoint (or finished): it stays.
+    Done,
+    /// The new version failed before its first checkpoint; the old one runs again.
+    RolledBack,
+    /// The upgrade could not be made, or the new version failed and was kept.
+    Failed,
+}
+
+impl std::fmt::Display for UpgradeStatus {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            UpgradeStatus::InProgress => "in progress",
+            UpgradeStatus::Done => "done",
+            UpgradeStatus::RolledBack => "rolled back",
+            UpgradeStatus::Failed => "failed",
+        })
+    }
+}
+
+/// What `weir upgrade --check` finds: what would happen to each operator's state.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct UpgradeCheck {
+    pub job: String,
+    pub from: u32,
+    /// The checkpoint checked against (the job's latest), if it has one.
+    pub checkpoint: Option<u64>,
+    /// Per operator of the new version, and per state dropped, what the restore does.
+    pub operators: Vec<String>,
 }
 
 /// A partition of a Kafka job's topic that a host owns.

@@ -290,7 +290,27 @@
     setText(err, errText);
     err.hidden = !errText;
     setText($("job-meta"), info ? jobMeta(info) : "");
+    renderVersions(info);
     updateButtons();
+  }
+
+  // A job's versions and upgrades (`weir upgrade`), newest first; hidden until it has one.
+  function renderVersions(info) {
+    const upgrades = info && Array.isArray(info.upgrades) ? info.upgrades : [];
+    $("versions-panel").hidden = !upgrades.length;
+    if (!upgrades.length) return;
+    setText($("versions-current"), `Version ${info.version} runs.`);
+    syncRows($("versions-body"), upgrades.slice().reverse(), (u) => `${u.to}`,
+      () => rowWithCells(["upgrade", "time", "status", "savepoint", "why"]),
+      (tr, u) => {
+        const [upgrade, time, status, savepoint, why] = tr.children;
+        setText(upgrade, `${u.from} → ${u.to}`);
+        setText(time, fmtTime(u.at_ms), fmtIso(u.at_ms));
+        setText(status, u.status.replace("-", " "));
+        status.className = `upgrade-${u.status}`;
+        setText(savepoint, u.savepoint);
+        setText(why, u.reason || "");
+      });
   }
 
   function jobMeta(j) {
@@ -298,6 +318,7 @@
     if (j.status === "running" && isNum(j.started_at_ms)) parts.push(`up ${fmtUptime(Date.now() - j.started_at_ms)}`);
     parts.push(`${fmtHuman(j.source_records)} read`, `${fmtHuman(j.sink_records)} written`);
     parts.push(`in ${fmtRate(j.in_per_second)}`, `out ${fmtRate(j.out_per_second)}`);
+    if (j.version > 1) parts.push(`version ${j.version}`);
     if (!j.keeps_checkpoints) parts.push("keeps no checkpoints");
     else if (j.last_checkpoint != null) parts.push(`last checkpoint ${j.last_checkpoint}, ${fmtAgo(j.last_checkpoint_at_ms)}`);
     else parts.push("no checkpoint yet");

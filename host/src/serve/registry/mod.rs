@@ -4,12 +4,18 @@
 //! components, and its checkpoints, whatever store the job file names, so that no job can
 //! reach another's state. Jobs run as tasks of the host's runtime; one failing fails alone.
 //!
+//! A job's later versions (`weir upgrade`, [`upgrade`]) live beside the first, each in
+//! `jobs/<id>/versions/<n>/` with its job file and components, all of them checkpointing
+//! into the job's one store.
+//!
 //! A Kafka job is the exception to the store rule: it runs as a member of its consumer group
 //! (`crate::group`), a pipeline per partition the group gives this host, and its
 //! partitions move between hosts with their state, so its checkpoints stay in the store its
 //! job file names, shared by every host of the group (outside the data directory).
 
-use std::collections::BTreeMap;
+mod upgrade;
+
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -32,6 +38,8 @@ use crate::job::{
     run_job,
 };
 use crate::operator::{GuestLogFile, LogLine};
+use upgrade::Versions;
+pub use upgrade::{UpgradeAnswer, UpgradeError};
 
 /// A submission that cannot be run, with why.
 #[derive(Debug, thiserror::Error)]
@@ -45,6 +53,8 @@ pub enum RestartError {
     NoSuchJob(String),
     #[error("job {0} is running: cancel it first")]
     Running(String),
+    #[error("job {0} is being upgraded: wait for the upgrade to end (`weir job {0}`)")]
+    Upgrading(String),
     #[error("{0}")]
     Unusable(String),
 }
@@ -105,6 +115,9 @@ struct HostedJob {
     /// The files it writes (output and dead letters), resolved: no other job of the host
     /// may write them while it runs.
     outputs: Vec<PathBuf>,
+    /// Which version of it runs and its upgrades; shared by every run of the job (a restart
+    /// or an upgrade makes a new `HostedJob`), locked for a moment to read or change.
+    versions: Arc<Mutex<Versions>>,
 }
 
 /// The jobs of one host.
@@ -115,6 +128,9 @@ pub struct Registry {
     jobs: Mutex<BTreeMap<String, Arc<HostedJob>>>,
     /// The number of the next job submitted (ids `job-<n>`).
     next: AtomicU64,
+    /// The ids of the jobs being upgraded (checked, stopped, swapped, watched): a second
+    /// upgrade or a restart of one waits for the first to end.
+    upgrading: Mutex<BTreeSet<String>>,
 }
 
 impl Registry {
@@ -124,6 +140,7 @@ impl Registry {
             data_dir,
             jobs: Mutex::default(),
             next: AtomicU64::new(1),
+            upgrading: Mutex::default(),
         }
     }
 
@@ -140,10 +157,36 @@ impl Registry {
                 break id;
             }
         };
-        let dir = self.data_dir.join("jobs").join(&id);
-        let prepared = prepare(&dir, &request)
+        let dir = self.job_dir(&id);
+        let spec = match self.prepared(&dir, &dir, &request, None) {
+            Ok(spec) => spec,
+            Err(e) => {
+                let _ = std::fs::remove_dir_all(&dir);
+                return Err(e);
+            }
+        };
+        let job = self.start(id, spec, None, &dir, (Versions::default(), Vec::new()));
+        Ok(info(&job))
+    }
+
+    /// The folder of job `id`.
+    fn job_dir(&self, id: &str) -> PathBuf {
+        self.data_dir.join("jobs").join(id)
+    }
+
+    /// Writes a submitted job file and its components into `folder` (of the job whose folder
+    /// is `dir`) and checks them: paths, outputs no other running job than `writer` writes,
+    /// components that compile and link.
+    fn prepared(
+        &self,
+        folder: &Path,
+        dir: &Path,
+        request: &SubmitRequest,
+        writer: Option<&str>,
+    ) -> Result<JobSpec, SubmitError> {
+        prepare(folder, &dir.join("checkpoints"), request)
             .and_then(|spec| self.outside_data_dir(spec))
-            .and_then(|spec| self.outputs_free(spec))
+            .and_then(|spec| self.outputs_free(spec, writer))
             .and_then(|spec| {
                 // A Kafka job is checked as one partition's pipeline: the group runs those.
                 let pipeline = match &spec.source {
@@ -153,16 +196,7 @@ impl Registry {
                 Pipeline::from_spec(&pipeline, &self.engine)
                     .map(|_| spec)
                     .map_err(|e| SubmitError(e.to_string()))
-            });
-        let spec = match prepared {
-            Ok(spec) => spec,
-            Err(e) => {
-                let _ = std::fs::remove_dir_all(&dir);
-                return Err(e);
-            }
-        };
-        let job = self.start(id, spec, None, &dir);
-        Ok(info(&job))
+            })
     }
 
     /// Picks up the jobs of an earlier run of the host from the data directory: those that
@@ -174,42 +208,71 @@ impl Registry {
         };
         for folder in folders.flatten() {
             let dir = folder.path();
-            let Some(record) = JobRecord::read(&dir) else {
+            let Some(mut record) = JobRecord::read(&dir) else {
                 continue;
             };
-            let spec = match JobSpec::load(&dir.join("job.toml")) {
+            let running = record.status == JobStatus::Running || record.versions.upgrading();
+            // An upgrade the host stopped in the middle of goes on, or says it ended.
+            let watch = record.versions.interrupted();
+            let spec = match JobSpec::load(&record.versions.job_file(&dir)) {
                 Ok(spec) => spec,
                 Err(e) => {
                     tracing::warn!(job = %record.id, error = %e, "cannot resume");
                     continue;
                 }
             };
-            if record.status == JobStatus::Running {
+            if running {
                 tracing::info!(job = %record.id, "resuming from the latest checkpoint");
-                self.start(record.id, spec, Some(RestoreFrom::Latest), &dir);
+                // A new version being watched may drop what its upgrade allowed.
+                let allowed = watch.as_ref().map(|u| u.allow_dropped_state.clone());
+                let job = self.start(
+                    record.id,
+                    spec,
+                    Some(RestoreFrom::Latest),
+                    &dir,
+                    (record.versions, allowed.unwrap_or_default()),
+                );
+                if let Some(upgrade) = watch {
+                    self.upgrading().insert(job.id.clone());
+                    tokio::spawn(self.clone().watch_upgrade(job, upgrade));
+                }
             } else {
-                let job = hosted(record.id, &spec, (record.status, record.error), &dir);
+                let outcome = (record.status, record.error);
+                let versions = Arc::new(Mutex::new(record.versions));
+                let job = hosted(record.id, &spec, outcome, &dir, versions);
                 self.jobs().insert(job.id.clone(), job);
             }
         }
     }
 
-    /// Runs `spec` as job `id`, recording its status in `dir` as it changes.
+    /// Runs `spec` as job `id` at the version `versions` say (its restore may drop the state
+    /// of the operators `allow_dropped_state` names), recording its status in `dir` as it
+    /// changes.
     fn start(
         self: &Arc<Self>,
         id: String,
         spec: JobSpec,
         restore: Option<RestoreFrom>,
         dir: &Path,
+        (versions, allow_dropped_state): (Versions, Vec<String>),
     ) -> Arc<HostedJob> {
-        let job = hosted(id.clone(), &spec, (JobStatus::Running, None), dir);
+        let versions = Arc::new(Mutex::new(versions));
+        let job = hosted(id.clone(), &spec, (JobStatus::Running, None), dir, versions);
         self.jobs().insert(id, job.clone());
-        self.run(job.clone(), spec, restore, dir);
+        self.run(job.clone(), spec, restore, dir, allow_dropped_state);
         job
     }
 
-    /// Runs `job` in the background, recording its status in `dir` as it changes.
-    fn run(&self, job: Arc<HostedJob>, spec: JobSpec, restore: Option<RestoreFrom>, dir: &Path) {
+    /// Runs `job` in the background, recording its status in `dir` as it changes; its
+    /// restore may drop the state of the operators (by uid) `allow_dropped_state` names.
+    fn run(
+        &self,
+        job: Arc<HostedJob>,
+        spec: JobSpec,
+        restore: Option<RestoreFrom>,
+        dir: &Path,
+        allow_dropped_state: Vec<String>,
+    ) {
         JobRecord::of(&job).write(dir);
         let engine = self.engine.clone();
         job.started.lower();
@@ -222,6 +285,7 @@ impl Registry {
             metrics: Some(job.metrics.clone()),
             guest_log: Some(job.log.clone()),
             started: job.started.clone(),
+            allow_dropped_state,
             ..RunOptions::default()
         };
         let (running, dir) = (job.clone(), dir.to_owned());
@@ -274,21 +338,7 @@ impl Registry {
             job.stop.stop();
             return Some(info(&job));
         }
-        let stopping = job.clone();
-        tokio::spawn(async move {
-            let before = stopping.last_checkpoints();
-            stopping.checkpoint_now.request();
-            let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(60);
-            // Every pipeline (every owned partition of a Kafka job) completed one more.
-            let done = || {
-                let now = stopping.last_checkpoints();
-                before.iter().all(|(p, b)| now.get(p).is_none_or(|n| n > b))
-            };
-            while !done() && tokio::time::Instant::now() < deadline {
-                tokio::time::sleep(std::time::Duration::from_millis(10)).await;
-            }
-            stopping.stop.stop();
-        });
+        tokio::spawn(job.clone().stop_after_checkpoint());
         Some(info(&job))
     }
 
@@ -307,9 +357,13 @@ impl Registry {
         if job.status() == JobStatus::Running {
             return Err(RestartError::Running(id.to_owned()));
         }
+        if self.upgrading().contains(id) {
+            return Err(RestartError::Upgrading(id.to_owned()));
+        }
         let unusable = |e: String| RestartError::Unusable(e);
-        let dir = self.data_dir.join("jobs").join(id);
-        let spec = JobSpec::load(&dir.join("job.toml")).map_err(|e| unusable(e.to_string()))?;
+        let dir = self.job_dir(id);
+        let job_file = job.versions().job_file(&dir);
+        let spec = JobSpec::load(&job_file).map_err(|e| unusable(e.to_string()))?;
         let checkpoints = spec.checkpoints.as_ref().ok_or_else(|| {
             unusable(format!(
                 "job {id} keeps no checkpoints: it can only be submitted again"
@@ -338,15 +392,41 @@ impl Registry {
             .map_err(|e| unusable(format!("cannot restore: {e}")))?;
         }
         // Two restarts at once would run the job twice.
+        self.relaunch(&job, spec, restore, Vec::new())
+            .map(|restarted| info(&restarted))
+            .ok_or_else(|| RestartError::Running(id.to_owned()))
+    }
+
+    /// Runs `spec` as the job `ended` was, from `restore`, unless another run of the job
+    /// replaced `ended` meanwhile (`None` then).
+    fn relaunch(
+        &self,
+        ended: &Arc<HostedJob>,
+        spec: JobSpec,
+        restore: RestoreFrom,
+        allow_dropped_state: Vec<String>,
+    ) -> Option<Arc<HostedJob>> {
         let mut jobs = self.jobs();
-        if jobs.get(id).is_some_and(|j| !Arc::ptr_eq(j, &job)) {
-            return Err(RestartError::Running(id.to_owned()));
+        if jobs.get(&ended.id).is_some_and(|j| !Arc::ptr_eq(j, ended)) {
+            return None;
         }
-        let restarted = hosted(id.to_owned(), &spec, (JobStatus::Running, None), &dir);
-        jobs.insert(id.to_owned(), restarted.clone());
+        let dir = self.job_dir(&ended.id);
+        let running = (JobStatus::Running, None);
+        let job = hosted(
+            ended.id.clone(),
+            &spec,
+            running,
+            &dir,
+            ended.versions.clone(),
+        );
+        jobs.insert(job.id.clone(), job.clone());
         drop(jobs);
-        self.run(restarted.clone(), spec, Some(restore), &dir);
-        Ok(info(&restarted))
+        self.run(job.clone(), spec, Some(restore), &dir, allow_dropped_state);
+        Some(job)
+    }
+
+    fn upgrading(&self) -> std::sync::MutexGuard<'_, BTreeSet<String>> {
+        self.upgrading.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// The last `tail` lines the job's guests logged that `keep` keeps.
@@ -445,16 +525,18 @@ impl Registry {
         Ok(spec)
     }
 
-    /// Refuses a job that would write a file a running job of this host writes (one writer
-    /// per output). A file another process writes is refused by its lease when the job
-    /// starts (`crate::checkpoint::lease`).
-    fn outputs_free(&self, spec: JobSpec) -> Result<JobSpec, SubmitError> {
+    /// Refuses a job that would write a file a running job of this host other than `writer`
+    /// writes (one writer per output). A file another process writes is refused by its lease
+    /// when the job starts (`crate::checkpoint::lease`).
+    fn outputs_free(&self, spec: JobSpec, writer: Option<&str>) -> Result<JobSpec, SubmitError> {
         let jobs = self.jobs();
         for output in file_outputs(&spec) {
             let output = resolved(&output);
-            let writer = jobs
-                .values()
-                .find(|job| job.status() == JobStatus::Running && job.outputs.contains(&output));
+            let writer = jobs.values().find(|job| {
+                job.status() == JobStatus::Running
+                    && job.outputs.contains(&output)
+                    && Some(job.id.as_str()) != writer
+            });
             if let Some(writer) = writer {
                 return Err(SubmitError(format!(
                     "{} is written by job {} (`{}`), which is running: one job at a time                      writes an output; cancel it first, or choose another path",
@@ -535,6 +617,38 @@ impl HostedJob {
         self.outcome.lock().unwrap_or_else(|e| e.into_inner()).0
     }
 
+    fn versions(&self) -> std::sync::MutexGuard<'_, Versions> {
+        self.versions.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Asks for a checkpoint and stops once every pipeline (every owned partition of a Kafka
+    /// job) completed one more, or after a minute without.
+    async fn stop_after_checkpoint(self: Arc<Self>) {
+        let before = self.last_checkpoints();
+        self.checkpoint_now.request();
+        let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(60);
+        let done = || {
+            let now = self.last_checkpoints();
+            before.iter().all(|(p, b)| now.get(p).is_none_or(|n| n > b))
+        };
+        while !done() && tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+        self.stop.stop();
+    }
+
+    /// Waits until its run has ended (its leases let go), however it ends.
+    async fn ended(&self) -> JobStatus {
+        loop {
+            match self.status() {
+                JobStatus::Running => {
+                    tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+                }
+                status => return status,
+            }
+        }
+    }
+
     fn rates(&self) -> std::sync::MutexGuard<'_, RateHistory> {
         self.rates.lock().unwrap_or_else(|e| e.into_inner())
     }
@@ -609,6 +723,7 @@ fn hosted(
     spec: &JobSpec,
     outcome: (JobStatus, Option<String>),
     dir: &Path,
+    versions: Arc<Mutex<Versions>>,
 ) -> Arc<HostedJob> {
     let started_at_ms = (outcome.0 == JobStatus::Running).then(unix_ms);
     Arc::new(HostedJob {
@@ -633,6 +748,7 @@ fn hosted(
             spec.operators.iter().map(|o| o.name.as_str()),
         )),
         outputs: file_outputs(spec).iter().map(|p| resolved(p)).collect(),
+        versions,
     })
 }
 
@@ -649,6 +765,9 @@ struct JobRecord {
     id: String,
     status: JobStatus,
     error: Option<String>,
+    /// Absent in the records of hosts before upgrades: version 1, never upgraded.
+    #[serde(flatten)]
+    versions: Versions,
 }
 
 impl JobRecord {
@@ -662,6 +781,7 @@ impl JobRecord {
             id: job.id.clone(),
             status,
             error,
+            versions: job.versions().clone(),
         }
     }
 
@@ -745,6 +865,7 @@ fn job_info(
             .flatten()
     };
     let sink = job.details.len().saturating_sub(1);
+    let versions = job.versions().clone();
     JobInfo {
         id: job.id.clone(),
         name: job.name.clone(),
@@ -781,13 +902,19 @@ fn job_info(
             })
             .max()
             .filter(|at| *at > 0),
+        version: versions.current,
+        upgrades: versions.upgrades,
     }
 }
 
 /// Writes the job's files into `dir`: its components under `components/`, and its job file
-/// pointing at them, with checkpoints (if any) kept in the job's own folder. Then loads and
-/// checks the job file ([`JobSpec::load`]); the components are not compiled here.
-pub fn prepare(dir: &Path, request: &SubmitRequest) -> Result<JobSpec, SubmitError> {
+/// pointing at them, with checkpoints (if any) kept in the job's folder `checkpoints`. Then
+/// loads and checks the job file ([`JobSpec::load`]); the components are not compiled here.
+pub fn prepare(
+    dir: &Path,
+    checkpoints_dir: &Path,
+    request: &SubmitRequest,
+) -> Result<JobSpec, SubmitError> {
     let bad = |m: String| SubmitError(m);
     let io = |what: &Path, e: std::io::Error| SubmitError(format!("{}: {e}", what.display()));
     let components = dir.join("components");
@@ -833,7 +960,7 @@ pub fn prepare(dir: &Path, request: &SubmitRequest) -> Result<JobSpec, SubmitErr
         .and_then(|c| c.as_table_mut())
         .filter(|_| !kafka)
     {
-        let store = url::Url::from_directory_path(dir.join("checkpoints"))
+        let store = url::Url::from_directory_path(checkpoints_dir)
             .map_err(|()| bad(format!("cannot name {} as a URL", dir.display())))?;
         checkpoints.insert("store".into(), toml::Value::String(store.to_string()));
     }
