@@ -663,3 +663,61 @@ fn killed_during_an_upgrade(point: KillPoint) {
         "{point:?}: the output after a host killed mid-upgrade differs from an uninterrupted run's"
     );
 }
+
+#[test]
+fn a_counter_whose_state_gains_a_version_migrates_the_old_values_and_counts_on() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let words = support::write_word_lines(dir.path(), 200_000);
+    let job = tokenize_then(
+        dir.path(),
+        "name = \"evolving\"\nbatch_size = 16",
+        "count",
+        "weir-test-faulty",
+        "config = { mode = \"count-v1\" }",
+        &format!(
+            "[checkpoints]\nstore = \"file://{}\"\ninterval_ms = 20",
+            dir.path().join("store").display()
+        ),
+    );
+    support::pace_source(&job, 100_000);
+    let mut run = support::spawn_run(&[path(&job), "-q"]);
+    let checkpoints = dir
+        .path()
+        .join("store")
+        .join("evolving")
+        .join("checkpoints");
+    support::wait_while_running(&mut run, "a checkpoint", || {
+        !support::checkpoint_ids(&checkpoints).is_empty()
+    });
+    run.kill().expect("SIGKILL");
+    run.wait().expect("wait");
+
+    // Version 2 of the state: `{count}` became `{total, last_seen}`, read through its
+    // migration as each key is touched.
+    edit(&job, "count-v1", "count-v2");
+    let out = support::weir(&["run", path(&job), "--restore", "latest", "-q"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let lines = committed(dir.path());
+    let migrated: Vec<&String> = lines
+        .iter()
+        .filter(|l| l.split('\t').count() == 3)
+        .collect();
+    assert!(!migrated.is_empty(), "no line of version 2");
+    for line in &migrated {
+        let fields: Vec<&str> = line.split('\t').collect();
+        assert_eq!(fields[0], fields[2], "last_seen is the word: {line}");
+    }
+    // Each word's count went on from where version 1 left it, exactly once.
+    let counts: Vec<String> = lines
+        .iter()
+        .map(|l| l.split('\t').take(2).collect::<Vec<_>>().join("\t"))
+        .collect::<std::collections::BTreeSet<_>>()
+        .into_iter()
+        .collect();
+    let expected = running_counts(words.iter().map(String::as_str));
+    assert_eq!(counts.len(), lines.len(), "a count written twice");
+    assert!(
+        counts == expected,
+        "the counts across the state's versions differ from an uninterrupted run's"
+    );
+}

@@ -4,6 +4,7 @@ use serde::{Serialize, de::DeserializeOwned};
 
 use crate::Timers;
 use crate::bindings::weir::operator::types::Context;
+use crate::state::Migration;
 use crate::{Error, ListState, MapState, Result, ValueState};
 
 /// Given to [`Operator::open`](crate::Operator::open): where the instance runs, its
@@ -68,6 +69,35 @@ impl OpenContext {
         T: Serialize + DeserializeOwned + Clone + 'static,
     {
         ValueState::declare(name)
+    }
+
+    /// Declares the value state `name` with values of `version` (1 is what
+    /// [`value_state`](Self::value_state) stores). A value stored by an older version of the
+    /// operator is read through `migrate(stored_version, old)`, once, as it is read, and
+    /// written back in `version`; a value of a newer version is an error. A field added with
+    /// `#[serde(default)]` needs no new version.
+    ///
+    /// ```ignore
+    /// #[derive(Clone, Serialize, Deserialize)]
+    /// struct Count { total: u64, last_seen: String }   // version 2: `count` became `total`
+    /// #[derive(Deserialize)]
+    /// struct CountV1 { count: u64, #[serde(default)] last_seen: String }
+    ///
+    /// let counts = ctx.versioned_value_state("count", 2, |_from, old| {
+    ///     let v1: CountV1 = old.decode()?;
+    ///     Ok(Count { total: v1.count, last_seen: v1.last_seen })
+    /// })?;
+    /// ```
+    pub fn versioned_value_state<T>(
+        &mut self,
+        name: &str,
+        version: u32,
+        migrate: Migration<T>,
+    ) -> Result<ValueState<T>>
+    where
+        T: Serialize + DeserializeOwned + Clone + 'static,
+    {
+        ValueState::declare_versioned(name, version, Some(migrate))
     }
 
     /// Declares the map state `name`, one map from `K` to `V` per key.

@@ -12,6 +12,7 @@ use crate::codec;
 use crate::state::batch::{self, ValueSlots};
 use crate::state::host;
 use crate::state::op_log::OpLog;
+use crate::state::version::{Migration, Versioning, write_head};
 use crate::{Error, Result};
 
 /// One value of type `T` per key, declared with
@@ -50,10 +51,34 @@ impl<T> fmt::Debug for ValueState<T> {
 
 impl<T: Serialize + DeserializeOwned + Clone + 'static> ValueState<T> {
     pub(crate) fn declare(name: &str) -> Result<Self> {
+        Self::declare_versioned(name, 1, None)
+    }
+
+    /// Declares the state with values of `version`, read from older versions by `migrate`
+    /// (`crate::state::version`).
+    pub(crate) fn declare_versioned(
+        name: &str,
+        version: u32,
+        migrate: Option<Migration<T>>,
+    ) -> Result<Self> {
+        if version == 0 {
+            return Err(Error::new(format!(
+                "value state `{name}`: versions start at 1"
+            )));
+        }
         let name: Arc<str> = name.into();
+        let versioning = Versioning { version, migrate };
         let (index, cache) = batch::with_runtime(|runtime| {
-            runtime.declare_value(&name, |id| ValueCache::<T>::new(name.clone(), id))
+            runtime.declare_value(&name, |id| {
+                ValueCache::<T>::new(name.clone(), id, versioning)
+            })
         })?;
+        let declared = cache.borrow().versioning.version;
+        if declared != version {
+            return Err(Error::new(format!(
+                "value state `{name}` is already declared with version {declared}"
+            )));
+        }
         Ok(Self { index, name, cache })
     }
 
@@ -129,16 +154,19 @@ pub(crate) struct ValueCache<T> {
     slots: Vec<Slot<T>>,
     /// The encoded values of every slot, once fetched in this batch.
     fetched: Option<Values>,
+    /// The version its values are written in, and how older ones are read.
+    versioning: Versioning<T>,
 }
 
 impl<T: Serialize + DeserializeOwned + 'static> ValueCache<T> {
-    fn new(name: Arc<str>, id: StateId) -> Self {
+    fn new(name: Arc<str>, id: StateId, versioning: Versioning<T>) -> Self {
         Self {
             name,
             id,
             generation: 0,
             slots: Vec::new(),
             fetched: None,
+            versioning,
         }
     }
 
@@ -171,8 +199,11 @@ impl<T: Serialize + DeserializeOwned + 'static> ValueCache<T> {
     /// The slot's value, fetching the batch's values and decoding this slot's if needed.
     fn load(&mut self, slot: u32) -> Result<Option<&T>> {
         if matches!(self.slot(slot)?.value, Cached::Unknown) {
-            let value = self.decode_fetched(slot)?;
-            self.slot(slot)?.value = value;
+            let (value, migrated) = self.decode_fetched(slot)?;
+            let slot = self.slot(slot)?;
+            slot.value = value;
+            // A migrated value is written back in this version, once.
+            slot.dirty |= migrated;
         }
         Ok(match &self.slot(slot)?.value {
             Cached::Present(value) => Some(value),
@@ -199,7 +230,8 @@ impl<T: Serialize + DeserializeOwned + 'static> ValueCache<T> {
         Ok(())
     }
 
-    fn decode_fetched(&mut self, slot: u32) -> Result<Cached<T>> {
+    /// The slot's stored value, decoded; `true` with it when it was migrated.
+    fn decode_fetched(&mut self, slot: u32) -> Result<(Cached<T>, bool)> {
         let fetched = match &mut self.fetched {
             Some(fetched) => fetched,
             none => {
@@ -214,17 +246,20 @@ impl<T: Serialize + DeserializeOwned + 'static> ValueCache<T> {
             .get(index)
             .is_none_or(|&present| present == 0)
         {
-            return Ok(Cached::Absent);
+            return Ok((Cached::Absent, false));
         }
         let bytes = host::blob(&fetched.items, index)?;
-        Ok(Cached::Present(
-            codec::decode(bytes).map_err(|e| e.context("decoding the stored value"))?,
-        ))
+        let (value, migrated) = self
+            .versioning
+            .decode(bytes)
+            .map_err(|e| e.context("decoding the stored value"))?;
+        Ok((Cached::Present(value), migrated))
     }
 }
 
 impl<T: Serialize + DeserializeOwned + 'static> ValueSlots for ValueCache<T> {
     fn flush_into(&mut self, state: StateId, log: &mut OpLog) -> Result<()> {
+        let version = self.versioning.version;
         let mut result = Ok(());
         for (index, slot) in self.slots.iter().enumerate().filter(|(_, slot)| slot.dirty) {
             // Slots are indexed by `u32` key slots, so the index fits in a `u32`.
@@ -235,7 +270,10 @@ impl<T: Serialize + DeserializeOwned + 'static> ValueSlots for ValueCache<T> {
                     state,
                     slot_index,
                     None,
-                    Some(&mut |data: &mut Vec<u8>| codec::encode_into(value, data)),
+                    Some(&mut |data: &mut Vec<u8>| {
+                        write_head(version, data);
+                        codec::encode_into(value, data)
+                    }),
                 ),
                 Cached::Absent => log.push(OpKind::ValueRemove, state, slot_index, None, None),
                 Cached::Unknown => Ok(()),
@@ -321,6 +359,107 @@ mod tests {
         assert_eq!(codec::decode::<Vec<u32>>(&store.values[&(0, 0)])?, [7, 8]);
         assert!(!store.values.contains_key(&(0, 1)));
         assert!(store.applied[0].contains(&(OpKind::ValueRemove, 0, 1)));
+        Ok(())
+    }
+
+    #[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+    struct CountV1 {
+        count: u64,
+    }
+
+    /// Version 1 with a field added: old values read with its default.
+    #[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+    struct CountV1Seen {
+        count: u64,
+        #[serde(default)]
+        last_seen: String,
+    }
+
+    /// Version 2: `count` renamed.
+    #[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+    struct CountV2 {
+        total: u64,
+        last_seen: String,
+    }
+
+    fn from_v1(from: u32, old: crate::state::OldValue<'_>) -> Result<CountV2> {
+        assert_eq!(from, 1);
+        let v1: CountV1Seen = old.decode()?;
+        Ok(CountV2 {
+            total: v1.count,
+            last_seen: v1.last_seen,
+        })
+    }
+
+    #[test]
+    fn an_older_value_is_migrated_once_as_it_is_read_and_written_back_in_the_new_version()
+    -> Result<()> {
+        let host = FakeHost::install();
+        host.0
+            .borrow_mut()
+            .values
+            .insert((0, 0), codec::encode(&CountV1 { count: 5 })?);
+        // A field with a default reads old values as they are.
+        let added = ValueState::<CountV1Seen>::declare("count")?;
+        let scope = begin(1)?;
+        set_current_slot(0);
+        let seen = added.get()?.expect("a value");
+        assert_eq!((seen.count, seen.last_seen.as_str()), (5, ""));
+        scope.finish()?;
+        assert_eq!(host.calls().apply, 0, "nothing to write back");
+
+        let host = FakeHost::install();
+        let v1 = CountV1Seen {
+            count: 5,
+            last_seen: "a".into(),
+        };
+        host.0
+            .borrow_mut()
+            .values
+            .insert((0, 0), codec::encode(&v1)?);
+        let v2 = ValueState::<CountV2>::declare_versioned("count", 2, Some(from_v1))?;
+        let scope = begin(2)?;
+        set_current_slot(0);
+        assert_eq!(v2.get()?.map(|c| c.total), Some(5));
+        set_current_slot(1);
+        v2.set(&CountV2 {
+            total: 1,
+            last_seen: "b".into(),
+        })?;
+        scope.finish()?;
+        // Both written in version 2: the migrated one back, unchanged.
+        let stored = host.0.borrow().values.clone();
+        for (slot, total) in [(0, 5), (1, 1)] {
+            let (version, bytes) = crate::state::version::split(&stored[&(0, slot)])?;
+            assert_eq!(version, 2);
+            assert_eq!(codec::decode::<CountV2>(bytes)?.total, total);
+        }
+        // Read again, a version-2 value needs no migration and is not written.
+        let scope = begin(1)?;
+        set_current_slot(0);
+        assert_eq!(v2.get()?.map(|c| c.total), Some(5));
+        scope.finish()?;
+        assert_eq!(host.calls().apply, 1);
+        Ok(())
+    }
+
+    #[test]
+    fn a_value_of_a_newer_version_is_an_error_naming_both_versions() -> Result<()> {
+        let host = FakeHost::install();
+        let mut newer = Vec::new();
+        crate::state::version::write_head(3, &mut newer);
+        codec::encode_into(&CountV1 { count: 1 }, &mut newer)?;
+        host.0.borrow_mut().values.insert((0, 0), newer);
+        let state = ValueState::<CountV1>::declare("count")?;
+        let scope = begin(1)?;
+        set_current_slot(0);
+        let error = state.get().expect_err("newer");
+        let text = error.to_string();
+        assert!(
+            text.contains("version 3, newer than this operator's version 1"),
+            "{text}"
+        );
+        drop(scope);
         Ok(())
     }
 

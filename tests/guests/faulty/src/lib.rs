@@ -13,6 +13,10 @@
 //!   `key\ta\tb\t<m as k=v joined by ;>\t<l joined by |>` so that a test can check that state
 //!   is isolated per key and per operator. Map entries come in the host's order of their
 //!   CBOR-encoded keys: shorter strings first, then bytewise (alphabetical for equal lengths).
+//! - `count-v1` and `count-v2`: two versions of a keyed counter, for upgrade tests. Version 1
+//!   keeps `{count}` per key and emits `key\tcount`; version 2 keeps `{total, last_seen}`
+//!   (the state's version 2, migrated from version 1's values as they are read) and emits
+//!   `key\ttotal\tlast_seen`, `last_seen` being the record's value.
 //!
 //! Any other mode fails `open` with an error naming it. Every mode logs one info line when it
 //! opens, so tests can check where guest log lines land, and with `"log": "text"` in the
@@ -20,7 +24,8 @@
 
 use std::hint::black_box;
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
+use weir_guest::state::OldValue;
 use weir_guest::{
     Emitter, Error, ListState, MapState, OpenContext, Operator, Record, Result, ValueState,
     export_operator,
@@ -46,6 +51,31 @@ enum Faulty {
     LoopOn(String),
     AllocOn(String),
     Isolation(Isolation),
+    CountV1(ValueState<CountV1>),
+    CountV2(ValueState<CountV2>),
+}
+
+#[derive(Clone, Serialize, Deserialize)]
+struct CountV1 {
+    count: u64,
+}
+
+#[derive(Clone, Serialize, Deserialize)]
+struct CountV2 {
+    total: u64,
+    last_seen: String,
+}
+
+/// Reads version 1's `{count}` as version 2.
+fn count_from_v1(from: u32, old: OldValue<'_>) -> Result<CountV2> {
+    if from != 1 {
+        return Err(Error::new(format!("no migration from version {from}")));
+    }
+    let v1: CountV1 = old.decode()?;
+    Ok(CountV2 {
+        total: v1.count,
+        last_seen: String::new(),
+    })
 }
 
 struct Isolation {
@@ -87,10 +117,12 @@ impl Operator for Faulty {
                 m: ctx.map_state("m")?,
                 l: ctx.list_state("l")?,
             }),
+            "count-v1" => Self::CountV1(ctx.value_state("count")?),
+            "count-v2" => Self::CountV2(ctx.versioned_value_state("count", 2, count_from_v1)?),
             other => {
                 return Err(Error::new(format!(
                     "unknown mode `{other}`; expected passthrough, error-on, trap-on, loop-on, \
-                     alloc-on or isolation"
+                     alloc-on, isolation, count-v1 or count-v2"
                 )));
             }
         })
@@ -109,6 +141,19 @@ impl Operator for Faulty {
             Self::LoopOn(word) if is(word) => spin(),
             Self::AllocOn(word) if is(word) => allocate_forever(),
             Self::Isolation(state) => return state.process(record, out),
+            Self::CountV1(state) => {
+                let count = state.get()?.map_or(0, |c| c.count) + 1;
+                state.set(&CountV1 { count })?;
+                let key = record.key_str()?.unwrap_or_default();
+                return out.emit_fmt(record.key, format_args!("{key}\t{count}"));
+            }
+            Self::CountV2(state) => {
+                let total = state.get()?.map_or(0, |c| c.total) + 1;
+                let last_seen = record.value_str()?.to_owned();
+                let key = record.key_str()?.unwrap_or_default();
+                out.emit_fmt(record.key, format_args!("{key}\t{total}\t{last_seen}"))?;
+                return state.set(&CountV2 { total, last_seen });
+            }
             Self::ErrorOn(_) | Self::TrapOn(_) | Self::LoopOn(_) | Self::AllocOn(_) => {}
         }
         out.emit_with_timestamp(record.key, record.value, record.timestamp);
