@@ -664,16 +664,19 @@ fn killed_during_an_upgrade(point: KillPoint) {
     );
 }
 
-#[test]
-fn a_counter_whose_state_gains_a_version_migrates_the_old_values_and_counts_on() {
+/// A counter (`component`, its versions chosen by `config_key = "count-v1"` or `"count-v2"`)
+/// run at version 1, killed after a checkpoint, and restored at version 2, whose state has
+/// another shape, declared as the state's version 2 with a migration from version 1: every
+/// word's count goes on from where version 1 left it, exactly once.
+fn a_counter_whose_state_gains_a_version(component: &Path, config_key: &str) {
     let dir = tempfile::tempdir().expect("tempdir");
     let words = support::write_word_lines(dir.path(), 200_000);
-    let job = tokenize_then(
+    let job = support::tokenize_then_component(
         dir.path(),
         "name = \"evolving\"\nbatch_size = 16",
         "count",
-        "weir-test-faulty",
-        "config = { mode = \"count-v1\" }",
+        component,
+        &format!("config = {{ {config_key} = \"count-v1\" }}"),
         &format!(
             "[checkpoints]\nstore = \"file://{}\"\ninterval_ms = 20",
             dir.path().join("store").display()
@@ -692,8 +695,6 @@ fn a_counter_whose_state_gains_a_version_migrates_the_old_values_and_counts_on()
     run.kill().expect("SIGKILL");
     run.wait().expect("wait");
 
-    // Version 2 of the state: `{count}` became `{total, last_seen}`, read through its
-    // migration as each key is touched.
     edit(&job, "count-v1", "count-v2");
     let out = support::weir(&["run", path(&job), "--restore", "latest", "-q"]);
     assert!(out.status.success(), "{}", stderr(&out));
@@ -707,7 +708,6 @@ fn a_counter_whose_state_gains_a_version_migrates_the_old_values_and_counts_on()
         let fields: Vec<&str> = line.split('\t').collect();
         assert_eq!(fields[0], fields[2], "last_seen is the word: {line}");
     }
-    // Each word's count went on from where version 1 left it, exactly once.
     let counts: Vec<String> = lines
         .iter()
         .map(|l| l.split('\t').take(2).collect::<Vec<_>>().join("\t"))
@@ -720,4 +720,22 @@ fn a_counter_whose_state_gains_a_version_migrates_the_old_values_and_counts_on()
         counts == expected,
         "the counts across the state's versions differ from an uninterrupted run's"
     );
+}
+
+#[test]
+fn a_rust_counter_whose_state_gains_a_version_migrates_the_old_values_and_counts_on() {
+    a_counter_whose_state_gains_a_version(&support::component("weir-test-faulty"), "mode");
+}
+
+#[test]
+fn a_python_counter_whose_state_gains_a_version_migrates_the_old_values_and_counts_on() {
+    let component =
+        support::built_operator(&support::repo().join("tests/guests/state-tour-python"));
+    a_counter_whose_state_gains_a_version(&component, "role");
+}
+
+#[test]
+fn a_javascript_counter_whose_state_gains_a_version_migrates_the_old_values_and_counts_on() {
+    let component = support::built_operator(&support::repo().join("tests/guests/state-tour-js"));
+    a_counter_whose_state_gains_a_version(&component, "role");
 }

@@ -1,7 +1,7 @@
 // `OpenContext`: what `Operator.open` gets.
 
 import { WeirError, message } from "./errors.js";
-import { ListState, MapState, Timers, ValueState } from "./runtime.js";
+import { ListState, MapState, Timers, ValueState, VersionedValueState } from "./runtime.js";
 
 /** Given to `Operator.open`: where the instance runs, its configuration (`config`, the job
  * file's `config` table as an object) and the place to declare state. */
@@ -19,8 +19,12 @@ export class OpenContext {
     }
   }
 
-  valueState(name) {
-    return new ValueState(name);
+  /** One JSON value per key. With `{ version, migrate }` (version above 1), values carry
+   * that version, and one stored by an older version of the operator is read through
+   * `migrate(storedVersion, oldValue)`, once, and written back (`VersionedValueState`). */
+  valueState(name, { version = 1, migrate = undefined } = {}) {
+    if (version === 1 && migrate === undefined) return new ValueState(name);
+    return new VersionedValueState(name, version, migrate);
   }
 
   mapState(name) {

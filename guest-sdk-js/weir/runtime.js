@@ -402,6 +402,104 @@ export class ValueState {
 /** A map from JSON keys to JSON values per key, ordered by the bytes of the encoded keys.
  * Writes are buffered with the batch's other writes; a read first sends them, then calls the
  * host (one crossing per read, per 1024 entries for `entries`/`keys`). */
+/** The version of a stored value, and the value: `{"$version": N, "$value": V}` for a value of
+ * version N > 1, anything else a value of version 1. */
+function splitVersion(stored) {
+  if (
+    stored !== null &&
+    typeof stored === "object" &&
+    !Array.isArray(stored) &&
+    Object.keys(stored).length === 2 &&
+    "$version" in stored &&
+    "$value" in stored
+  ) {
+    return [stored.$version, stored.$value];
+  }
+  return [1, stored];
+}
+
+/** A `ValueState` whose values carry a version (`ctx.valueState(name, { version, migrate })`).
+ *
+ * A value of version 1 is stored as its plain JSON, as every value state stored it before
+ * versions existed; a later version's as `{"$version": N, "$value": V}`. The batch's values
+ * are decoded as they are fetched: one of the declared version as is, an older one through
+ * `migrate(storedVersion, oldValue)`, once, and written back in the new version with the
+ * batch's writes; a newer one (written by a later version of the operator) is an error. A
+ * field added with a default needs no new version: `{ ...defaults, ...value }`. */
+export class VersionedValueState extends ValueState {
+  constructor(name, version, migrate) {
+    if (!Number.isInteger(version) || version < 1) {
+      throw new WeirError(`state \`${name}\`: a version is an integer from 1 up, not ${version}`);
+    }
+    super(name);
+    this.version = version;
+    this._migrate = migrate;
+  }
+
+  get(dflt = undefined) {
+    const slot = currentSlot;
+    let cache = this._cache;
+    if (cache === null || slot >= cache.length) {
+      this._begin();
+      cache = this._cache;
+    }
+    if (cache[slot] === UNREAD && this._items === null) this._fetch();
+    const value = cache[slot];
+    return value === ABSENT ? dflt : value;
+  }
+
+  /** Fetches and decodes every slot not written yet, migrating older values. */
+  _fetch() {
+    super._fetch();
+    const cache = this._cache;
+    const ends = this._ends;
+    const present = this._present;
+    for (let slot = 0; slot < cache.length; slot++) {
+      if (cache[slot] !== UNREAD) continue;
+      if (present[slot] === 0) {
+        cache[slot] = ABSENT;
+        continue;
+      }
+      let [version, value] = splitVersion(decodeValue(this._items, slot ? ends[slot - 1] : 0, ends[slot]));
+      if (version !== this.version) {
+        value = this._migrated(version, value);
+        // Written back in this version with the batch's writes, once.
+        this._isDirty[slot] = 1;
+        this._dirty.push(slot);
+      }
+      cache[slot] = value;
+    }
+  }
+
+  _migrated(version, value) {
+    if (!Number.isInteger(version) || version > this.version) {
+      throw new WeirError(
+        `state \`${this.name}\`: the stored value is of version ${version}, newer than this ` +
+          `operator's version ${this.version} of the state: it was written by a later version ` +
+          "of the operator; run that version, or restore a checkpoint taken before it",
+      );
+    }
+    if (typeof this._migrate !== "function") {
+      throw new WeirError(
+        `state \`${this.name}\`: the stored value is of version ${version} and the state, of ` +
+          `version ${this.version}, declares no migration`,
+      );
+    }
+    return this._migrate(version, value);
+  }
+
+  _flushInto(ops, buf) {
+    if (this.version > 1) {
+      const cache = this._cache;
+      for (const slot of this._dirty) {
+        const value = cache[slot];
+        if (value !== ABSENT) cache[slot] = { $version: this.version, $value: value };
+      }
+    }
+    super._flushInto(ops, buf);
+  }
+}
+
 export class MapState {
   constructor(name) {
     this.name = name;

@@ -5,6 +5,7 @@ import json
 
 from ._errors import WeirError
 from ._runtime import ListState, MapState, Timers, ValueState
+from ._versions import VersionedValueState
 
 
 class OpenContext:
@@ -22,8 +23,13 @@ class OpenContext:
         except ValueError as e:
             raise WeirError(f"invalid config for operator `{self.operator_name}`: {e}") from None
 
-    def value_state(self, name):
-        return ValueState(name)
+    def value_state(self, name, version=1, migrate=None):
+        """One JSON value per key. With `version` above 1, values carry that version and a
+        value stored by an older version of the operator is read through
+        `migrate(stored_version, old_value)`, once, and written back (see `_versions.py`)."""
+        if version == 1 and migrate is None:
+            return ValueState(name)
+        return VersionedValueState(name, version, migrate)
 
     def map_state(self, name):
         return MapState(name)

@@ -346,16 +346,9 @@ class ValueState:
     def _fetch(self):
         """Reads the values of every slot of the batch; decodes them all at once when they are
         plain integers (counters), else leaves them to `_read`."""
-        try:
-            values = _state.read_values(self._id, _rt.all_slots)
-        except Err as e:
-            raise WeirError(f"state `{self.name}`: reading values: {e.value}") from None
-        data, present = values.items.data, values.present
-        ends = _u32s(values.items.ends, "reply from the host")
+        items = self._fetch_items()
+        data, ends, present = items
         n = _rt.slot_count
-        if len(present) != n or len(ends) != n:
-            raise WeirError(f"state `{self.name}`: malformed reply from the host")
-        items = self._items = (data, ends, present)
         if n and (data.isdigit() or not data):
             ends = ends.tolist()
             starts = [0]
@@ -377,6 +370,20 @@ class ValueState:
                 decoded[slot] = cache[slot]
             self._cache = decoded
             self._decoded = True
+        return items
+
+    def _fetch_items(self):
+        """Reads the encoded values of every slot of the batch: `(data, ends, present)`."""
+        try:
+            values = _state.read_values(self._id, _rt.all_slots)
+        except Err as e:
+            raise WeirError(f"state `{self.name}`: reading values: {e.value}") from None
+        data, present = values.items.data, values.present
+        ends = _u32s(values.items.ends, "reply from the host")
+        n = _rt.slot_count
+        if len(present) != n or len(ends) != n:
+            raise WeirError(f"state `{self.name}`: malformed reply from the host")
+        items = self._items = (data, ends, present)
         return items
 
     def _flush_into(self, ops, data):

@@ -20,7 +20,7 @@ use super::staging::{STAGING_DIR, WIT};
 pub const STAGED_SDK: &str = ".weir-build/rust/weir-guest";
 
 /// The SDK's sources, by path relative to its `src/`.
-const SOURCES: [(&str, &str); 22] = [
+const SOURCES: [(&str, &str); 23] = [
     (
         "bindings.rs",
         include_str!("../../../guest-sdk/src/bindings.rs"),
@@ -88,6 +88,10 @@ const SOURCES: [(&str, &str); 22] = [
     (
         "state/value.rs",
         include_str!("../../../guest-sdk/src/state/value.rs"),
+    ),
+    (
+        "state/version.rs",
+        include_str!("../../../guest-sdk/src/state/version.rs"),
     ),
     (
         "timers.rs",

@@ -59,6 +59,10 @@ pub(super) const PYTHON_SDK: &[(&str, &str)] = &[
         "weir_sdk/_timer.py",
         include_str!("../../../guest-sdk-python/weir_sdk/_timer.py"),
     ),
+    (
+        "weir_sdk/_versions.py",
+        include_str!("../../../guest-sdk-python/weir_sdk/_versions.py"),
+    ),
     // The runner: imports the operator from the files packed into the component.
     (
         "weir_sdk/_bundle.py",

@@ -1,12 +1,24 @@
 // Every state call of the JavaScript SDK, for tests/sdk_state.rs: the same logic as
-// ../state-tour-python/operator.py, whose docstring describes it.
+// ../state-tour-python/operator.py, whose docstring describes it (the counters of
+// `role = "count-v1"` and `"count-v2"` too).
 
 import { Operator, exportOperator } from "./weir.js";
 
+function countFromV1(version, old) {
+  if (version !== 1) throw new Error(`no migration from version ${version}`);
+  return { total: old.count, last_seen: "" };
+}
+
 class Tour extends Operator {
   open(ctx) {
-    this.split = ctx.config.role === "split";
-    if (!this.split) {
+    const role = ctx.config.role;
+    this.split = role === "split";
+    this.counter = role === "count-v1" || role === "count-v2" ? role : null;
+    if (role === "count-v1") {
+      this.counts = ctx.valueState("count");
+    } else if (role === "count-v2") {
+      this.counts = ctx.valueState("count", { version: 2, migrate: countFromV1 });
+    } else if (!this.split) {
       this.last = ctx.valueState("last");
       this.seen = ctx.mapState("seen");
       this.history = ctx.listState("history");
@@ -18,6 +30,19 @@ class Tour extends Operator {
       const line = record.valueStr();
       const space = line.indexOf(" ");
       out.emit(line.slice(0, space), line.slice(space + 1));
+      return;
+    }
+    if (this.counter === "count-v1") {
+      const n = this.counts.get({ count: 0 }).count + 1;
+      this.counts.set({ count: n });
+      out.emit(record.key, `${record.keyStr()}\t${n}`);
+      return;
+    }
+    if (this.counter === "count-v2") {
+      const n = this.counts.get({ total: 0 }).total + 1;
+      const v = record.valueStr();
+      this.counts.set({ total: n, last_seen: v });
+      out.emit(record.key, `${record.keyStr()}\t${n}\t${v}`);
       return;
     }
     const v = record.valueStr();

@@ -12,15 +12,32 @@ KEY with the value VALUE. Otherwise, for each keyed record with value `v`:
 
 and it emits `KEY|previous last|seen[target]|len(history)|seen's keys joined by ,|len(seen)`
 where `target` is `x` for `-x` and `v` otherwise.
+
+With `role = "count-v1"` or `"count-v2"`: two versions of a keyed counter, for upgrade tests.
+Version 1 keeps `{"count": n}` per key and emits `KEY\tn`; version 2 keeps
+`{"total": n, "last_seen": v}` (the state's version 2, migrated from version 1's values as
+they are read) and emits `KEY\tn\tv`.
 """
 
 import weir_sdk
 
 
+def count_from_v1(version, old):
+    if version != 1:
+        raise weir_sdk.WeirError(f"no migration from version {version}")
+    return {"total": old["count"], "last_seen": ""}
+
+
 class Tour(weir_sdk.Operator):
     def open(self, ctx):
-        self.split = ctx.config.get("role") == "split"
-        if not self.split:
+        role = ctx.config.get("role")
+        self.split = role == "split"
+        self.counter = role if role in ("count-v1", "count-v2") else None
+        if role == "count-v1":
+            self.counts = ctx.value_state("count")
+        elif role == "count-v2":
+            self.counts = ctx.value_state("count", version=2, migrate=count_from_v1)
+        elif not self.split:
             self.last = ctx.value_state("last")
             self.seen = ctx.map_state("seen")
             self.history = ctx.list_state("history")
@@ -29,6 +46,17 @@ class Tour(weir_sdk.Operator):
         if self.split:
             key, value = record.value_str().split(" ", 1)
             out.emit(key, value)
+            return
+        if self.counter == "count-v1":
+            n = self.counts.get({"count": 0})["count"] + 1
+            self.counts.set({"count": n})
+            out.emit(record.key, f"{record.key_str()}\t{n}")
+            return
+        if self.counter == "count-v2":
+            n = self.counts.get({"total": 0})["total"] + 1
+            v = record.value_str()
+            self.counts.set({"total": n, "last_seen": v})
+            out.emit(record.key, f"{record.key_str()}\t{n}\t{v}")
             return
         v = record.value_str()
         prev = self.last.get("-")

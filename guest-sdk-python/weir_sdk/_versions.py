@@ -1,0 +1,87 @@
+"""State that evolves: a value state declared with a version and a migration
+(`ctx.value_state(name, version=2, migrate=fn)`).
+
+A value of version 1 is stored as its plain JSON, as every value state stored it before
+versions existed. A value of version 2 or later is stored as `{"$version": N, "$value": V}`.
+A read looks at what it decoded: a value of the declared version is returned as is; an older
+one goes through `migrate(stored_version, old_value)` once, as it is read, and is written back
+in the new version with the batch's writes; a newer one (written by a later version of the
+operator, restored into this one) is an error. A dict field added with a default needs no new
+version: read it with `value.get("field", default)`, or `{**defaults, **value}`.
+"""
+
+from ._errors import WeirError
+from ._codec import _decode
+from ._runtime import _ABSENT, _UNREAD, ValueState
+
+
+def _split(stored):
+    """A stored value's version and value."""
+    if type(stored) is dict and len(stored) == 2 and "$version" in stored and "$value" in stored:
+        return stored["$version"], stored["$value"]
+    return 1, stored
+
+
+class VersionedValueState(ValueState):
+    """A `ValueState` whose values carry a version; see the module's documentation."""
+
+    __slots__ = ("version", "_migrate")
+
+    def __init__(self, name, version, migrate):
+        if type(version) is not int or version < 1:
+            raise WeirError(f"state `{name}`: a version is an integer from 1 up, not {version!r}")
+        self.version = version
+        self._migrate = migrate
+        super().__init__(name)
+
+    def _fetch(self):
+        # No shortcut for plain integers: they are values of version 1, which may need
+        # migrating.
+        return self._fetch_items()
+
+    def _read(self, slot):
+        """The value of `slot`, not read yet in this batch, migrated if it is older."""
+        items = self._items
+        if items is None:
+            items = self._fetch()
+            value = self._cache[slot]
+            if value is not _UNREAD:
+                return value
+        data, ends, present = items
+        if not present[slot]:
+            self._cache[slot] = _ABSENT
+            return _ABSENT
+        version, value = _split(_decode(data[ends[slot - 1] if slot else 0 : ends[slot]]))
+        if version != self.version:
+            value = self._migrated(version, value)
+            # Written back in this version with the batch's writes, once.
+            self._dirty[slot] = None
+        self._cache[slot] = value
+        return value
+
+    def _migrated(self, version, value):
+        if type(version) is not int or version > self.version:
+            raise WeirError(
+                f"state `{self.name}`: the stored value is of version {version}, newer than "
+                f"this operator's version {self.version} of the state: it was written by a "
+                "later version of the operator; run that version, or restore a checkpoint "
+                "taken before it"
+            )
+        if self._migrate is None:
+            raise WeirError(
+                f"state `{self.name}`: the stored value is of version {version} and the state, "
+                f"of version {self.version}, declares no migration"
+            )
+        try:
+            return self._migrate(version, value)
+        except WeirError as e:
+            raise WeirError(f"state `{self.name}`: migrating a value of version {version}: {e}") from None
+
+    def _flush_into(self, ops, data):
+        if self.version > 1 and self._dirty:
+            cache = self._cache
+            for slot in self._dirty:
+                value = cache[slot]
+                if value is not _ABSENT:
+                    cache[slot] = {"$version": self.version, "$value": value}
+        super()._flush_into(ops, data)
