@@ -739,3 +739,92 @@ fn a_javascript_counter_whose_state_gains_a_version_migrates_the_old_values_and_
     let component = support::built_operator(&support::repo().join("tests/guests/state-tour-js"));
     a_counter_whose_state_gains_a_version(&component, "role");
 }
+
+/// The job `states` of `dir`: a tokenizer, then `count` (the test guest, keyed by word) in
+/// `mode`, checkpointing every 20 ms, paced to run for seconds.
+fn faulty_counter(dir: &Path, mode: &str) -> PathBuf {
+    let job = tokenize_then(
+        dir,
+        "name = \"states\"\nbatch_size = 16",
+        "count",
+        "weir-test-faulty",
+        &format!("config = {{ mode = \"{mode}\" }}"),
+        &format!(
+            "[checkpoints]\nstore = \"file://{}\"\ninterval_ms = 20",
+            dir.join("store").display()
+        ),
+    );
+    support::pace_source(&job, 100_000);
+    job
+}
+
+/// Runs `args` (a `weir run`) until a checkpoint newer than `after` completed in `dir`'s
+/// store, and kills it; returns the newest checkpoint.
+fn run_killed_after_a_checkpoint(dir: &Path, args: &[&str], after: u64) -> u64 {
+    let mut run = support::spawn_run(args);
+    let checkpoints = dir.join("store").join("states").join("checkpoints");
+    support::wait_while_running(&mut run, "a new checkpoint", || {
+        support::checkpoint_ids(&checkpoints).last() > Some(&after)
+    });
+    run.kill().expect("SIGKILL");
+    run.wait().expect("wait");
+    *support::checkpoint_ids(&checkpoints)
+        .last()
+        .expect("a checkpoint")
+}
+
+#[test]
+fn a_state_the_new_version_no_longer_declares_is_refused_by_name_or_dropped_for_good() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    support::write_word_lines(dir.path(), 200_000);
+    // Version 1 keeps states `a`, `b`, `m` and `l`; version 2 only `count`.
+    let job = faulty_counter(dir.path(), "isolation");
+    let first = run_killed_after_a_checkpoint(dir.path(), &[path(&job), "-q"], 0);
+    edit(&job, "isolation", "count-v1");
+
+    let refused = support::weir(&["run", path(&job), "--restore", "latest"]);
+    assert!(!refused.status.success());
+    for part in [
+        "operator `count`",
+        "no longer declares",
+        "`a` (",
+        "`l` (",
+        "--allow-dropped-state count.",
+    ] {
+        assert!(
+            stderr(&refused).contains(part),
+            "{part}: {}",
+            stderr(&refused)
+        );
+    }
+    // Some of the states allowed to go is not enough.
+    let partly = support::weir(&[
+        "run",
+        path(&job),
+        "--restore",
+        "latest",
+        "--allow-dropped-state",
+        "count.a",
+    ]);
+    assert!(!partly.status.success());
+    assert!(!stderr(&partly).contains("`a` ("), "{}", stderr(&partly));
+    assert!(stderr(&partly).contains("`b` ("), "{}", stderr(&partly));
+
+    // All of them: the run drops them, and its first checkpoint no longer holds them, so
+    // the next restore needs no flag.
+    let second = run_killed_after_a_checkpoint(
+        dir.path(),
+        &[
+            path(&job),
+            "-q",
+            "--restore",
+            "latest",
+            "--allow-dropped-state",
+            "count",
+        ],
+        first,
+    );
+    assert!(second > first);
+    let out = support::weir(&["run", path(&job), "--restore", "latest", "-q"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+}

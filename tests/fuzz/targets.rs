@@ -496,7 +496,7 @@ fn plan_start(input: &[u8]) -> Found {
             if let Ok(start) = JobStart::plan(&store, "wordcount", &from, &[]).await {
                 let _ = (
                     start.lineage(&from),
-                    start.assignment(&["count"]),
+                    start.assignment(&["count"], &[]),
                     start.check_state_kept("wordcount", &["count"], &[]),
                 );
                 check(start.next_checkpoint > CheckpointId(3), || {

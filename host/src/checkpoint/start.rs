@@ -516,13 +516,15 @@ impl JobStart {
         }
     }
 
-    /// What the subtasks of a job of operators `uids` are told.
-    pub fn assignment(&self, uids: &[&str]) -> RestoreAssignment {
+    /// What the subtasks of a job of operators `uids` are told; `allow_dropped_state` says
+    /// what of the restored state they may drop.
+    pub fn assignment(&self, uids: &[&str], allow_dropped_state: &[String]) -> RestoreAssignment {
         RestoreAssignment {
             restored: self.restored.clone(),
             retained: self.retained.clone(),
             adopted: adopted(&self.retained, uids),
             detached: self.savepoint.is_some(),
+            allow_dropped_state: allow_dropped_state.to_vec(),
         }
     }
 }

@@ -171,6 +171,9 @@ pub struct RestoreAssignment {
     /// The restored checkpoint is a savepoint, whose artifacts belong to no run: the state
     /// restored from them is written afresh at the first checkpoint, as after a rescale.
     pub detached: bool,
+    /// What `--allow-dropped-state` lets a restore drop: `OP` (all the state of operator
+    /// uid `OP`) or `OP.STATE` (one state of it).
+    pub allow_dropped_state: Vec<String>,
 }
 
 /// Who a subtask is, for [`SubtaskCheckpoints::new`].
@@ -278,6 +281,7 @@ impl SubtaskCheckpoints {
             )
             .entered();
             self.restore(backend, restored, assignment.detached)?;
+            self.drop_unclaimed(backend, restored.id, &assignment.allow_dropped_state)?;
         }
         let everything: HashSet<&str> = assignment
             .retained
@@ -373,6 +377,61 @@ impl SubtaskCheckpoints {
                     increment: None,
                 })
                 .collect();
+        }
+        Ok(())
+    }
+
+    /// Refuses a restore that found state the operator no longer declares, naming it, unless
+    /// `allowed` drops it; drops what it allows (and writes the next checkpoint whole, so
+    /// that no later restore finds it in the chain).
+    fn drop_unclaimed(
+        &mut self,
+        backend: &mut KeyedStateBackend,
+        checkpoint: CheckpointId,
+        allowed: &[String],
+    ) -> Result<(), CheckpointError> {
+        let unclaimed: Vec<(String, usize)> = backend
+            .unclaimed_states()
+            .into_iter()
+            .map(|(name, entries)| (name.to_owned(), entries))
+            .collect();
+        let operator = &self.operator;
+        let (dropped, refused): (Vec<_>, Vec<_>) = unclaimed.into_iter().partition(|(state, _)| {
+            allowed
+                .iter()
+                .any(|a| *a == *operator || *a == format!("{operator}.{state}"))
+        });
+        if let Some((first, _)) = refused.first() {
+            let states: Vec<String> = refused
+                .iter()
+                .map(|(state, entries)| format!("`{state}` ({entries} entries)"))
+                .collect();
+            return Err(CheckpointError::Incompatible {
+                checkpoint,
+                reason: format!(
+                    "holds state of operator `{operator}` that it no longer declares as it \
+                     opens: {} in subtask {}; declare it again, or drop it with \
+                     --allow-dropped-state {operator}.{first} (one per state, or \
+                     --allow-dropped-state {operator} for all of them)",
+                    states.join(", "),
+                    self.subtask.0
+                ),
+            });
+        }
+        for (state, entries) in &dropped {
+            tracing::warn!(
+                operator = %operator,
+                subtask = self.subtask.0,
+                checkpoint = checkpoint.0,
+                state = %state,
+                entries,
+                "dropping a state the operator no longer declares (--allow-dropped-state)"
+            );
+            backend.drop_state(state);
+        }
+        if !dropped.is_empty() {
+            self.full_next = true;
+            backend.forget_chain();
         }
         Ok(())
     }

@@ -26,10 +26,10 @@ pub(super) struct RunArgs {
     /// `--restore`, the state is redistributed by key group (a rescale). Repeatable.
     #[arg(long, value_name = "[OPERATOR=]N")]
     parallelism: Vec<String>,
-    /// Restore even though the checkpoint holds state of OPERATOR (by its uid) and the job
-    /// no longer has it: that state is dropped. Without it such a restore is refused.
-    /// Repeatable.
-    #[arg(long, value_name = "OPERATOR")]
+    /// Restore even though the checkpoint holds state of OPERATOR (by its uid) that the job
+    /// no longer has, or a state STATE of it that the operator no longer declares: that
+    /// state is dropped. Without it such a restore is refused. Repeatable.
+    #[arg(long, value_name = "OPERATOR[.STATE]")]
     allow_dropped_state: Vec<String>,
     /// When the run ends, or is stopped with Ctrl-C or SIGTERM, copy its latest completed
     /// checkpoint into the savepoint NAME (`weir savepoint`); restore it later with

@@ -28,8 +28,9 @@ pub(super) struct UpgradeArgs {
     /// checkpoint, say what would happen to each one's state, and change nothing.
     #[arg(long, conflicts_with = "no_rollback")]
     check: bool,
-    /// Let the new version drop the state of operator OP (its uid), which it no longer has.
-    #[arg(long, value_name = "OP")]
+    /// Let the new version drop the state of operator OP (its uid), which it no longer has,
+    /// or the state STATE of OP, which OP no longer declares. Repeatable.
+    #[arg(long, value_name = "OP[.STATE]")]
     allow_dropped_state: Vec<String>,
     /// How long to wait for the upgrade to end.
     #[arg(long, value_name = "SECONDS", default_value_t = 300)]

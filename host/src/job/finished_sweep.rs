@@ -62,6 +62,7 @@ pub(super) async fn finish(
                 // It completes no checkpoint, so deletes nothing that leaves retention.
                 adopted: Vec::new(),
                 detached: false,
+                allow_dropped_state: Vec::new(),
             },
         };
         tokio::task::spawn_blocking(move || sweep.run())

@@ -270,6 +270,7 @@ impl<'a> Launch<'a> {
                     .iter()
                     .map(|s| s.uid.as_str())
                     .collect::<Vec<_>>(),
+                &options.allow_dropped_state,
             ),
             latch: Some(latch),
             tasks: Tasks::new(shape.name),

@@ -104,6 +104,9 @@ body!(ListBody, List);
 pub(super) struct DeclaredState {
     pub(super) name: String,
     pub(super) tables: Tables,
+    /// Declared by the operator as it opened, as opposed to found only in a restored
+    /// snapshot: state a new version of the operator no longer has.
+    pub(super) by_operator: bool,
 }
 
 /// Where a key's entry was found in its table: passed back to a write of the same key in the
@@ -187,7 +190,9 @@ impl KeyedStateBackend {
         if !self.declaring && !self.by_name.contains_key(name) {
             return Err(StateError::DeclareAfterOpen);
         }
-        self.declare_new(name, kind)
+        let id = self.declare_new(name, kind)?;
+        self.states[id.0 as usize].by_operator = true;
+        Ok(id)
     }
 
     /// Declares a state, in any phase: restore declares the states it finds in snapshots.
@@ -215,9 +220,32 @@ impl KeyedStateBackend {
         self.states.push(DeclaredState {
             name: name.to_owned(),
             tables: Tables::new(kind, self.range.len()),
+            by_operator: false,
         });
         self.by_name.insert(name.to_owned(), id);
         Ok(id)
+    }
+
+    /// The states a restore found that the operator did not declare as it opened and that
+    /// hold entries, with their entry counts: state its new version has no place for.
+    pub fn unclaimed_states(&self) -> Vec<(&str, usize)> {
+        self.states
+            .iter()
+            .filter(|s| !s.by_operator && !s.name.starts_with('@'))
+            .map(|s| (s.name.as_str(), s.tables.stats().entries))
+            .filter(|(_, entries)| *entries > 0)
+            .collect()
+    }
+
+    /// Empties the state `name` (`--allow-dropped-state`). Its entries leave the live state
+    /// only: the caller makes the next checkpoint a full one, so no later restore reads them
+    /// from the chain again.
+    pub fn drop_state(&mut self, name: &str) {
+        if let Some(&id) = self.by_name.get(name) {
+            let state = &mut self.states[id.0 as usize];
+            state.tables = Tables::new(state.tables.kind(), self.range.len());
+            self.recount_live_bytes();
+        }
     }
 
     /// Ends the declaration phase; called once the operator has opened.
