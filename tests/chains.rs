@@ -185,6 +185,7 @@ fn metadata(id: CheckpointId, handle: &SubtaskHandle) -> CheckpointMetadata {
             name: "op".into(),
             parallelism: 1,
             component: None,
+            wit: None,
             subtasks: vec![handle.clone()],
         }],
         timing: None,

@@ -50,6 +50,7 @@ fn metadata(job: &str, id: u64) -> CheckpointMetadata {
             name: "count".into(),
             parallelism: 2,
             component: None,
+            wit: None,
             subtasks: chains
                 .iter()
                 .enumerate()
@@ -64,6 +65,7 @@ fn metadata(job: &str, id: u64) -> CheckpointMetadata {
                     live_bytes: 100,
                     watermark: None,
                     timers: 0,
+                    states: Vec::new(),
                 })
                 .collect(),
         }],

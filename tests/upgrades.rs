@@ -434,8 +434,10 @@ fn failing_operator() -> String {
     )
 }
 
-/// Waits until job `id` of `host` has completed a checkpoint, then cancels it (no last one).
-fn cancelled_after_a_checkpoint(host: &Host, id: &str) {
+/// Waits until job `id` of `host` has completed a checkpoint that covers records (it
+/// committed output into `dir`), then cancels it (no last one).
+fn cancelled_after_a_checkpoint(host: &Host, id: &str, dir: &Path) {
+    let output = dir.join("out.txt");
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
     loop {
         let info = host.job(id);
@@ -443,7 +445,9 @@ fn cancelled_after_a_checkpoint(host: &Host, id: &str) {
             info["status"], "running",
             "it ended before a checkpoint: {info}"
         );
-        if info["last_checkpoint"].as_u64().is_some() {
+        if info["last_checkpoint"].as_u64().is_some()
+            && std::fs::metadata(&output).is_ok_and(|m| m.len() > 0)
+        {
             break;
         }
         assert!(
@@ -466,14 +470,14 @@ fn a_served_job_is_upgraded_keeping_its_state_and_a_version_that_fails_rolls_bac
     let job = word_count(dir.path());
     let id = host.submit(&job).expect("submitted");
     // Stopped mid-input, with state that a restore would have to place.
-    cancelled_after_a_checkpoint(&host, &id);
+    cancelled_after_a_checkpoint(&host, &id, dir.path());
 
     // A check changes nothing, and says what would become of each operator's state.
     let renamed = renamed_version(&job, "renamed.toml", "");
     let checked = host.weir(&["upgrade", &id, path(&renamed), "--check"], Some(TOKEN));
     let said = stdout_of(&checked);
     assert!(
-        said.contains("`tally` (uid `count`): restores its state from checkpoint")
+        said.contains("`tally` (uid `count`): restores its state (states count) from checkpoint")
             && said.contains("into the same component")
             && said.contains("`tokenize`: restores its state"),
         "{said}"
@@ -558,7 +562,7 @@ fn an_upgrade_of_a_finished_job_or_one_that_changes_the_output_is_refused_and_ch
     support::write_word_lines(dir.path(), 200_000);
     let job = word_count(dir.path());
     let id = host.submit(&job).expect("submitted");
-    cancelled_after_a_checkpoint(&host, &id);
+    cancelled_after_a_checkpoint(&host, &id, dir.path());
     let elsewhere = job.with_file_name("elsewhere.toml");
     std::fs::write(
         &elsewhere,
@@ -689,8 +693,11 @@ fn a_counter_whose_state_gains_a_version(component: &Path, config_key: &str) {
         .join("store")
         .join("evolving")
         .join("checkpoints");
-    support::wait_while_running(&mut run, "a checkpoint", || {
+    let output = dir.path().join("out.txt");
+    // A checkpoint that covers records (it committed output): its state has values to migrate.
+    support::wait_while_running(&mut run, "a checkpoint of counts", || {
         !support::checkpoint_ids(&checkpoints).is_empty()
+            && std::fs::metadata(&output).is_ok_and(|m| m.len() > 0)
     });
     run.kill().expect("SIGKILL");
     run.wait().expect("wait");
@@ -759,12 +766,15 @@ fn faulty_counter(dir: &Path, mode: &str) -> PathBuf {
 }
 
 /// Runs `args` (a `weir run`) until a checkpoint newer than `after` completed in `dir`'s
-/// store, and kills it; returns the newest checkpoint.
+/// store, one that covers records (it committed output), and kills it; returns the newest
+/// checkpoint.
 fn run_killed_after_a_checkpoint(dir: &Path, args: &[&str], after: u64) -> u64 {
     let mut run = support::spawn_run(args);
     let checkpoints = dir.join("store").join("states").join("checkpoints");
+    let output = dir.join("out.txt");
     support::wait_while_running(&mut run, "a new checkpoint", || {
         support::checkpoint_ids(&checkpoints).last() > Some(&after)
+            && std::fs::metadata(&output).is_ok_and(|m| m.len() > 0)
     });
     run.kill().expect("SIGKILL");
     run.wait().expect("wait");
@@ -780,6 +790,11 @@ fn a_state_the_new_version_no_longer_declares_is_refused_by_name_or_dropped_for_
     // Version 1 keeps states `a`, `b`, `m` and `l`; version 2 only `count`.
     let job = faulty_counter(dir.path(), "isolation");
     let first = run_killed_after_a_checkpoint(dir.path(), &[path(&job), "-q"], 0);
+    // The checkpoint says which states hold data, and what the component was linked with.
+    let shown = support::weir(&["checkpoints", "show", "latest", "--store", path(&job)]);
+    let shown = stdout_of(&shown);
+    assert!(shown.contains("states    a, b, l, m"), "{shown}");
+    assert!(shown.contains("wit       weir:operator@"), "{shown}");
     edit(&job, "isolation", "count-v1");
 
     let refused = support::weir(&["run", path(&job), "--restore", "latest"]);

@@ -561,6 +561,7 @@ fn handle(subtask: u32, range: (u32, u32), chain: &[(u64, bool, u32)], op: &str)
         live_bytes: 4000,
         watermark: Some(1_700_000_000_000 + u64::from(subtask) as i64),
         timers: u64::from(subtask),
+        states: Vec::new(),
     }
 }
 
@@ -588,6 +589,7 @@ fn metadata_seeds() -> Vec<(String, Vec<u8>)> {
                 name: "tokenize".into(),
                 parallelism: 1,
                 component: None,
+                wit: None,
                 subtasks: vec![SubtaskHandle {
                     chain: Vec::new(),
                     ..handle(0, range(0, 1), &[], "tokenize")
@@ -597,6 +599,7 @@ fn metadata_seeds() -> Vec<(String, Vec<u8>)> {
                 name: "count".into(),
                 parallelism: 3,
                 component: None,
+                wit: None,
                 subtasks: (0..3)
                     .map(|s| {
                         handle(
@@ -639,6 +642,7 @@ fn metadata_seeds() -> Vec<(String, Vec<u8>)> {
             name: "count".into(),
             parallelism: 3,
             component: None,
+            wit: None,
             subtasks: (0..3)
                 .map(|s| {
                     handle(

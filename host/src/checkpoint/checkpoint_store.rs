@@ -373,6 +373,7 @@ mod tests {
                 name: "count".into(),
                 parallelism: 1,
                 component: None,
+                wit: None,
                 subtasks: vec![SubtaskHandle {
                     key_groups: (0, 128),
                     ..SubtaskHandle::default()

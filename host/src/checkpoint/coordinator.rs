@@ -750,6 +750,14 @@ impl Coordinator {
                 name: name.clone(),
                 parallelism: *parallelism,
                 component: self.setup.components.get(i).cloned().flatten(),
+                // A component links against the host's WIT package; a pipeline built in
+                // code has none.
+                wit: self
+                    .setup
+                    .components
+                    .get(i)
+                    .and_then(|c| c.as_ref())
+                    .map(|_| crate::bindings::PACKAGE.to_owned()),
                 subtasks: handles.iter().flatten().cloned().collect(),
             })
             .collect();

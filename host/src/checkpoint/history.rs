@@ -215,6 +215,7 @@ mod tests {
             name: "count".into(),
             parallelism: 2,
             component: None,
+            wit: None,
             subtasks: vec![
                 subtask(vec![artifact("a", 100), artifact("shared", 50)], 60),
                 subtask(vec![artifact("shared", 50)], 40),

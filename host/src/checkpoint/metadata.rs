@@ -145,8 +145,26 @@ pub struct OperatorHandles {
     /// checkpoint from before digests were recorded, or a pipeline built in code, has none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub component: Option<String>,
+    /// The WIT package its component was linked against (`weir:operator@<version>`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wit: Option<String>,
     /// One per subtask, in subtask order.
     pub subtasks: Vec<SubtaskHandle>,
+}
+
+impl OperatorHandles {
+    /// The states holding entries in any of its subtasks, by name, sorted.
+    pub fn states(&self) -> Vec<&str> {
+        let mut states: Vec<&str> = self
+            .subtasks
+            .iter()
+            .flat_map(|s| &s.states)
+            .map(String::as_str)
+            .collect();
+        states.sort_unstable();
+        states.dedup();
+        states
+    }
 }
 
 /// What rebuilds one subtask's state: its chain of artifacts, oldest first.
@@ -167,6 +185,10 @@ pub struct SubtaskHandle {
     /// Timers pending in the subtask's state (both clocks).
     #[serde(default, skip_serializing_if = "is_zero")]
     pub timers: u64,
+    /// The states (by name) holding entries in the subtask's state: what a new version of
+    /// the operator must declare, or drop with `--allow-dropped-state OP.STATE`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub states: Vec<String>,
 }
 
 fn is_zero(n: &u64) -> bool {

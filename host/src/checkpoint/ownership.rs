@@ -97,6 +97,7 @@ mod tests {
                     live_bytes: 0,
                     watermark: None,
                     timers: 0,
+                    states: Vec::new(),
                 }
             })
             .collect();
@@ -115,6 +116,7 @@ mod tests {
                 name: "op".into(),
                 parallelism,
                 component: None,
+                wit: None,
                 subtasks,
             }],
             timing: None,

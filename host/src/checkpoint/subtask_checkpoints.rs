@@ -176,6 +176,15 @@ pub struct RestoreAssignment {
     pub allow_dropped_state: Vec<String>,
 }
 
+/// What a subtask's state held at a checkpoint, for its metadata.
+struct HeldState {
+    live_bytes: u64,
+    /// Timers pending, both clocks.
+    timers: u64,
+    /// The states holding entries, by name.
+    states: Vec<String>,
+}
+
 /// Who a subtask is, for [`SubtaskCheckpoints::new`].
 pub struct SubtaskIdentity {
     pub operator: String,
@@ -577,7 +586,12 @@ impl SubtaskCheckpoints {
         let timers = backend
             .timers_pending()
             .map_or(0, |(event, processing)| (event + processing) as u64);
-        self.acknowledge(checkpoint, backend.live_bytes() as u64, timers, report);
+        let held = HeldState {
+            live_bytes: backend.live_bytes() as u64,
+            timers,
+            states: backend.states_with_entries(),
+        };
+        self.acknowledge(checkpoint, held, report);
     }
 
     /// Takes out of the chain the links from the first one not stored on: their
@@ -624,13 +638,7 @@ impl SubtaskCheckpoints {
     }
 
     /// Acknowledges `checkpoint` once every upload of the current chain has finished.
-    fn acknowledge(
-        &self,
-        checkpoint: CheckpointId,
-        live_bytes: u64,
-        timers: u64,
-        report: BarrierReport,
-    ) {
+    fn acknowledge(&self, checkpoint: CheckpointId, held: HeldState, report: BarrierReport) {
         let watermark = report.watermark;
         let links: Vec<(ArtifactRef, Upload)> = self
             .chain
@@ -658,9 +666,10 @@ impl SubtaskCheckpoints {
                 subtask,
                 key_groups: (range.start, range.end),
                 chain,
-                live_bytes,
+                live_bytes: held.live_bytes,
                 watermark,
-                timers,
+                timers: held.timers,
+                states: held.states,
             });
             // The coordinator is gone only when the job is stopping.
             let _ = acks.send(Ack::Subtask {

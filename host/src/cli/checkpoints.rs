@@ -399,6 +399,13 @@ pub fn describe(detail: &CheckpointDetail) -> String {
         if let Some(component) = &op.component {
             let _ = writeln!(out, "  component {component}");
         }
+        if let Some(wit) = &op.wit {
+            let _ = writeln!(out, "  wit       {wit}");
+        }
+        let states = op.states();
+        if !states.is_empty() {
+            let _ = writeln!(out, "  states    {}", states.join(", "));
+        }
         for s in &op.subtasks {
             let sizes: Vec<String> = s.chain.iter().map(|a| a.bytes.to_string()).collect();
             let _ = writeln!(

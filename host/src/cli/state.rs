@@ -656,6 +656,7 @@ mod tests {
                 name: "count".into(),
                 parallelism: 2,
                 component: None,
+                wit: None,
                 subtasks: handles,
             }],
             source_max_timestamp: None,

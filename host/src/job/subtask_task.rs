@@ -356,6 +356,7 @@ impl SubtaskTask {
                             live_bytes: 0,
                             watermark: report.watermark,
                             timers: 0,
+                            states: Vec::new(),
                         }),
                         report,
                     })

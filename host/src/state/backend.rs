@@ -237,6 +237,15 @@ impl KeyedStateBackend {
             .collect()
     }
 
+    /// The names of the operator's states that hold entries, for a checkpoint's metadata.
+    pub fn states_with_entries(&self) -> Vec<String> {
+        self.states
+            .iter()
+            .filter(|s| !s.name.starts_with('@') && s.tables.stats().entries > 0)
+            .map(|s| s.name.clone())
+            .collect()
+    }
+
     /// Empties the state `name` (`--allow-dropped-state`). Its entries leave the live state
     /// only: the caller makes the next checkpoint a full one, so no later restore reads them
     /// from the chain again.

@@ -539,7 +539,8 @@ impl Registry {
             });
             if let Some(writer) = writer {
                 return Err(SubmitError(format!(
-                    "{} is written by job {} (`{}`), which is running: one job at a time                      writes an output; cancel it first, or choose another path",
+                    "{} is written by job {} (`{}`), which is running: one job at a time \
+                     writes an output; cancel it first, or choose another path",
                     output.display(),
                     writer.id,
                     writer.name

@@ -189,7 +189,8 @@ impl Registry {
         }
         if job.status() == JobStatus::Finished {
             return Err(refused(format!(
-                "job {id} finished: it read its input to the end, so a new version would have                  nothing to run on; submit the new version as a new job"
+                "job {id} finished: it read its input to the end, so a new version would have \
+                 nothing to run on; submit the new version as a new job"
             )));
         }
         let dir = self.job_dir(&id);
@@ -458,8 +459,13 @@ fn restore_notes(spec: &JobSpec, start: &JobStart, uids: &[&str]) -> Vec<String>
                 (Some(_), Some(_)) => "a new component",
                 _ => "a component the checkpoint does not name",
             };
+            let states = old.states();
+            let held = match states.is_empty() {
+                true => String::new(),
+                false => format!(" (states {})", states.join(", ")),
+            };
             format!(
-                "`{}`{uid}: restores its state from checkpoint {checkpoint} into {code}",
+                "`{}`{uid}: restores its state{held} from checkpoint {checkpoint} into {code}",
                 op.name
             )
         })
