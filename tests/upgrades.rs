@@ -498,13 +498,37 @@ fn a_served_job_is_upgraded_keeping_its_state_and_a_version_that_fails_rolls_bac
     }
     let refused = host.weir(&["upgrade", &id, path(&unkept)], Some(TOKEN));
     assert_eq!(refused.status.code(), Some(2), "{}", stderr(&refused));
+    // A check opens every subtask, offline: a `count` whose new component no longer
+    // declares the counter's state, and an operator that fails to open, are found.
+    let stateless = job.with_file_name("stateless.toml");
+    let text = std::fs::read_to_string(&job).expect("job file");
+    assert!(text.contains("weir_example_counter.wasm"), "{text}");
+    std::fs::write(
+        &stateless,
+        text.replace("weir_example_counter.wasm", "weir_test_faulty.wasm"),
+    )
+    .expect("job file");
+    let refused = host.weir(&["upgrade", &id, path(&stateless), "--check"], Some(TOKEN));
+    assert_eq!(refused.status.code(), Some(2), "{}", stderr(&refused));
+    for part in [
+        "holds state `count` of operator `count`",
+        "--allow-dropped-state count.count",
+    ] {
+        assert!(stderr(&refused).contains(part), "{}", stderr(&refused));
+    }
+    let failing = renamed_version(&job, "failing.toml", &failing_operator());
+    let refused = host.weir(&["upgrade", &id, path(&failing), "--check"], Some(TOKEN));
+    assert_eq!(refused.status.code(), Some(2), "{}", stderr(&refused));
+    for part in ["operator `check` subtask 0 fails to open", "no-such-mode"] {
+        assert!(stderr(&refused).contains(part), "{}", stderr(&refused));
+    }
     let info = host.job(&id);
     assert_eq!(info["version"], 1, "{info}");
     assert_eq!(info["upgrades"], serde_json::json!([]), "{info}");
     assert_eq!(info["status"], "cancelled", "{info}");
 
-    // A version that fails before its first checkpoint: the host rolls back by itself.
-    let failing = renamed_version(&job, "failing.toml", &failing_operator());
+    // The same version, without --check: it fails before its first checkpoint, and the host
+    // rolls back by itself.
     let failed = host.weir(&["upgrade", &id, path(&failing)], Some(TOKEN));
     assert_eq!(failed.status.code(), Some(1), "{}", stderr(&failed));
     for part in ["rolled back", "no-such-mode", "version 1 runs again"] {

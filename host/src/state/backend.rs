@@ -237,6 +237,15 @@ impl KeyedStateBackend {
             .collect()
     }
 
+    /// The names of the states the operator declared as it opened.
+    pub fn declared_states(&self) -> Vec<&str> {
+        self.states
+            .iter()
+            .filter(|s| s.by_operator)
+            .map(|s| s.name.as_str())
+            .collect()
+    }
+
     /// The names of the operator's states that hold entries, for a checkpoint's metadata.
     pub fn states_with_entries(&self) -> Vec<String> {
         self.states

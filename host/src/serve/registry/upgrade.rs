@@ -4,9 +4,10 @@
 //! An upgrade is checked before anything stops: the new job file and components are
 //! written into `jobs/<id>/versions/<n>/` and compiled, they must keep the job's name,
 //! source and sink, and the job's latest checkpoint must restore into them
-//! ([`JobStart::check_state_kept`]). Then the old version stops after a last checkpoint,
-//! that checkpoint is copied into the savepoint `upgrade-<n>`, and the new version starts
-//! from it. If the new version fails before its first checkpoint completes (a trap, a
+//! ([`JobStart::check_state_kept`]); `--check` also opens every subtask offline, which
+//! finds an operator that fails to open or no longer declares a state it held. Then the
+//! old version stops after a last checkpoint, that checkpoint is copied into the savepoint
+//! `upgrade-<n>`, and the new version starts from it. If the new version fails before its first checkpoint completes (a trap, a
 //! refused restore, a limit), the old version starts again from the same savepoint, unless
 //! the upgrade said not to roll back. Nothing the new version wrote reaches the output
 //! before a checkpoint of it completes, so a rollback loses and repeats nothing.
@@ -20,9 +21,12 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use super::{HostedJob, JobRecord, Registry, info, unix_ms};
-use crate::checkpoint::{CheckpointStore, JobStart, RestoreFrom, StartFrom};
+use crate::checkpoint::{CheckpointMetadata, CheckpointStore, JobStart, RestoreFrom, StartFrom};
+use crate::engine::Engine;
 use crate::engine::component_digest::component_digest;
 use crate::job::JobSpec;
+use crate::job::Pipeline;
+use crate::operator::SubtaskContext;
 use crate::serve::job_checkpoints::Which;
 use crate::serve::protocol::{
     JobInfo, JobStatus, UpgradeCheck, UpgradeRecord, UpgradeRequest, UpgradeStatus,
@@ -265,6 +269,21 @@ impl Registry {
         start
             .check_state_kept(&spec.name, &uids, &request.allow_dropped_state)
             .map_err(|e| e.to_string())?;
+        let mut notes = restore_notes(&spec, &start, &uids);
+        // `--check` opens every subtask, offline: one that fails to open, or whose operator
+        // no longer declares a state it held, is found without stopping the job. An upgrade
+        // finds the same as the new version starts, and rolls back.
+        if request.check {
+            let (registry, opened) = (self.clone(), spec.clone());
+            let declared =
+                tokio::task::spawn_blocking(move || declared_states(&opened, &registry.engine))
+                    .await
+                    .map_err(|e| e.to_string())??;
+            if let Some(restored) = start.restored.as_ref().filter(|m| !m.finished) {
+                let allowed = &request.allow_dropped_state;
+                notes.extend(states_kept(restored, &declared, allowed)?);
+            }
+        }
         if start.restored.is_none() && job.status() != JobStatus::Running {
             return Err(format!(
                 "job {} ({}) has no completed checkpoint to carry its state over from",
@@ -276,7 +295,7 @@ impl Registry {
             job: job.id.clone(),
             from,
             checkpoint: start.restored.as_ref().map(|m| m.id.0),
-            operators: restore_notes(&spec, &start, &uids),
+            operators: notes,
         };
         Ok((spec, check))
     }
@@ -434,6 +453,74 @@ fn kept_in_place(old: &Path, new: &Path, name: &str, spec: &JobSpec) -> Result<(
         }
     }
     Ok(())
+}
+
+/// Opens every subtask of every operator of `spec`, with no state restored: the states
+/// each operator declares, by uid (the union over its subtasks). A subtask that fails to
+/// open is an error.
+fn declared_states(spec: &JobSpec, engine: &Engine) -> Result<Vec<(String, Vec<String>)>, String> {
+    let pipeline = Pipeline::from_spec(spec, engine).map_err(|e| e.to_string())?;
+    let mut declared = Vec::new();
+    for stage in &pipeline.stages {
+        let mut states: Vec<String> = Vec::new();
+        for subtask in 0..stage.parallelism {
+            let mut ctx = SubtaskContext::new(
+                &spec.name,
+                &stage.name,
+                subtask,
+                stage.parallelism,
+                pipeline.key_groups,
+            );
+            ctx.config_json = stage.config_json.clone();
+            ctx.limits = stage.limits;
+            let mut instance = stage.factory.instantiate(&ctx).map_err(|e| {
+                format!(
+                    "operator `{}` subtask {subtask} fails to open: {e}",
+                    stage.name
+                )
+            })?;
+            let names = instance.state_mut().declared_states();
+            states.extend(names.into_iter().map(str::to_owned));
+        }
+        states.sort_unstable();
+        states.dedup();
+        declared.push((stage.uid.clone(), states));
+    }
+    Ok(declared)
+}
+
+/// Refuses states `restored` holds that the operators' new versions do not declare
+/// (`declared`, by uid) unless `allowed` drops them; notes the drops.
+fn states_kept(
+    restored: &CheckpointMetadata,
+    declared: &[(String, Vec<String>)],
+    allowed: &[String],
+) -> Result<Vec<String>, String> {
+    let mut notes = Vec::new();
+    for (uid, states) in declared {
+        let Some(old) = restored.operator(uid) else {
+            continue;
+        };
+        for held in old.states() {
+            if states.iter().any(|s| s == held) {
+                continue;
+            }
+            if allowed
+                .iter()
+                .any(|a| *a == *uid || *a == format!("{uid}.{held}"))
+            {
+                notes.push(format!("`{uid}`: its state `{held}` is dropped"));
+            } else {
+                return Err(format!(
+                    "checkpoint {} holds state `{held}` of operator `{uid}` that its new \
+                     version does not declare as it opens: declare it again, or drop it \
+                     with --allow-dropped-state {uid}.{held}",
+                    restored.id
+                ));
+            }
+        }
+    }
+    Ok(notes)
 }
 
 /// What restoring `start` into `spec` does to each operator's state.
