@@ -867,3 +867,55 @@ fn a_state_the_new_version_no_longer_declares_is_refused_by_name_or_dropped_for_
     let out = support::weir(&["run", path(&job), "--restore", "latest", "-q"]);
     assert!(out.status.success(), "{}", stderr(&out));
 }
+
+#[test]
+fn a_served_upgrade_or_restart_drops_state_only_when_told() {
+    let data = tempfile::tempdir().expect("tempdir");
+    let host = Host::start(data.path());
+    let dir = tempfile::tempdir().expect("tempdir");
+    support::write_word_lines(dir.path(), 200_000);
+    let job = word_count(dir.path());
+    let id = host.submit(&job).expect("submitted");
+    cancelled_after_a_checkpoint(&host, &id, dir.path());
+
+    // Version 2 renames the counter without its uid: its state goes, since we say so.
+    let unkept = job.with_file_name("unkept.toml");
+    let text = std::fs::read_to_string(&job).expect("job file");
+    std::fs::write(
+        &unkept,
+        text.replace("name = \"count\"", "name = \"tally\""),
+    )
+    .expect("job");
+    let upgraded = host.weir(
+        &[
+            "upgrade",
+            &id,
+            path(&unkept),
+            "--allow-dropped-state",
+            "count",
+        ],
+        Some(TOKEN),
+    );
+    assert!(upgraded.status.success(), "{}", stderr(&upgraded));
+    assert_eq!(host.wait(&id)["version"], 2);
+
+    // Back to the savepoint of version 1 with version 2's job file: refused, then told.
+    let refused = host.weir(&["restart", &id, "--savepoint", "upgrade-2"], Some(TOKEN));
+    assert_eq!(refused.status.code(), Some(2), "{}", stderr(&refused));
+    for part in ["cannot restore", "`count`", "--allow-dropped-state count"] {
+        assert!(stderr(&refused).contains(part), "{}", stderr(&refused));
+    }
+    let restarted = host.weir(
+        &[
+            "restart",
+            &id,
+            "--savepoint",
+            "upgrade-2",
+            "--allow-dropped-state",
+            "count",
+        ],
+        Some(TOKEN),
+    );
+    assert!(restarted.status.success(), "{}", stderr(&restarted));
+    assert_eq!(host.wait(&id)["status"], "finished");
+}

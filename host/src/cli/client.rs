@@ -100,6 +100,10 @@ pub(super) enum ClientCommand {
         /// A savepoint of the job (`weir savepoint`) instead of a checkpoint.
         #[arg(long, value_name = "NAME", conflicts_with = "checkpoint")]
         savepoint: Option<String>,
+        /// Let the restore drop the state of operator OP (its uid), which the job no longer
+        /// has, or the state STATE of OP, which OP no longer declares. Repeatable.
+        #[arg(long, value_name = "OP[.STATE]")]
+        allow_dropped_state: Vec<String>,
         #[command(flatten)]
         host: HostArgs,
     },
@@ -160,12 +164,24 @@ pub(super) fn client(command: ClientCommand) -> Result<(), Failure> {
                 id,
                 checkpoint,
                 savepoint,
+                allow_dropped_state,
                 host,
             } => {
-                let action = match (checkpoint, savepoint) {
-                    (Some(c), _) => format!("restart?checkpoint={c}"),
-                    (None, Some(name)) => format!("restart?savepoint={name}"),
-                    (None, None) => "restart".into(),
+                let mut query: Vec<String> = Vec::new();
+                match (checkpoint, savepoint) {
+                    (Some(c), _) => query.push(format!("checkpoint={c}")),
+                    (None, Some(name)) => query.push(format!("savepoint={name}")),
+                    (None, None) => {}
+                }
+                if !allow_dropped_state.is_empty() {
+                    query.push(format!(
+                        "allow_dropped_state={}",
+                        allow_dropped_state.join(",")
+                    ));
+                }
+                let action = match query.is_empty() {
+                    true => "restart".to_owned(),
+                    false => format!("restart?{}", query.join("&")),
                 };
                 act(&host, &id, &action).await
             }

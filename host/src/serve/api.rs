@@ -7,7 +7,7 @@
 //! | `GET /v1/jobs/{id}` | one job: status, records per operator, last checkpoint |
 //! | `POST /v1/jobs/{id}/cancel[?checkpoint=true]` | stop a job (after a last checkpoint); its checkpoints stay |
 //! | `POST /v1/jobs/{id}/checkpoint` | take a checkpoint now |
-//! | `POST /v1/jobs/{id}/restart[?checkpoint=N\|savepoint=NAME]` | run an ended job again from checkpoint `N` or a savepoint (default: its latest checkpoint) |
+//! | `POST /v1/jobs/{id}/restart[?checkpoint=N\|savepoint=NAME][&allow_dropped_state=OP,...]` | run an ended job again from checkpoint `N` or a savepoint (default: its latest checkpoint), dropping the state named |
 //! | `POST /v1/jobs/{id}/savepoints` | copy a completed checkpoint into a named savepoint ([`SavepointRequest`]) |
 //! | `POST /v1/jobs/{id}/upgrade` | swap the job's code for a new version, keeping its state ([`UpgradeRequest`]); 202 with its [`JobInfo`] (whose last `upgrades` entry says how it goes), or with `check`, 200 with an [`UpgradeCheck`] |
 //! | `GET /v1/jobs/{id}/logs[?tail=N][&operator=OP][&level=L]` | the last `N` (default 200) lines its guests logged ([`LogLine`]s), of operator `OP`, at level `L` or above |
@@ -162,11 +162,13 @@ async fn checkpoint(State(registry): State<Arc<Registry>>, Path(id): Path<String
 }
 
 /// `?checkpoint=N` or `?savepoint=NAME`: restart from checkpoint `N`, or the savepoint
-/// `NAME`, instead of the latest checkpoint.
+/// `NAME`, instead of the latest checkpoint; `&allow_dropped_state=OP[.STATE],...`: what
+/// of its state the restore may drop.
 #[derive(Debug, serde::Deserialize)]
 pub struct RestartOptions {
     pub checkpoint: Option<u64>,
     pub savepoint: Option<String>,
+    pub allow_dropped_state: Option<String>,
 }
 
 async fn restart(
@@ -185,7 +187,14 @@ async fn restart(
         (None, Some(name)) => Some(RestoreFrom::Savepoint(name)),
         (None, None) => None,
     };
-    match registry.restart(&id, from).await {
+    let allowed = options
+        .allow_dropped_state
+        .iter()
+        .flat_map(|list| list.split(','))
+        .filter(|op| !op.is_empty())
+        .map(str::to_owned)
+        .collect();
+    match registry.restart(&id, from, allowed).await {
         Ok(info) => Json(info).into_response(),
         Err(e @ RestartError::NoSuchJob(_)) => error(StatusCode::NOT_FOUND, e.to_string()),
         Err(e @ (RestartError::Running(_) | RestartError::Upgrading(_))) => {

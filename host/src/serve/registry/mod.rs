@@ -343,11 +343,13 @@ impl Registry {
     }
 
     /// Runs a job that ended (finished, failed or cancelled) again from one of its
-    /// checkpoints: `checkpoint`, or its latest when `None`.
+    /// checkpoints: `checkpoint`, or its latest when `None`; its restore may drop the state
+    /// `allow_dropped_state` names (`OP` or `OP.STATE`).
     pub async fn restart(
         self: &Arc<Self>,
         id: &str,
         from: Option<RestoreFrom>,
+        allow_dropped_state: Vec<String>,
     ) -> Result<JobInfo, RestartError> {
         let job = self
             .jobs()
@@ -382,7 +384,7 @@ impl Registry {
             // Checked here so that a wrong id is a bad request, not a failed job.
             let store = CheckpointStore::open(&checkpoints.store, &spec.name)
                 .map_err(|e| unusable(e.to_string()))?;
-            JobStart::plan(
+            let start = JobStart::plan(
                 &store,
                 &spec.name,
                 &StartFrom::Restore(restore.clone()),
@@ -390,9 +392,13 @@ impl Registry {
             )
             .await
             .map_err(|e| unusable(format!("cannot restore: {e}")))?;
+            let uids: Vec<&str> = spec.operators.iter().map(|op| op.uid.as_str()).collect();
+            start
+                .check_state_kept(&spec.name, &uids, &allow_dropped_state)
+                .map_err(|e| unusable(format!("cannot restore: {e}")))?;
         }
         // Two restarts at once would run the job twice.
-        self.relaunch(&job, spec, restore, Vec::new())
+        self.relaunch(&job, spec, restore, allow_dropped_state)
             .map(|restarted| info(&restarted))
             .ok_or_else(|| RestartError::Running(id.to_owned()))
     }
