@@ -552,6 +552,71 @@ fn members_of_a_group_share_partitions_take_over_from_a_killed_one_and_hand_over
 }
 
 #[test]
+fn a_kafka_job_upgraded_host_by_host_keeps_its_counts_exactly_once() {
+    let GroupRun {
+        seed,
+        mut rng,
+        broker,
+        dir,
+        job,
+        mut input,
+    } = GroupRun::start(4, 20_000, 200);
+    let (data_a, data_b) = (
+        tempfile::tempdir().expect("a"),
+        tempfile::tempdir().expect("b"),
+    );
+    let (a, b) = (Host::start(data_a.path()), Host::start(data_b.path()));
+    let submit = |host: &Host| {
+        let out = host.weir(&["submit", &job, "--json"], Some(TOKEN));
+        assert!(out.status.success(), "submit failed: {}", stderr(&out));
+        let jobs: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+        jobs[0]["id"].as_str().expect("an id").to_owned()
+    };
+    let (id_a, id_b) = (submit(&a), submit(&b));
+    let expected = running_counts(input.iter().map(String::as_str));
+    await_output(
+        &broker,
+        &expected,
+        Duration::from_secs(90),
+        &format!("two hosts (seed {seed})"),
+    );
+    await_partitions_shared(&[(&a, &id_a), (&b, &id_b)], 4, "two hosts");
+
+    // The new version renames the counter and keeps its state under its uid. One host at a
+    // time: while one restarts, the other takes its partitions, and gives them back.
+    let text = std::fs::read_to_string(&job).expect("job file");
+    let renamed = text.replace("name = \"count\"", "name = \"tally\"\nuid = \"count\"");
+    assert_ne!(renamed, text);
+    let v2 = dir.path().join("v2.toml");
+    std::fs::write(&v2, renamed).expect("job file");
+    let v2 = v2.to_str().expect("utf-8");
+    for (host, id, name) in [(&a, &id_a, "a"), (&b, &id_b, "b")] {
+        let out = host.weir(&["upgrade", id, v2], Some(TOKEN));
+        assert!(out.status.success(), "upgrading {name}: {}", stderr(&out));
+        assert!(
+            stderr(&out).contains("from version 1 to 2"),
+            "{}",
+            stderr(&out)
+        );
+        more_words_then_await(
+            &broker,
+            &mut rng,
+            &mut input,
+            (5_000, 200),
+            &format!("after upgrading host {name} (seed {seed})"),
+        );
+    }
+    for (host, id) in [(&a, &id_a), (&b, &id_b)] {
+        let info = host.job(id);
+        assert_eq!(info["version"], 2, "{info}");
+        let upgrades = info["upgrades"].as_array().expect("upgrades");
+        assert_eq!(upgrades.last().expect("one")["status"], "done", "{info}");
+        assert_eq!(info["operators"][0]["name"], "tally", "{info}");
+    }
+    await_partitions_shared(&[(&a, &id_a), (&b, &id_b)], 4, "two upgraded hosts");
+}
+
+#[test]
 fn an_unreachable_broker_fails_at_start_naming_it() {
     let dir = tempfile::tempdir().expect("tempdir");
     // Nothing listens on port 1.

@@ -701,7 +701,11 @@ fn print_job(host: &HostArgs, job: &JobInfo) -> Result<(), Failure> {
                 format!("{} -> {}", u.from, u.to),
                 crate::clock::utc(u.at_ms),
                 u.status.to_string(),
-                u.savepoint,
+                if u.savepoint.is_empty() {
+                    "-"
+                } else {
+                    &u.savepoint
+                },
                 u.reason.as_deref().unwrap_or("")
             );
         }

@@ -71,8 +71,11 @@ async fn run(args: UpgradeArgs) -> Result<(), Failure> {
         )));
     };
     eprintln!(
-        "upgrading {} from version {} to {} (savepoint `{}`)...",
-        args.id, asked.from, asked.to, asked.savepoint
+        "upgrading {} from version {} to {} (from {})...",
+        args.id,
+        asked.from,
+        asked.to,
+        restored_from(&asked)
     );
     let deadline = Instant::now() + Duration::from_secs(args.timeout);
     let (info, upgrade) = loop {
@@ -111,14 +114,23 @@ fn ended(id: &str, upgrade: &UpgradeRecord) -> Result<(), Failure> {
         }
         UpgradeStatus::RolledBack => Err(Failure::failed(anyhow!(
             "the upgrade of {id} to version {} was rolled back: {reason}; version {} runs \
-             again from savepoint `{}`",
+             again from {}",
             upgrade.to,
             upgrade.from,
-            upgrade.savepoint
+            restored_from(upgrade)
         ))),
         UpgradeStatus::Failed | UpgradeStatus::InProgress => Err(Failure::failed(anyhow!(
             "the upgrade of {id} to version {} failed: {reason}",
             upgrade.to
         ))),
+    }
+}
+
+/// What the versions of `upgrade` restore from: its savepoint, or (a Kafka job's) each
+/// partition's latest checkpoint.
+fn restored_from(upgrade: &UpgradeRecord) -> String {
+    match upgrade.savepoint.as_str() {
+        "" => "each partition's latest checkpoint".into(),
+        name => format!("savepoint `{name}`"),
     }
 }

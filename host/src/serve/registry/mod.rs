@@ -682,6 +682,16 @@ impl HostedJob {
         }
     }
 
+    /// The checkpoints its pipelines completed since this run of it started (of a Kafka
+    /// job, those of the partitions it owns now).
+    fn checkpoints_completed(&self) -> u64 {
+        let completed = |m: &JobMetrics| m.checkpoints.completed.load(Ordering::Relaxed);
+        match &self.group {
+            Some(view) => view.owned().iter().map(|p| completed(&p.metrics)).sum(),
+            None => completed(&self.metrics),
+        }
+    }
+
     /// The last completed checkpoint of each pipeline: by stage and partition for a Kafka
     /// job, under `(0, -1)` for a job of one pipeline.
     fn last_checkpoints(&self) -> BTreeMap<(usize, i32), u64> {

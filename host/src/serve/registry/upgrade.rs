@@ -18,7 +18,6 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 
 use super::{HostedJob, JobRecord, Registry, info, unix_ms};
 use crate::checkpoint::{CheckpointMetadata, CheckpointStore, JobStart, RestoreFrom, StartFrom};
@@ -178,13 +177,6 @@ impl Registry {
     ) -> Result<UpgradeAnswer, UpgradeError> {
         let refused = |m: String| UpgradeError::Refused(m);
         let id = job.id.clone();
-        if job.group.is_some() {
-            return Err(refused(format!(
-                "job {id} reads Kafka: a Kafka job cannot be upgraded in place yet; cancel it \
-                 (`weir cancel {id} --checkpoint`) and submit the new version, whose \
-                 partitions resume from their own latest checkpoints"
-            )));
-        }
         if job.checkpoint_store.is_none() {
             return Err(refused(format!(
                 "job {id} keeps no checkpoints (its job file has no [checkpoints] section): \
@@ -220,7 +212,12 @@ impl Registry {
             from,
             to,
             at_ms: unix_ms(),
-            savepoint: format!("upgrade-{to}"),
+            // A Kafka job's partitions each keep their own checkpoints: each restores its
+            // latest, with no savepoint.
+            savepoint: match job.group {
+                Some(_) => String::new(),
+                None => format!("upgrade-{to}"),
+            },
             rollback: !request.no_rollback,
             allow_dropped_state: request.allow_dropped_state.clone(),
             status: UpgradeStatus::InProgress,
@@ -259,6 +256,23 @@ impl Registry {
         .map_err(|e| e.to_string())?;
         let dir = self.job_dir(&job.id);
         kept_in_place(&version_dir(&dir, from), folder, &job.name, &spec)?;
+        if job.group.is_some() {
+            // Each partition checks its own latest checkpoint as it starts; a failure there
+            // rolls the upgrade back.
+            return Ok((
+                spec,
+                UpgradeCheck {
+                    job: job.id.clone(),
+                    from,
+                    checkpoint: None,
+                    operators: vec![
+                        "a Kafka job: each partition restores its own latest checkpoint as the \
+                         new version takes it"
+                            .into(),
+                    ],
+                },
+            ));
+        }
         let store_url = job.checkpoint_store.as_deref().unwrap_or_default();
         let store = CheckpointStore::open(store_url, &spec.name).map_err(|e| e.to_string())?;
         let latest = StartFrom::Restore(RestoreFrom::Latest);
@@ -314,9 +328,11 @@ impl Registry {
         }
         job.ended().await;
         let saved = match self.checkpoints(&job.id) {
+            _ if job.group.is_some() => Ok(()),
             Ok(checkpoints) => checkpoints
                 .save_as(Which::Latest, &upgrade.savepoint)
                 .await
+                .map(|_| ())
                 .map_err(|e| e.to_string()),
             Err(e) => Err(e.to_string()),
         };
@@ -335,7 +351,7 @@ impl Registry {
             return;
         }
         job.versions().current = upgrade.to;
-        let restore = RestoreFrom::Savepoint(upgrade.savepoint.clone());
+        let restore = restore_of(&job, &upgrade);
         match self.relaunch(&job, spec, restore, upgrade.allow_dropped_state.clone()) {
             Some(upgraded) => self.watch_upgrade(upgraded, upgrade).await,
             None => {
@@ -352,15 +368,16 @@ impl Registry {
         upgrade: UpgradeRecord,
     ) {
         let dir = self.job_dir(&job.id);
-        let checkpointed = || job.metrics.checkpoints.completed.load(Ordering::Relaxed) > 0;
-        let mut asked = false;
+        let checkpointed = || job.checkpoints_completed() > 0;
+        let mut asked: Option<tokio::time::Instant> = None;
         let (status, reason) = loop {
             let status = job.status();
-            // Once it has opened, its first checkpoint is asked for rather than waited for:
-            // the job file's interval may be an hour.
-            if !asked && job.started.is_raised() {
+            // Once it has opened, its first checkpoint is asked for rather than waited for
+            // (the job file's interval may be an hour), and again every second: a Kafka
+            // job's partitions may come to it after the first request.
+            if job.started.is_raised() && asked.is_none_or(|at| at.elapsed().as_secs() >= 1) {
                 job.checkpoint_now.request();
-                asked = true;
+                asked = Some(tokio::time::Instant::now());
             }
             // A checkpoint completed before the run ended counts, however it ended.
             if checkpointed() {
@@ -409,7 +426,7 @@ impl Registry {
             let old = JobSpec::load(&job.versions().job_file(&dir));
             match old {
                 Ok(old) => {
-                    let restore = RestoreFrom::Savepoint(upgrade.savepoint.clone());
+                    let restore = restore_of(&job, &upgrade);
                     self.relaunch(&job, old, restore, Vec::new());
                 }
                 Err(e) => {
@@ -422,6 +439,15 @@ impl Registry {
         // The rolled-back run wrote its record as it started; this one says how it ended.
         JobRecord::of(&job).write(&dir);
         self.upgrading().remove(&job.id);
+    }
+}
+
+/// Where a version of `job` restores from in `upgrade`: its savepoint; a Kafka job's
+/// partitions each from their own latest checkpoint.
+fn restore_of(job: &HostedJob, upgrade: &UpgradeRecord) -> RestoreFrom {
+    match job.group {
+        Some(_) => RestoreFrom::Latest,
+        None => RestoreFrom::Savepoint(upgrade.savepoint.clone()),
     }
 }
 
