@@ -551,6 +551,50 @@ fn members_of_a_group_share_partitions_take_over_from_a_killed_one_and_hand_over
     );
 }
 
+/// Two `weir serve` hosts, each running the job as a member of its group.
+struct TwoHosts {
+    /// Their data folders.
+    data: (tempfile::TempDir, tempfile::TempDir),
+    a: Host,
+    b: Host,
+    id_a: String,
+    id_b: String,
+}
+
+impl TwoHosts {
+    /// Two hosts that run `job`, once they share its 4 partitions and the output holds the
+    /// counts of `input`.
+    fn sharing(broker: &Broker, job: &str, input: &[String], seed: u64) -> Self {
+        let data = (
+            tempfile::tempdir().expect("a"),
+            tempfile::tempdir().expect("b"),
+        );
+        let (a, b) = (Host::start(data.0.path()), Host::start(data.1.path()));
+        let submit = |host: &Host| {
+            let out = host.weir(&["submit", job, "--json"], Some(TOKEN));
+            assert!(out.status.success(), "submit failed: {}", stderr(&out));
+            let jobs: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+            jobs[0]["id"].as_str().expect("an id").to_owned()
+        };
+        let (id_a, id_b) = (submit(&a), submit(&b));
+        let expected = running_counts(input.iter().map(String::as_str));
+        await_output(
+            broker,
+            &expected,
+            Duration::from_secs(90),
+            &format!("two hosts (seed {seed})"),
+        );
+        await_partitions_shared(&[(&a, &id_a), (&b, &id_b)], 4, "two hosts");
+        Self {
+            data,
+            a,
+            b,
+            id_a,
+            id_b,
+        }
+    }
+}
+
 #[test]
 fn a_kafka_job_upgraded_host_by_host_keeps_its_counts_exactly_once() {
     let GroupRun {
@@ -561,26 +605,13 @@ fn a_kafka_job_upgraded_host_by_host_keeps_its_counts_exactly_once() {
         job,
         mut input,
     } = GroupRun::start(4, 20_000, 200);
-    let (data_a, data_b) = (
-        tempfile::tempdir().expect("a"),
-        tempfile::tempdir().expect("b"),
-    );
-    let (a, b) = (Host::start(data_a.path()), Host::start(data_b.path()));
-    let submit = |host: &Host| {
-        let out = host.weir(&["submit", &job, "--json"], Some(TOKEN));
-        assert!(out.status.success(), "submit failed: {}", stderr(&out));
-        let jobs: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
-        jobs[0]["id"].as_str().expect("an id").to_owned()
-    };
-    let (id_a, id_b) = (submit(&a), submit(&b));
-    let expected = running_counts(input.iter().map(String::as_str));
-    await_output(
-        &broker,
-        &expected,
-        Duration::from_secs(90),
-        &format!("two hosts (seed {seed})"),
-    );
-    await_partitions_shared(&[(&a, &id_a), (&b, &id_b)], 4, "two hosts");
+    let TwoHosts {
+        data: _data,
+        a,
+        b,
+        id_a,
+        id_b,
+    } = TwoHosts::sharing(&broker, &job, &input, seed);
 
     // The new version renames the counter and keeps its state under its uid. One host at a
     // time: while one restarts, the other takes its partitions, and gives them back.
@@ -876,27 +907,13 @@ fn jobs_on_serve_hosts_share_partitions_show_them_with_their_lag_and_take_over()
         job,
         mut input,
     } = GroupRun::start(4, 40_000, 400);
-    let (data_a, data_b) = (
-        tempfile::tempdir().expect("a"),
-        tempfile::tempdir().expect("b"),
-    );
-    let a = Host::start(data_a.path());
-    let mut b = Host::start(data_b.path());
-    let submit = |host: &Host| {
-        let out = host.weir(&["submit", &job, "--json"], Some(TOKEN));
-        assert!(out.status.success(), "submit failed: {}", stderr(&out));
-        let jobs: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
-        jobs[0]["id"].as_str().expect("an id").to_owned()
-    };
-    let (id_a, id_b) = (submit(&a), submit(&b));
-    let expected = running_counts(input.iter().map(String::as_str));
-    await_output(
-        &broker,
-        &expected,
-        Duration::from_secs(90),
-        &format!("two hosts (seed {seed})"),
-    );
-    await_partitions_shared(&[(&a, &id_a), (&b, &id_b)], 4, "two hosts");
+    let TwoHosts {
+        data: _data,
+        a,
+        mut b,
+        id_a,
+        id_b,
+    } = TwoHosts::sharing(&broker, &job, &input, seed);
     // Each host shows the partitions it owns: together they read the whole input, and
     // nothing is left to read.
     let (on_a, on_b) = (served_partitions(&a, &id_a), served_partitions(&b, &id_b));
