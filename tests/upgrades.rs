@@ -643,6 +643,9 @@ fn killed_during_an_upgrade(point: KillPoint) {
     let words = support::write_word_lines(dir.path(), 200_000);
     let job = word_count(dir.path());
     let id = host.submit(&job).expect("submitted");
+    // Stopped mid-input first, so that the upgrade finds it as it is whatever the machine's
+    // speed (a running job could finish before it, and refuse it).
+    cancelled_after_a_checkpoint(&host, &id, dir.path());
     let record = data.path().join("jobs").join(&id).join("job.json");
     let renamed = renamed_version(&job, "renamed.toml", "");
     let mut upgrade = Command::new(env!("CARGO_BIN_EXE_weir"))
@@ -650,7 +653,7 @@ fn killed_during_an_upgrade(point: KillPoint) {
         .env("WEIR_TOKEN", TOKEN)
         .env("WEIR_CACHE_DIR", cache_dir())
         .stdout(Stdio::null())
-        .stderr(Stdio::null())
+        .stderr(Stdio::piped())
         .spawn()
         .expect("weir upgrade");
     let reached = |r: &str| match point {
@@ -659,6 +662,17 @@ fn killed_during_an_upgrade(point: KillPoint) {
     };
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
     while !std::fs::read_to_string(&record).is_ok_and(|r| reached(&r)) {
+        if let Some(status) = upgrade.try_wait().expect("weir upgrade") {
+            let mut said = String::new();
+            let _ = std::io::Read::read_to_string(
+                &mut upgrade.stderr.take().expect("stderr"),
+                &mut said,
+            );
+            assert!(
+                status.success(),
+                "{point:?}: weir upgrade failed before it was reached: {said}"
+            );
+        }
         assert!(
             std::time::Instant::now() < deadline,
             "{point:?} not reached"

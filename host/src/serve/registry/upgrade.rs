@@ -420,19 +420,24 @@ impl Registry {
             Some(reason) => tracing::warn!(job = %job.id, %status, %reason, "upgrade ended"),
             None => tracing::info!(job = %job.id, to = upgrade.to, "upgrade done"),
         }
-        job.versions().end(status, reason);
-        if status == UpgradeStatus::RolledBack {
-            job.versions().current = upgrade.from;
-            let old = JobSpec::load(&job.versions().job_file(&dir));
-            match old {
+        if status != UpgradeStatus::RolledBack {
+            job.versions().end(status, reason);
+        } else {
+            let old_file = version_dir(&dir, upgrade.from).join("job.toml");
+            match JobSpec::load(&old_file) {
                 Ok(old) => {
+                    {
+                        let mut versions = job.versions();
+                        versions.end(status, reason);
+                        versions.current = upgrade.from;
+                    }
                     let restore = restore_of(&job, &upgrade);
                     self.relaunch(&job, old, restore, Vec::new());
                 }
                 Err(e) => {
                     tracing::error!(job = %job.id, error = %e, "cannot roll back");
-                    job.versions()
-                        .end(UpgradeStatus::Failed, Some(e.to_string()));
+                    let why = format!("{}; cannot roll back: {e}", reason.unwrap_or_default());
+                    job.versions().end(UpgradeStatus::Failed, Some(why));
                 }
             }
         }
