@@ -434,6 +434,29 @@ fn failing_operator() -> String {
     )
 }
 
+/// A served [`word_count`] of 200 000 lines, stopped mid-input: cancelled once a checkpoint
+/// covering records completed, so its state has something for a restore to place.
+struct StoppedJob {
+    dir: tempfile::TempDir,
+    words: Vec<String>,
+    job: PathBuf,
+    id: String,
+}
+
+fn served_word_count_stopped_mid_input(host: &Host) -> StoppedJob {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let words = support::write_word_lines(dir.path(), 200_000);
+    let job = word_count(dir.path());
+    let id = host.submit(&job).expect("submitted");
+    cancelled_after_a_checkpoint(host, &id, dir.path());
+    StoppedJob {
+        dir,
+        words,
+        job,
+        id,
+    }
+}
+
 /// Waits until job `id` of `host` has completed a checkpoint that covers records (it
 /// committed output into `dir`), then cancels it (no last one).
 fn cancelled_after_a_checkpoint(host: &Host, id: &str, dir: &Path) {
@@ -465,12 +488,12 @@ fn cancelled_after_a_checkpoint(host: &Host, id: &str, dir: &Path) {
 fn a_served_job_is_upgraded_keeping_its_state_and_a_version_that_fails_rolls_back() {
     let data = tempfile::tempdir().expect("tempdir");
     let host = Host::start(data.path());
-    let dir = tempfile::tempdir().expect("tempdir");
-    let words = support::write_word_lines(dir.path(), 200_000);
-    let job = word_count(dir.path());
-    let id = host.submit(&job).expect("submitted");
-    // Stopped mid-input, with state that a restore would have to place.
-    cancelled_after_a_checkpoint(&host, &id, dir.path());
+    let StoppedJob {
+        dir,
+        words,
+        job,
+        id,
+    } = served_word_count_stopped_mid_input(&host);
 
     // A check changes nothing, and says what would become of each operator's state.
     let renamed = renamed_version(&job, "renamed.toml", "");
@@ -582,11 +605,9 @@ fn an_upgrade_of_a_finished_job_or_one_that_changes_the_output_is_refused_and_ch
         stderr(&refused)
     );
 
-    let dir = tempfile::tempdir().expect("tempdir");
-    support::write_word_lines(dir.path(), 200_000);
-    let job = word_count(dir.path());
-    let id = host.submit(&job).expect("submitted");
-    cancelled_after_a_checkpoint(&host, &id, dir.path());
+    let StoppedJob {
+        dir: _dir, job, id, ..
+    } = served_word_count_stopped_mid_input(&host);
     let elsewhere = job.with_file_name("elsewhere.toml");
     std::fs::write(
         &elsewhere,
@@ -639,13 +660,14 @@ fn a_host_killed_during_an_upgrade_resumes_one_version_and_the_output_stays_exac
 fn killed_during_an_upgrade(point: KillPoint) {
     let data = tempfile::tempdir().expect("tempdir");
     let mut host = Host::start(data.path());
-    let dir = tempfile::tempdir().expect("tempdir");
-    let words = support::write_word_lines(dir.path(), 200_000);
-    let job = word_count(dir.path());
-    let id = host.submit(&job).expect("submitted");
     // Stopped mid-input first, so that the upgrade finds it as it is whatever the machine's
     // speed (a running job could finish before it, and refuse it).
-    cancelled_after_a_checkpoint(&host, &id, dir.path());
+    let StoppedJob {
+        dir,
+        words,
+        job,
+        id,
+    } = served_word_count_stopped_mid_input(&host);
     let record = data.path().join("jobs").join(&id).join("job.json");
     let renamed = renamed_version(&job, "renamed.toml", "");
     let mut upgrade = Command::new(env!("CARGO_BIN_EXE_weir"))
@@ -886,11 +908,9 @@ fn a_state_the_new_version_no_longer_declares_is_refused_by_name_or_dropped_for_
 fn a_served_upgrade_or_restart_drops_state_only_when_told() {
     let data = tempfile::tempdir().expect("tempdir");
     let host = Host::start(data.path());
-    let dir = tempfile::tempdir().expect("tempdir");
-    support::write_word_lines(dir.path(), 200_000);
-    let job = word_count(dir.path());
-    let id = host.submit(&job).expect("submitted");
-    cancelled_after_a_checkpoint(&host, &id, dir.path());
+    let StoppedJob {
+        dir: _dir, job, id, ..
+    } = served_word_count_stopped_mid_input(&host);
 
     // Version 2 renames the counter without its uid: its state goes, since we say so.
     let unkept = job.with_file_name("unkept.toml");

@@ -304,9 +304,14 @@ export class ValueState {
       cache = this._cache;
     }
     let value = cache[slot];
+    if (value === UNREAD && this._items === null) {
+      // The first read of the batch: `_fetch` may decode slots as it reads them (a
+      // `VersionedValueState`'s do).
+      this._fetch();
+      value = cache[slot];
+    }
     if (value === UNREAD) {
       // The first read of the slot in the batch.
-      if (this._items === null) this._fetch();
       if (this._present[slot]) {
         const ends = this._ends;
         value = decodeValue(this._items, slot ? ends[slot - 1] : 0, ends[slot]);
@@ -434,18 +439,6 @@ export class VersionedValueState extends ValueState {
     super(name);
     this.version = version;
     this._migrate = migrate;
-  }
-
-  get(dflt = undefined) {
-    const slot = currentSlot;
-    let cache = this._cache;
-    if (cache === null || slot >= cache.length) {
-      this._begin();
-      cache = this._cache;
-    }
-    if (cache[slot] === UNREAD && this._items === null) this._fetch();
-    const value = cache[slot];
-    return value === ABSENT ? dflt : value;
   }
 
   /** Fetches and decodes every slot not written yet, migrating older values. */

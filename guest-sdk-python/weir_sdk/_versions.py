@@ -11,8 +11,7 @@ version: read it with `value.get("field", default)`, or `{**defaults, **value}`.
 """
 
 from ._errors import WeirError
-from ._codec import _decode
-from ._runtime import _ABSENT, _UNREAD, ValueState
+from ._runtime import _ABSENT, ValueState
 
 
 def _split(stored):
@@ -41,17 +40,12 @@ class VersionedValueState(ValueState):
 
     def _read(self, slot):
         """The value of `slot`, not read yet in this batch, migrated if it is older."""
-        items = self._items
-        if items is None:
-            items = self._fetch()
-            value = self._cache[slot]
-            if value is not _UNREAD:
-                return value
-        data, ends, present = items
-        if not present[slot]:
-            self._cache[slot] = _ABSENT
-            return _ABSENT
-        version, value = _split(_decode(data[ends[slot - 1] if slot else 0 : ends[slot]]))
+        # `ValueState._read` decodes and caches what is stored (no slot is decoded ahead of
+        # it: `_fetch` takes no shortcut here); what it stored is then unwrapped.
+        value = super()._read(slot)
+        if value is _ABSENT:
+            return value
+        version, value = _split(value)
         if version != self.version:
             value = self._migrated(version, value)
             # Written back in this version with the batch's writes, once.
