@@ -315,12 +315,15 @@ static inline void weir_input_free(weir_batch_t *batch, weir_key_slots_t *slots)
 // ---------------------------------------------------------------------------------------------
 // State
 
-// Declares a state; call in `open`.
+// Declares a state; call in `open`. Its values, map keys and list items are JSON text (as
+// weir_buf_append_u64 writes a number): the host stores them as CBOR, the one encoding every
+// language reads, and hands them back as JSON text. Bytes that are not JSON are an error.
 static inline bool weir_declare(const char *name, weir_operator_state_state_kind_t kind,
                                 weir_operator_state_state_id_t *id, operator_string_t *err) {
   operator_string_t text = {(uint8_t *)name, strlen(name)};
   operator_string_t host_error;
-  if (!weir_operator_state_declare(&text, kind, id, &host_error)) {
+  if (!weir_operator_state_declare(&text, kind, WEIR_OPERATOR_STATE_ENCODING_JSON, id,
+                                   &host_error)) {
     return weir_fail_with(err, "declaring state", &host_error);
   }
   return true;

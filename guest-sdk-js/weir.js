@@ -49,8 +49,10 @@
 // arrays (the `apply` log is one: five u32 words per operation), and keeps the per-record
 // path to a few property writes and one call.
 //
-// State values, map keys, map values and list items are stored as JSON text (UTF-8): a count
-// of 5 is stored as the bytes `5`.
+// State values, map keys, map values and list items cross to the host as JSON text (UTF-8),
+// which the host stores as CBOR, the one encoding of state in every language: a count of 5
+// written here reads as 5 in a Rust, Python or C operator. A `Uint8Array` crosses as
+// `{"$bytes": "<base64>"}` and is stored as CBOR bytes (docs/languages.md).
 //
 // `Emitter.emit` takes keys and values as strings (written as UTF-8), `Uint8Array`s (or other
 // typed array views) or `ArrayBuffer`s, and throws a `TypeError` at the call for anything

@@ -259,8 +259,8 @@ fn a_component_of_another_world_is_refused() {
     support::assert_clean_failure(
         &out,
         &[
-            "does not implement the world weir:operator/operator@0.5.0",
-            "does not export `weir:operator/processor@0.5.0`",
+            "does not implement the world weir:operator/operator@0.6.0",
+            "does not export `weir:operator/processor@0.6.0`",
             "wasi:cli/run",
         ],
     );

@@ -186,6 +186,7 @@ fn metadata(id: CheckpointId, handle: &SubtaskHandle) -> CheckpointMetadata {
             parallelism: 1,
             component: None,
             wit: None,
+            state_encoding: Some("cbor".into()),
             subtasks: vec![handle.clone()],
         }],
         timing: None,

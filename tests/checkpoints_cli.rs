@@ -51,6 +51,7 @@ fn metadata(job: &str, id: u64) -> CheckpointMetadata {
             parallelism: 2,
             component: None,
             wit: None,
+            state_encoding: Some("cbor".into()),
             subtasks: chains
                 .iter()
                 .enumerate()

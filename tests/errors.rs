@@ -40,8 +40,8 @@ fn a_component_of_another_world_is_refused_naming_what_is_missing() {
     assert_clean_failure(
         &out,
         &[
-            "does not implement the world weir:operator/operator@0.5.0",
-            "does not export `weir:operator/processor@0.5.0`",
+            "does not implement the world weir:operator/operator@0.6.0",
+            "does not export `weir:operator/processor@0.6.0`",
             "wasi:cli/run",
         ],
     );
@@ -55,7 +55,7 @@ fn a_component_built_against_the_previous_wit_is_told_to_rebuild() {
     let mut bytes = std::fs::read(component("weir-example-counter")).expect("read");
     let mut renamed = 0;
     for interface in ["processor", "state", "time", "log", "types"] {
-        let new = format!("weir:operator/{interface}@0.5.0");
+        let new = format!("weir:operator/{interface}@0.6.0");
         let old = format!("weir:operator/{interface}@0.4.0");
         while let Some(at) = bytes.windows(new.len()).position(|w| w == new.as_bytes()) {
             bytes[at..at + new.len()].copy_from_slice(old.as_bytes());
@@ -70,9 +70,9 @@ fn a_component_built_against_the_previous_wit_is_told_to_rebuild() {
     assert_clean_failure(
         &out,
         &[
-            "old-counter.wasm does not implement the world weir:operator/operator@0.5.0",
+            "old-counter.wasm does not implement the world weir:operator/operator@0.6.0",
             "it was built against weir:operator@0.4.0, and this Weir implements \
-             weir:operator@0.5.0: rebuild it with this Weir (`weir build`), or with its SDK \
+             weir:operator@0.6.0: rebuild it with this Weir (`weir build`), or with its SDK \
              and `wit/`",
         ],
     );

@@ -423,6 +423,11 @@ fn guest_apply() {
 }
 
 #[test]
+fn state_encoding() {
+    fuzz("state_encoding");
+}
+
+#[test]
 fn guest_batch() {
     fuzz("guest_batch");
 }

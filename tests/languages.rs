@@ -4,8 +4,10 @@
 //!
 //! The same input through tokenizer -> counter (two subtasks) -> file, with checkpoints, must
 //! give the same output (every word with its running count) and leave the same state: the
-//! last checkpoint, restored, holds for every word exactly its count. The SDKs encode state
-//! differently (Rust: CBOR; Python, JavaScript, C: JSON text), so counts are compared decoded.
+//! last checkpoint, restored, holds for every word exactly its count, stored as CBOR whatever
+//! the language (the Python, JavaScript and C SDKs speak JSON text, which the host converts).
+//! So a Python counter's savepoint restores into the Rust, JavaScript and C counters, whose
+//! counts go on from where the Python one left them.
 //!
 //! And a counter that fails (on a record without key) tells the host which record of the
 //! batch it failed on, with its traceback or stack where the language has one, and keeps
@@ -16,16 +18,18 @@ use crate::support;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
+use object_store::{ObjectStoreExt, PutPayload};
 use support::crash::{committed, running_counts};
 use support::{built_operator, repo, stderr, tokenize_then, weir};
 use weir_host::checkpoint::CheckpointStore;
+use weir_host::checkpoint::format;
 use weir_host::checkpoint::storage::read_increment;
 use weir_host::engine::{Engine, EngineOptions};
 use weir_host::guest::WasmOperator;
 use weir_host::operator::{FailureKind, OperatorInstance, SubtaskContext};
 use weir_host::partition::{KeyGroupRange, KeyGroups, hash_key};
 use weir_host::record::{RecordBatch, RecordRef};
-use weir_host::state::{KeyRef, KeyedStateBackend, StateKind};
+use weir_host::state::{Change, KeyRef, KeyedStateBackend, StateBytes, StateKind};
 
 /// Text with repeated words, punctuation and non-ASCII words.
 fn input() -> String {
@@ -52,24 +56,13 @@ fn input() -> String {
     text
 }
 
-/// How the counter's SDK stores a count.
-enum Encoding {
-    Cbor,
-    Json,
-}
-
-fn decode(bytes: &[u8], encoding: &Encoding) -> u64 {
-    match encoding {
-        Encoding::Cbor => ciborium::from_reader(bytes).expect("a CBOR count"),
-        Encoding::Json => std::str::from_utf8(bytes)
-            .ok()
-            .and_then(|s| s.parse().ok())
-            .unwrap_or_else(|| panic!("not a JSON count: {bytes:?}")),
-    }
+/// A count as the host stores it: CBOR, whatever the language of the counter that wrote it.
+fn decode(bytes: &[u8]) -> u64 {
+    ciborium::from_reader(bytes).unwrap_or_else(|e| panic!("not a CBOR count ({e}): {bytes:?}"))
 }
 
 /// Runs the word count with the counter built from `project` and checks its output and state.
-fn behaves_like_the_word_counter(project: &Path, encoding: Encoding) {
+fn behaves_like_the_word_counter(project: &Path) {
     let component = built_operator(project);
     let dir = tempfile::tempdir().expect("tempdir");
     let text = input();
@@ -160,7 +153,7 @@ fn behaves_like_the_word_counter(project: &Path, encoding: Encoding) {
                 continue;
             }
             if let Some(bytes) = backend.value_get(state, key).expect("get") {
-                found.insert(word.clone(), decode(bytes, &encoding));
+                found.insert(word.clone(), decode(bytes));
             }
         }
         assert_eq!(
@@ -178,28 +171,212 @@ fn behaves_like_the_word_counter(project: &Path, encoding: Encoding) {
 
 #[test]
 fn the_rust_counter_behaves_like_the_word_counter() {
-    behaves_like_the_word_counter(&repo().join("examples/wordcount/counter"), Encoding::Cbor);
+    behaves_like_the_word_counter(&repo().join("examples/wordcount/counter"));
 }
 
 #[test]
 fn the_python_counter_behaves_like_the_word_counter() {
-    behaves_like_the_word_counter(
-        &repo().join("examples/languages/python-counter"),
-        Encoding::Json,
-    );
+    behaves_like_the_word_counter(&repo().join("examples/languages/python-counter"));
 }
 
 #[test]
 fn the_javascript_counter_behaves_like_the_word_counter() {
-    behaves_like_the_word_counter(
-        &repo().join("examples/languages/js-counter"),
-        Encoding::Json,
-    );
+    behaves_like_the_word_counter(&repo().join("examples/languages/js-counter"));
 }
 
 #[test]
 fn the_c_counter_behaves_like_the_word_counter() {
-    behaves_like_the_word_counter(&repo().join("examples/languages/c-counter"), Encoding::Json);
+    behaves_like_the_word_counter(&repo().join("examples/languages/c-counter"));
+}
+
+/// A word count (tokenizer, then a counter over two subtasks) in `dir`, checkpointing into
+/// `dir/store` and paced to run for seconds, with its counter swapped for each counter in turn.
+struct CounterJob {
+    job: PathBuf,
+    /// The job file as written, naming the Rust counter.
+    written: String,
+    rust: String,
+}
+
+impl CounterJob {
+    fn new(dir: &Path, rust: &Path) -> Self {
+        let job = tokenize_then(
+            dir,
+            "name = \"wc\"\nbatch_size = 16",
+            "count",
+            "weir-example-counter",
+            "parallelism = 2",
+            &format!(
+                "[checkpoints]\nstore = \"file://{}\"\ninterval_ms = 20",
+                dir.join("store").display()
+            ),
+        );
+        // 200 000 lines take at least 2 s: the run is still running when a test kills it.
+        support::pace_source(&job, 100_000);
+        let written = std::fs::read_to_string(&job).expect("job");
+        let rust = support::toml_path(rust);
+        assert!(written.contains(&rust), "the job names the Rust counter");
+        Self { job, written, rust }
+    }
+
+    fn path(&self) -> &str {
+        self.job.to_str().expect("utf-8")
+    }
+
+    /// The job file, with `component` as its counter.
+    fn with_counter(&self, component: &Path) {
+        let text = self
+            .written
+            .replace(&self.rust, &support::toml_path(component));
+        std::fs::write(&self.job, text).expect("job");
+    }
+
+    /// Runs the job with `component` as its counter until it completed a checkpoint, and
+    /// kills it.
+    fn killed_after_a_checkpoint(&self, dir: &Path, component: &Path) {
+        self.with_counter(component);
+        let mut run = support::spawn_run(&[self.path(), "-q"]);
+        let checkpoints = dir.join("store").join("wc").join("checkpoints");
+        support::wait_while_running(&mut run, "a checkpoint", || {
+            !support::checkpoint_ids(&checkpoints).is_empty()
+        });
+        run.kill().expect("SIGKILL");
+        run.wait().expect("wait");
+    }
+}
+
+#[test]
+fn a_python_counters_savepoint_restores_into_the_rust_javascript_and_c_counters() {
+    let [rust, python, javascript, c] = counters();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let words = support::write_word_lines(dir.path(), 200_000);
+    let job = CounterJob::new(dir.path(), &rust.1);
+    job.killed_after_a_checkpoint(dir.path(), &python.1);
+    let saved = weir(&["savepoint", job.path(), "--name", "python"]);
+    assert!(saved.status.success(), "{}", stderr(&saved));
+
+    let expected = running_counts(words.iter().map(String::as_str));
+    for (language, component) in [rust, javascript, c] {
+        job.with_counter(&component);
+        let out = weir(&["run", job.path(), "--restore", "savepoint:python", "-q"]);
+        assert!(out.status.success(), "{language}: {}", stderr(&out));
+        // Each restore cuts the output back to the savepoint's and goes on from there.
+        assert!(
+            committed(dir.path()) == expected,
+            "{language}: the counts did not go on from the Python counter's"
+        );
+    }
+}
+
+/// A checkpoint an older host wrote (WIT 0.5.0 and earlier) holds a Python counter's JSON text
+/// as it was, and its metadata names no `state_encoding`: restored into the Python counter, the
+/// host converts it to CBOR and the counts go on. The old checkpoint is made from a new one,
+/// its values turned back into the JSON text an older host stored.
+#[test]
+fn a_python_counters_checkpoint_from_an_older_weir_restores_as_its_json_text() {
+    let [rust, python, ..] = counters();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let words = support::write_word_lines(dir.path(), 200_000);
+    let job = CounterJob::new(dir.path(), &rust.1);
+    job.killed_after_a_checkpoint(dir.path(), &python.1);
+    let store = dir.path().join("store");
+
+    // Every checkpoint, as an older host would have written it.
+    let runtime = tokio::runtime::Runtime::new().expect("runtime");
+    let store = CheckpointStore::open(&format!("file://{}", store.display()), "wc").expect("store");
+    let mut converted = 0;
+    let mut rewritten = std::collections::HashMap::new();
+    for id in runtime.block_on(store.completed()).expect("list") {
+        let mut metadata = runtime.block_on(store.read_metadata(id)).expect("metadata");
+        for operator in &mut metadata.operators {
+            operator.wit = None;
+            operator.state_encoding = None;
+            for subtask in &mut operator.subtasks {
+                for artifact in &mut subtask.chain {
+                    // Chains share artifacts: each is turned back once.
+                    if let Some(&bytes) = rewritten.get(&artifact.path) {
+                        artifact.bytes = bytes;
+                        continue;
+                    }
+                    let path = store.resolve(&artifact.path);
+                    let bytes = runtime
+                        .block_on(async { store.object_store().get(&path).await?.bytes().await })
+                        .expect("read artifact");
+                    let mut increment = format::decode(&bytes, None).expect("decode");
+                    for group in &mut increment.groups {
+                        for state in group.states.iter_mut().filter(|s| s.name == "count") {
+                            for change in &mut state.changes {
+                                if let Change::Value {
+                                    value: Some(value), ..
+                                } = change
+                                {
+                                    let json = decode(value).to_string();
+                                    *value = StateBytes::copy_from_slice(json.as_bytes());
+                                    converted += 1;
+                                }
+                            }
+                        }
+                    }
+                    let bytes = format::encode(&increment).expect("encode");
+                    artifact.bytes = bytes.len() as u64;
+                    rewritten.insert(artifact.path.clone(), artifact.bytes);
+                    runtime
+                        .block_on(store.object_store().put(&path, PutPayload::from(bytes)))
+                        .expect("write artifact");
+                }
+            }
+        }
+        runtime
+            .block_on(store.write_metadata(&metadata))
+            .expect("metadata");
+    }
+    assert!(converted > 0, "the checkpoints hold counts");
+
+    let out = weir(&["run", job.path(), "--restore", "latest", "-q"]);
+    let log = stderr(&out);
+    assert!(out.status.success(), "{log}");
+    assert!(
+        committed(dir.path()) == running_counts(words.iter().map(String::as_str)),
+        "the counts did not go on from the older checkpoint's"
+    );
+    // The first checkpoint after the conversion is whole: the chain no longer holds text.
+    let last = *runtime
+        .block_on(store.completed())
+        .expect("list")
+        .last()
+        .expect("one");
+    let metadata = runtime
+        .block_on(store.read_metadata(last))
+        .expect("metadata");
+    let operator = metadata.operator("count").expect("count");
+    assert_eq!(operator.state_encoding.as_deref(), Some("cbor"));
+    for subtask in &operator.subtasks {
+        let increments: Vec<_> = subtask
+            .chain
+            .iter()
+            .map(|a| {
+                let path = store.resolve(&a.path);
+                let bytes = runtime
+                    .block_on(async { store.object_store().get(&path).await?.bytes().await })
+                    .expect("read artifact");
+                format::decode(&bytes, None).expect("decode")
+            })
+            .collect();
+        for change in increments
+            .iter()
+            .flat_map(|i| &i.groups)
+            .flat_map(|g| &g.states)
+            .filter(|s| s.name == "count")
+            .flat_map(|s| &s.changes)
+        {
+            if let Change::Value {
+                value: Some(value), ..
+            } = change
+            {
+                decode(value);
+            }
+        }
+    }
 }
 
 /// The four counters: the language and its component.

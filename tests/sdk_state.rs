@@ -59,7 +59,10 @@ fn expected(text: &str) -> Vec<String> {
             *state.seen.entry(v.to_owned()).or_default() += 1;
         }
         state.history = if v == "reset" { 0 } else { state.history + 1 };
-        let keys: Vec<&str> = state.seen.keys().map(String::as_str).collect();
+        // A map state iterates in the order of its keys' CBOR, as every state is stored
+        // whatever the language: text by its length in bytes, then by its bytes.
+        let mut keys: Vec<&str> = state.seen.keys().map(String::as_str).collect();
+        keys.sort_by_key(|k| (k.len(), *k));
         let count = state.seen.get(target).copied().unwrap_or(0);
         lines.push(format!(
             "{key}|{prev}|{count}|{}|{}|{}",

@@ -278,5 +278,74 @@ export function decode(bytes, start = 0, end = bytes.length) {
     }
     if (i === end) return n;
   }
-  return JSON.parse(utf8Decode(bytes, start, end));
+  const text = utf8Decode(bytes, start, end);
+  return text.includes('"$bytes"') ? JSON.parse(text, reviveBytes) : JSON.parse(text);
+}
+
+// Bytes in state. JSON has no bytes: they cross to the host as `{"$bytes": "<base64>"}`, which
+// it stores as a CBOR byte string (`host/src/state/encoding.rs`), so that bytes a Rust operator
+// stored read here as a Uint8Array, and a Uint8Array stored here reads there as bytes.
+
+/** `JSON.parse`'s reviver, used only for text that holds `"$bytes"`. */
+function reviveBytes(_key, value) {
+  if (value !== null && typeof value === "object" && typeof value.$bytes === "string") {
+    let keys = 0;
+    for (const _ in value) keys++;
+    if (keys === 1) return base64Decode(value.$bytes);
+  }
+  return value;
+}
+
+// `JSON.stringify` asks every object for `toJSON`, so this costs nothing to other values; a
+// Uint8Array had no useful JSON form before (`{"0": 1, "1": 2}`).
+Object.defineProperty(Uint8Array.prototype, "toJSON", {
+  value: function () {
+    return { $bytes: base64Encode(this) };
+  },
+  configurable: true,
+  writable: true,
+});
+
+const BASE64 = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+const BASE64_VALUES = new Int16Array(128).fill(-1);
+for (let i = 0; i < 64; i++) BASE64_VALUES[BASE64.charCodeAt(i)] = i;
+
+/** `bytes` in base64 (RFC 4648, with padding). */
+export function base64Encode(bytes) {
+  let out = "";
+  let i = 0;
+  for (; i + 2 < bytes.length; i += 3) {
+    const n = (bytes[i] << 16) | (bytes[i + 1] << 8) | bytes[i + 2];
+    out += BASE64[n >> 18] + BASE64[(n >> 12) & 63] + BASE64[(n >> 6) & 63] + BASE64[n & 63];
+  }
+  const rest = bytes.length - i;
+  if (rest === 1) {
+    const n = bytes[i] << 16;
+    out += BASE64[n >> 18] + BASE64[(n >> 12) & 63] + "==";
+  } else if (rest === 2) {
+    const n = (bytes[i] << 16) | (bytes[i + 1] << 8);
+    out += BASE64[n >> 18] + BASE64[(n >> 12) & 63] + BASE64[(n >> 6) & 63] + "=";
+  }
+  return out;
+}
+
+/** The bytes of base64 `text` (padding optional); throws a WeirError on other characters. */
+export function base64Decode(text) {
+  const end = text.replace(/=+$/, "").length;
+  const out = new Uint8Array((end * 3) >> 2);
+  let bits = 0;
+  let n = 0;
+  let at = 0;
+  for (let i = 0; i < end; i++) {
+    const c = text.charCodeAt(i);
+    const v = c < 128 ? BASE64_VALUES[c] : -1;
+    if (v < 0) throw new WeirError(`"$bytes" holds a character that is not base64: ${text[i]}`);
+    n = (n << 6) | v;
+    bits += 6;
+    if (bits >= 8) {
+      bits -= 8;
+      out[at++] = (n >> bits) & 255;
+    }
+  }
+  return out;
 }

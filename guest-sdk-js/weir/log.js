@@ -1,8 +1,8 @@
 // The guest log (`log`, and `console` where QuickJS has none), and the counts an operator
 // reports to the host (records dropped as too late).
 
-import * as logApi from "weir:operator/log@0.5.0";
-import * as metricsApi from "weir:operator/metrics@0.5.0";
+import * as logApi from "weir:operator/log@0.6.0";
+import * as metricsApi from "weir:operator/metrics@0.6.0";
 
 // Logging (each call is one crossing to the host: keep it out of per-record loops)
 

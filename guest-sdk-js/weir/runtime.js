@@ -6,8 +6,8 @@
 // read by every state call, the cheapest access QuickJS has (a property of a shared object
 // would cost a lookup per record).
 
-import * as stateApi from "weir:operator/state@0.5.0";
-import * as timeApi from "weir:operator/time@0.5.0";
+import * as stateApi from "weir:operator/state@0.6.0";
+import * as timeApi from "weir:operator/time@0.6.0";
 import { ByteBuffer, decode, encode, encodeInto, putUint32 } from "./bytes.js";
 import { WeirError, failedRecord, failure, host } from "./errors.js";
 import { Batch, HAS_KEY, HAS_TIMESTAMP, NO_SLOT, Record, columnBytes, s64At, s64Halves, u32s } from "./records.js";
@@ -188,7 +188,9 @@ function decodeValue(items, start, end) {
 
 function declare(name, kind) {
   if (!rt.inOpen) throw new WeirError(`state \`${name}\` must be declared in open`);
-  return host(`declaring ${kind} state \`${name}\``, () => stateApi.declare(name, kind));
+  // The SDK writes JSON text (`bytes.js`); the host stores it as CBOR, the one encoding every
+  // language reads.
+  return host(`declaring ${kind} state \`${name}\``, () => stateApi.declare(name, kind, "json"));
 }
 
 /** One JSON value per key. `get` returns undefined (or `dflt`) where the key has none. The
@@ -404,7 +406,8 @@ export class ValueState {
   }
 }
 
-/** A map from JSON keys to JSON values per key, ordered by the bytes of the encoded keys.
+/** A map from JSON keys to JSON values per key, ordered by the bytes of the keys' CBOR (integers
+ * in numeric order, strings by length then bytes).
  * Writes are buffered with the batch's other writes; a read first sends them, then calls the
  * host (one crossing per read, per 1024 entries for `entries`/`keys`). */
 /** The version of a stored value, and the value: `{"$version": N, "$value": V}` for a value of
@@ -532,7 +535,7 @@ export class MapState {
     rt.log(MAP_CLEAR, this._id, rt.slotFor(this.name), undefined, undefined);
   }
 
-  /** Every [key, value], in the order of the encoded keys. */
+  /** Every [key, value], in the order of the keys' CBOR. */
   entries() {
     const out = [];
     this._pages((keys, k0, k1, values, v0, v1) => out.push([decode(keys, k0, k1), decode(values, v0, v1)]));

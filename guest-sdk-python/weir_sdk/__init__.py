@@ -49,8 +49,11 @@ list indexing and C-level builtins (`zip`, `map`, `bytes.join`, `itertools.accum
 `array` slices), build nothing per record that the batch does not need, and build the `apply`
 log and the output columns once per batch.
 
-State values, map keys, map values and list items are stored as JSON text (compact, UTF-8):
-a count of 5 is stored as the bytes `5`. They must be JSON-serializable.
+State values, map keys, map values and list items cross to the host as JSON text (compact,
+UTF-8), which the host stores as CBOR, the one encoding of state in every language: a count
+of 5 written here reads as 5 in a Rust, JavaScript or C operator. They must be
+JSON-serializable, or `bytes` (which cross as `{"$bytes": "<base64>"}` and are stored as CBOR
+bytes; see docs/languages.md).
 
 `Emitter.emit` takes keys and values as `bytes`, `bytearray`, `memoryview` or `str` (UTF-8)
 and raises a `TypeError` at the call for anything else; `emit_json` writes any JSON value.

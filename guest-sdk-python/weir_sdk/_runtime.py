@@ -181,7 +181,9 @@ def _declare(name, kind):
     if not _rt.in_open:
         raise WeirError(f"state `{name}` must be declared in open")
     try:
-        return _state.declare(name, kind)
+        # The SDK writes JSON text (`_codec`); the host stores it as CBOR, the one encoding
+        # every language reads.
+        return _state.declare(name, kind, _state.Encoding.JSON)
     except Err as e:
         raise WeirError(f"declaring state `{name}`: {e.value}") from None
 
@@ -426,7 +428,8 @@ class ValueState:
 
 
 class MapState:
-    """A map from JSON keys to JSON values per key, ordered by the bytes of the encoded keys.
+    """A map from JSON keys to JSON values per key, ordered by the bytes of the keys' CBOR
+    (integers in numeric order, strings by length then bytes).
 
     Writes are buffered with the batch's other writes; a read first sends them, then calls
     the host (one crossing per read, per 1024 entries for `items`/`keys`)."""
@@ -495,7 +498,7 @@ class MapState:
             after = keys[-1]
 
     def items(self):
-        """Every (key, value), in the order of the encoded keys."""
+        """Every (key, value), in the order of the keys' CBOR."""
         return [(_decode(k), _decode(v)) for k, v in self._pages()]
 
     def keys(self):

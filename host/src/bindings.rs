@@ -17,19 +17,19 @@ pub type Operator = BundledOperator;
 pub type OperatorPre<T> = BundledOperatorPre<T>;
 
 /// The WIT package this host implements, as components name it.
-pub const PACKAGE: &str = "weir:operator@0.5.0";
+pub const PACKAGE: &str = "weir:operator@0.6.0";
 /// The world every operator component implements.
-pub const WORLD: &str = "weir:operator/operator@0.5.0";
+pub const WORLD: &str = "weir:operator/operator@0.6.0";
 /// The interface every operator component must export.
-pub const PROCESSOR_EXPORT: &str = "weir:operator/processor@0.5.0";
+pub const PROCESSOR_EXPORT: &str = "weir:operator/processor@0.6.0";
 /// The interfaces Weir provides to operators, besides WASI.
 pub const WEIR_IMPORTS: [&str; 6] = [
-    "weir:operator/types@0.5.0",
-    "weir:operator/state@0.5.0",
-    "weir:operator/time@0.5.0",
-    "weir:operator/log@0.5.0",
-    "weir:operator/metrics@0.5.0",
-    "weir:operator/bundle@0.5.0",
+    "weir:operator/types@0.6.0",
+    "weir:operator/state@0.6.0",
+    "weir:operator/time@0.6.0",
+    "weir:operator/log@0.6.0",
+    "weir:operator/metrics@0.6.0",
+    "weir:operator/bundle@0.6.0",
 ];
 
 #[cfg(test)]

@@ -101,6 +101,13 @@ pub const TARGETS: &[Target] = &[
         max_len: 64 << 10,
     },
     Target {
+        name: "state_encoding",
+        run: state_encoding,
+        mutate: mutate_state_encoding,
+        seeds: state_encoding_seeds,
+        max_len: 4 << 10,
+    },
+    Target {
         name: "serve_submit",
         run: serve_submit,
         mutate: mutate_submit,
@@ -590,6 +597,7 @@ fn metadata_seeds() -> Vec<(String, Vec<u8>)> {
                 parallelism: 1,
                 component: None,
                 wit: None,
+                state_encoding: Some("cbor".into()),
                 subtasks: vec![SubtaskHandle {
                     chain: Vec::new(),
                     ..handle(0, range(0, 1), &[], "tokenize")
@@ -600,6 +608,7 @@ fn metadata_seeds() -> Vec<(String, Vec<u8>)> {
                 parallelism: 3,
                 component: None,
                 wit: None,
+                state_encoding: Some("cbor".into()),
                 subtasks: (0..3)
                     .map(|s| {
                         handle(
@@ -643,6 +652,7 @@ fn metadata_seeds() -> Vec<(String, Vec<u8>)> {
             parallelism: 3,
             component: None,
             wit: None,
+            state_encoding: Some("cbor".into()),
             subtasks: (0..3)
                 .map(|s| {
                     handle(
@@ -1211,13 +1221,126 @@ fn artifact_seeds() -> Vec<(String, Vec<u8>)> {
         .collect()
 }
 
+// ----- state values between JSON text and CBOR -----------------------------------------------
+
+/// Input: a byte saying which way (0: JSON text from a guest, else: CBOR from the store), then
+/// the value. JSON that converts must read back as JSON that converts to the same CBOR; CBOR
+/// that reads as JSON must read as the same JSON once converted (integer map keys become
+/// text, so the CBOR itself may change), unless it held an integer beyond 64 bits.
+fn state_encoding(input: &[u8]) -> Found {
+    use weir_host::state::encoding::{EncodingError, cbor_to_json, converted, json_to_cbor};
+    let Some((&way, value)) = input.split_first() else {
+        return Ok(());
+    };
+    if way == 0 {
+        let Ok(cbor) = converted(value, json_to_cbor) else {
+            return Ok(());
+        };
+        accepted();
+        let json = converted(&cbor, cbor_to_json)
+            .map_err(|e| format!("CBOR converted from JSON does not read back: {e}"))?;
+        let again = converted(&json, json_to_cbor)
+            .map_err(|e| format!("JSON read back does not convert again: {e}"))?;
+        check(again == cbor, || {
+            format!(
+                "JSON -> CBOR -> JSON -> CBOR changed the value: {:?}",
+                String::from_utf8_lossy(&json)
+            )
+        })
+    } else {
+        let Ok(json) = converted(value, cbor_to_json) else {
+            return Ok(());
+        };
+        accepted();
+        let cbor = match converted(&json, json_to_cbor) {
+            Ok(cbor) => cbor,
+            Err(EncodingError::IntegerTooLarge(_)) => return Ok(()),
+            Err(e) => {
+                return Err(format!(
+                    "JSON read from CBOR does not convert back ({e}): {:?}",
+                    String::from_utf8_lossy(&json)
+                ));
+            }
+        };
+        let again = converted(&cbor, cbor_to_json)
+            .map_err(|e| format!("converted CBOR does not read back: {e}"))?;
+        check(again == json, || {
+            format!(
+                "CBOR -> JSON -> CBOR -> JSON changed the value: {:?} then {:?}",
+                String::from_utf8_lossy(&json),
+                String::from_utf8_lossy(&again)
+            )
+        })
+    }
+}
+
+fn mutate_state_encoding(rng: &mut Rng, input: &[u8]) -> Option<Vec<u8>> {
+    let (&way, value) = input.split_first()?;
+    if way != 0 {
+        return None;
+    }
+    let mut tree: serde_json::Value = serde_json::from_slice(value).ok()?;
+    mutate_json(rng, &mut tree);
+    let mut out = vec![0];
+    out.extend(serde_json::to_vec(&tree).ok()?);
+    Some(out)
+}
+
+fn state_encoding_seeds() -> Vec<(String, Vec<u8>)> {
+    let json: [(&str, &str); 5] = [
+        ("counter", "42"),
+        (
+            "seen",
+            r#"{"count":3,"last_seen":-17,"ratio":0.5,"tags":["a","é\n"],"p":null}"#,
+        ),
+        ("bytes", r#"{"$bytes":"AAH/"}"#),
+        ("versioned", r#"{"$version":2,"$value":{"count":1}}"#),
+        (
+            "nested",
+            r#"[[1,[2.5e-7,[true,false]]],{"a":{"b":[]}},NaN,-Infinity]"#,
+        ),
+    ];
+    let mut seeds: Vec<(String, Vec<u8>)> = json
+        .into_iter()
+        .map(|(name, text)| {
+            (
+                format!("json-{name}"),
+                [&[0u8][..], text.as_bytes()].concat(),
+            )
+        })
+        .collect();
+    let mut cbor = |name: &str, value: &dyn erased::Cbor| {
+        seeds.push((format!("cbor-{name}"), [&[1u8][..], &value.cbor()].concat()));
+    };
+    cbor("struct", &(3u64, "page", 0.25f64, vec![Some(1i32), None]));
+    cbor("int-keys", &BTreeMap::from([(1u32, "a"), (2, "b")]));
+    cbor("bignum", &u128::MAX);
+    seeds
+}
+
+/// Seeds of several types in one list.
+mod erased {
+    pub trait Cbor {
+        fn cbor(&self) -> Vec<u8>;
+    }
+
+    impl<T: serde::Serialize> Cbor for T {
+        fn cbor(&self) -> Vec<u8> {
+            let mut out = Vec::new();
+            ciborium::into_writer(self, &mut out).expect("CBOR");
+            out
+        }
+    }
+}
+
 // ----- the guest's `apply` log --------------------------------------------------------------
 
 /// The keys a guest's batch may hold (equal ones share a slot).
 const BATCH_KEYS: &[&[u8]] = &[b"a", b"b", b"", b"a", &[b'k'; 40], &[0xff, 0], b"b", b"c"];
 
 /// Input: flags (bit 0: keep an undo log; bit 1: roll back after the call; bit 2: the batch
-/// came through a keyed edge; bit 3: an unkeyed record too), the number of records (of
+/// came through a keyed edge; bit 3: an unkeyed record too; bit 4: the states are declared
+/// as JSON, so every write and read goes through the host's conversion), the number of records (of
 /// [`BATCH_KEYS`]), the operation log's length (u16 LE), the log, then the data.
 fn guest_apply(input: &[u8]) -> Found {
     let (head, rest) = input.split_at(input.len().min(4));
@@ -1238,6 +1361,12 @@ fn guest_apply(input: &[u8]) -> Found {
         ..GuestLimits::default()
     };
     let mut guest = GuestState::new(backend, limits, log);
+    use weir_host::bindings::weir::operator::state::Encoding;
+    let encoding = if flags & 16 != 0 {
+        Encoding::Json
+    } else {
+        Encoding::Cbor
+    };
     for (name, kind) in [
         (
             "v",
@@ -1253,7 +1382,7 @@ fn guest_apply(input: &[u8]) -> Found {
         ),
     ] {
         guest
-            .declare(name.into(), kind)
+            .declare(name.into(), kind, encoding)
             .map_err(|e| format!("declare: {e}"))?;
     }
     guest.backend_mut().seal_declarations();

@@ -2,7 +2,8 @@
 //
 // Input records are keyed by word. For every record, the count of its key goes up by one and
 // the operator emits a record with the same key and the value `word<TAB><running count>`.
-// The count is a value state "count" stored as JSON text (`5`).
+// The count is a value state "count", written as JSON text (`5`) and stored by the host as
+// CBOR, as every language's state is: the Rust, Python and JavaScript counters read it too.
 //
 // Per batch: one read-values call for all keys of the batch, counts kept per key slot, one
 // apply call with the batch's new counts.

@@ -2,7 +2,8 @@
 //
 // Input records are keyed by word. For every record, the count of its key goes up by one and
 // the operator emits a record with the same key and the value `word<TAB><running count>`.
-// The count is a value state "count" stored as JSON text (`5`).
+// The count is a value state "count", written as JSON text (`5`) and stored by the host as
+// CBOR, as every language's state is: the Rust, Python and JavaScript counters read it too.
 //
 // It uses the SDK's batch API, the faster one: `processBatch` gets the whole batch as typed
 // arrays, reads the counts of all its words in one call (`getAll`, an array indexed by

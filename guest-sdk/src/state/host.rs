@@ -40,7 +40,9 @@ pub(crate) struct WitHost;
 
 impl StateHost for WitHost {
     fn declare(&mut self, name: &str, kind: StateKind) -> Result<StateId, String> {
-        wit::declare(name, kind)
+        // The SDK encodes every value, map key and list item as CBOR, the encoding the host
+        // stores (`codec`).
+        wit::declare(name, kind, wit::Encoding::Cbor)
     }
 
     fn read_values(&mut self, state: StateId, slots: &[u8]) -> Result<Values, String> {

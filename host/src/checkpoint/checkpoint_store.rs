@@ -374,6 +374,7 @@ mod tests {
                 parallelism: 1,
                 component: None,
                 wit: None,
+                state_encoding: Some(crate::checkpoint::metadata::STATE_ENCODING_CBOR.into()),
                 subtasks: vec![SubtaskHandle {
                     key_groups: (0, 128),
                     ..SubtaskHandle::default()

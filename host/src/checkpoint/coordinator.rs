@@ -758,6 +758,7 @@ impl Coordinator {
                     .get(i)
                     .and_then(|c| c.as_ref())
                     .map(|_| crate::bindings::PACKAGE.to_owned()),
+                state_encoding: Some(crate::checkpoint::metadata::STATE_ENCODING_CBOR.to_owned()),
                 subtasks: handles.iter().flatten().cloned().collect(),
             })
             .collect();

@@ -216,6 +216,7 @@ mod tests {
             parallelism: 2,
             component: None,
             wit: None,
+            state_encoding: Some(crate::checkpoint::metadata::STATE_ENCODING_CBOR.into()),
             subtasks: vec![
                 subtask(vec![artifact("a", 100), artifact("shared", 50)], 60),
                 subtask(vec![artifact("shared", 50)], 40),

@@ -148,11 +148,26 @@ pub struct OperatorHandles {
     /// The WIT package its component was linked against (`weir:operator@<version>`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub wit: Option<String>,
+    /// How the operator's state is stored: `cbor` since WIT 0.6.0, whatever the operator's
+    /// language. A checkpoint without it was written by an older host, which stored a Python,
+    /// JavaScript or C operator's JSON text as it was: a restore converts that state
+    /// (`KeyedStateBackend::reencode_json_text`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub state_encoding: Option<String>,
     /// One per subtask, in subtask order.
     pub subtasks: Vec<SubtaskHandle>,
 }
 
+/// [`OperatorHandles::state_encoding`] of every checkpoint a host of WIT 0.6.0 or later writes.
+pub const STATE_ENCODING_CBOR: &str = "cbor";
+
 impl OperatorHandles {
+    /// Whether an older host wrote this operator's state, storing a JSON guest's text as it
+    /// was rather than as CBOR.
+    pub fn stores_json_text(&self) -> bool {
+        self.state_encoding.is_none()
+    }
+
     /// The states holding entries in any of its subtasks, by name, sorted.
     pub fn states(&self) -> Vec<&str> {
         let mut states: Vec<&str> = self

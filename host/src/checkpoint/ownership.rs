@@ -117,6 +117,7 @@ mod tests {
                 parallelism,
                 component: None,
                 wit: None,
+                state_encoding: Some(crate::checkpoint::metadata::STATE_ENCODING_CBOR.into()),
                 subtasks,
             }],
             timing: None,

@@ -291,6 +291,7 @@ impl SubtaskCheckpoints {
             .entered();
             self.restore(backend, restored, assignment.detached)?;
             self.drop_unclaimed(backend, restored.id, &assignment.allow_dropped_state)?;
+            self.reencode_json_text(backend, restored)?;
         }
         let everything: HashSet<&str> = assignment
             .retained
@@ -439,6 +440,44 @@ impl SubtaskCheckpoints {
             backend.drop_state(state);
         }
         if !dropped.is_empty() {
+            self.full_next = true;
+            backend.forget_chain();
+        }
+        Ok(())
+    }
+
+    /// Converts the state an older host stored as a JSON guest's text into CBOR, which every
+    /// state is stored as now, and writes the next checkpoint whole (so that no later restore
+    /// reads the text from the chain).
+    fn reencode_json_text(
+        &mut self,
+        backend: &mut KeyedStateBackend,
+        restored: &CheckpointMetadata,
+    ) -> Result<(), CheckpointError> {
+        if !restored
+            .operator(&self.operator)
+            .is_some_and(|o| o.stores_json_text())
+        {
+            return Ok(());
+        }
+        let converted = backend.reencode_json_text().map_err(|e| {
+            CheckpointError::Incompatible {
+                checkpoint: restored.id,
+                reason: format!(
+                    "holds state of operator `{}` (subtask {}) written as JSON text by an older \
+                     Weir, which does not convert to CBOR: {e}",
+                    self.operator, self.subtask.0
+                ),
+            }
+        })?;
+        if converted > 0 {
+            tracing::info!(
+                operator = %self.operator,
+                subtask = self.subtask.0,
+                checkpoint = restored.id.0,
+                states = converted,
+                "converted state an older Weir stored as JSON text to CBOR"
+            );
             self.full_next = true;
             backend.forget_chain();
         }

@@ -33,6 +33,7 @@ use crate::partition::{KeyGroup, KeyGroupRange, KeyGroups, hash_key};
 use crate::serve::job_checkpoints::{InspectError, Which};
 use crate::state::inspect::{Contents, StateEntry};
 use crate::state::{KeyedStateBackend, TimeDomain, Timer};
+use decode::Stored;
 
 #[derive(Debug, clap::Args)]
 pub(super) struct StateArgs {
@@ -237,10 +238,10 @@ struct Row {
 }
 
 impl Row {
-    fn new(entry: &StateEntry<'_>) -> Self {
+    fn new(entry: &StateEntry<'_>, stored: Stored) -> Self {
         let (kind, value, raw, text) = match &entry.contents {
             Contents::Value(bytes) => {
-                let (value, text) = match decode::decode(bytes) {
+                let (value, text) = match decode::decode(bytes, stored) {
                     Some(value) => (value.clone(), value.to_string()),
                     None => (Value::String(decode::hex(bytes)), decode::hex(bytes)),
                 };
@@ -249,7 +250,7 @@ impl Row {
             Contents::Map(entries) => {
                 let value: serde_json::Map<String, Value> = entries
                     .iter()
-                    .map(|(k, v)| (decode::map_key(k), decode::shown(v)))
+                    .map(|(k, v)| (decode::map_key(k, stored), decode::shown(v, stored)))
                     .collect();
                 let raw: serde_json::Map<String, Value> = entries
                     .iter()
@@ -260,7 +261,7 @@ impl Row {
                 ("map", value, Value::Object(raw), text)
             }
             Contents::List(items) => {
-                let value = Value::Array(items.iter().map(|i| decode::shown(i)).collect());
+                let value = Value::Array(items.iter().map(|i| decode::shown(i, stored)).collect());
                 let raw = items
                     .iter()
                     .map(|i| Value::String(decode::hex(i)))
@@ -397,6 +398,11 @@ async fn read_state(
     };
     let mut handles: Vec<&SubtaskHandle> = operator.subtasks.iter().collect();
     handles.sort_by_key(|h| h.key_groups);
+    let stored = if operator.stores_json_text() {
+        Stored::JsonOrCbor
+    } else {
+        Stored::Cbor
+    };
     let mut scan = Scan::default();
     for handle in handles {
         let own = handle.range();
@@ -418,7 +424,7 @@ async fn read_state(
                 .entries()
                 .iter()
                 .filter(|e| query.wants(e))
-                .map(Row::new),
+                .map(|e| Row::new(e, stored)),
         );
         if let Some(limit) = query.limit
             && scan.rows.len() > limit
@@ -657,6 +663,7 @@ mod tests {
                 parallelism: 2,
                 component: None,
                 wit: None,
+                state_encoding: Some(crate::checkpoint::metadata::STATE_ENCODING_CBOR.into()),
                 subtasks: handles,
             }],
             source_max_timestamp: None,
@@ -886,7 +893,11 @@ mod tests {
             },
         )
         .expect("timer");
-        let rows: Vec<Row> = b.entries().iter().map(Row::new).collect();
+        let rows: Vec<Row> = b
+            .entries()
+            .iter()
+            .map(|e| Row::new(e, Stored::JsonOrCbor))
+            .collect();
         let find = |k: &str, s: &str| {
             rows.iter()
                 .find(|r| r.key == k.as_bytes() && r.state == s)

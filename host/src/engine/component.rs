@@ -256,7 +256,7 @@ mod tests {
         let hint = version_hint(old.into_iter()).expect("a hint");
         assert!(
             hint.starts_with(
-                "it was built against weir:operator@0.2.0, and this Weir implements weir:operator@0.5.0: rebuild it"
+                "it was built against weir:operator@0.2.0, and this Weir implements weir:operator@0.6.0: rebuild it"
             ),
             "{hint}"
         );

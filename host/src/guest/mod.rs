@@ -94,6 +94,9 @@ pub struct GuestState {
     pub(crate) dropped_late: u64,
     /// The files packed into the component, which the `bundle` import returns.
     pub(crate) bundle: Arc<[u8]>,
+    /// The CBOR of a JSON guest's map key and value while `apply` writes them: kept to
+    /// convert every operation of every batch without allocating.
+    pub(crate) converted: (Vec<u8>, Vec<u8>),
 }
 
 impl GuestState {
@@ -115,6 +118,7 @@ impl GuestState {
             watermark: None,
             dropped_late: 0,
             bundle: Arc::from([]),
+            converted: (Vec::new(), Vec::new()),
         }
     }
 

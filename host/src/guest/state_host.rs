@@ -2,13 +2,20 @@
 //!
 //! Every call names keys by slot of the current batch (see [`super::KeySlots`]); every
 //! failure is a message the guest receives as a WIT error, never a trap.
+//!
+//! The backend stores every state as CBOR. A state declared with the `json` encoding (the
+//! Python, JavaScript and C SDKs) is converted here, on its way in and on its way out
+//! ([`crate::state::encoding`]): values, map keys, the cursor of a map's pages and list items.
+
+use std::borrow::Cow;
 
 use super::GuestState;
 use crate::bindings::weir::operator::state::{self as wit, OpKind};
 use crate::bindings::weir::operator::types::Blobs;
 use crate::record::Numbers;
+use crate::state::encoding::{EncodingError, cbor_to_json, json_to_cbor};
 use crate::state::undo::Write;
-use crate::state::{StateError, StateId, StateKind, TimeDomain, Timer};
+use crate::state::{StateEncoding, StateError, StateId, StateKind, TimeDomain, Timer};
 
 /// Most entries one `map-entries` call returns, whatever the guest asks for (stated in the WIT).
 const MAX_PAGE: u32 = 4096;
@@ -43,24 +50,81 @@ impl GuestState {
         }
     }
 
-    fn describe(&self, state: u32, e: StateError) -> String {
+    fn describe(&self, state: u32, e: impl std::fmt::Display) -> String {
         match self.backend.state_name(StateId(state)) {
             Some(name) => format!("state `{name}`: {e}"),
             None => e.to_string(),
         }
     }
+
+    fn is_json(&self, state: u32) -> bool {
+        self.backend.encoding(StateId(state)) == StateEncoding::Json
+    }
+
+    /// `stored` as the guest reads it, appended to `out`.
+    fn guest_form(&self, state: u32, stored: &[u8], out: &mut Vec<u8>) -> Result<(), String> {
+        if self.is_json(state) {
+            cbor_to_json(stored, out).map_err(|e| self.describe(state, stored_error(e)))
+        } else {
+            out.extend_from_slice(stored);
+            Ok(())
+        }
+    }
+
+    /// What the guest sent for `state`, as stored: its own bytes, or their CBOR.
+    fn stored_form<'a>(&self, state: u32, sent: &'a [u8]) -> Result<Cow<'a, [u8]>, String> {
+        if self.is_json(state) {
+            let mut cbor = Vec::with_capacity(sent.len() + 4);
+            json_to_cbor(sent, &mut cbor).map_err(|e| self.describe(state, e))?;
+            Ok(Cow::Owned(cbor))
+        } else {
+            Ok(Cow::Borrowed(sent))
+        }
+    }
+
+    /// Every item of `blobs` as the guest of `state` reads it.
+    fn blobs_to_guest<'a>(
+        &self,
+        state: u32,
+        items: impl Iterator<Item = &'a [u8]>,
+    ) -> Result<Blobs, String> {
+        let mut blobs = BlobsBuilder::default();
+        for item in items {
+            self.guest_form(state, item, &mut blobs.data)?;
+            blobs.ends.push(blobs.data.len() as u32);
+        }
+        Ok(blobs.build())
+    }
+}
+
+/// What a stored value that will not convert means: state written by a CBOR guest that a JSON
+/// guest cannot read.
+fn stored_error(e: EncodingError) -> String {
+    format!(
+        "a stored value has no JSON form for this operator ({e}); it was written as CBOR \
+         that JSON cannot say"
+    )
 }
 
 impl wit::Host for GuestState {
     #[tracing::instrument(level = "trace", skip(self))]
-    fn declare(&mut self, name: String, kind: wit::StateKind) -> Result<wit::StateId, String> {
+    fn declare(
+        &mut self,
+        name: String,
+        kind: wit::StateKind,
+        encoding: wit::Encoding,
+    ) -> Result<wit::StateId, String> {
         let kind = match kind {
             wit::StateKind::Value => StateKind::Value,
             wit::StateKind::Map => StateKind::Map,
             wit::StateKind::List => StateKind::List,
         };
+        let encoding = match encoding {
+            wit::Encoding::Cbor => StateEncoding::Cbor,
+            wit::Encoding::Json => StateEncoding::Json,
+        };
         self.backend
-            .declare(&name, kind)
+            .declare_as(&name, kind, encoding)
             .map(|id| id.0)
             .map_err(|e| e.to_string())
     }
@@ -82,19 +146,30 @@ impl wit::Host for GuestState {
         let mut ends = Numbers::<u32>::with_capacity(slots.len());
         let mut present = Vec::with_capacity(slots.len());
         let mut hints = Vec::with_capacity(slots.len());
+        let json = self.is_json(state);
+        let mut unreadable = None;
         // Every slot was checked above, so none is skipped here.
         let keys = slots.iter().filter_map(|slot| self.slots.key(slot).ok());
         let result = self
             .backend
             .value_get_many(StateId(state), keys, |_, value, hint| {
-                if let Some(value) = value {
-                    data.extend_from_slice(value);
+                match value {
+                    Some(value) if json => {
+                        if let Err(e) = cbor_to_json(value, &mut data) {
+                            unreadable.get_or_insert(e);
+                        }
+                    }
+                    Some(value) => data.extend_from_slice(value),
+                    None => {}
                 }
                 present.push(u8::from(value.is_some()));
                 ends.push(data.len() as u32);
                 hints.push(hint);
             });
         result.map_err(|e| self.describe(state, e))?;
+        if let Some(e) = unreadable {
+            return Err(self.describe(state, stored_error(e)));
+        }
         self.slots.set_hints(StateId(state), slots.iter(), &hints);
         Ok(wit::Values {
             items: Blobs {
@@ -131,8 +206,7 @@ impl wit::Host for GuestState {
                     data.len()
                 ));
             }
-            let map_key = &data[start..key_end];
-            let value = &data[key_end..value_end];
+            let (mut map_key, mut value) = (&data[start..key_end], &data[key_end..value_end]);
             start = value_end;
             let key = self
                 .slots
@@ -163,6 +237,39 @@ impl wit::Host for GuestState {
             let id = self
                 .guest_state(state)
                 .map_err(|e| format!("state operation {i}: {e}"))?;
+            // A JSON guest's map key and value, as the CBOR the backend stores.
+            if self.is_json(state) {
+                let (has_key, has_value) = match kind {
+                    OpKind::MapPut => (true, true),
+                    OpKind::MapRemove => (true, false),
+                    OpKind::ValueSet | OpKind::ListAppend => (false, true),
+                    _ => (false, false),
+                };
+                let (key_cbor, value_cbor) = &mut self.converted;
+                key_cbor.clear();
+                value_cbor.clear();
+                let converted = (if has_key {
+                    json_to_cbor(map_key, key_cbor)
+                } else {
+                    Ok(())
+                })
+                .and_then(|()| {
+                    if has_value {
+                        json_to_cbor(value, value_cbor)
+                    } else {
+                        Ok(())
+                    }
+                });
+                if let Err(e) = converted {
+                    return Err(format!("state operation {i}: {}", self.describe(state, e)));
+                }
+                if has_key {
+                    map_key = &self.converted.0;
+                }
+                if has_value {
+                    value = &self.converted.1;
+                }
+            }
             if let Some(undo) = &mut self.undo {
                 let write = match kind {
                     OpKind::ValueSet | OpKind::ValueRemove => Write::Value,
@@ -204,8 +311,14 @@ impl wit::Host for GuestState {
     ) -> Result<Option<Vec<u8>>, String> {
         self.guest_state(state)?;
         let key = self.slots.key(slot)?;
+        let map_key = self.stored_form(state, &map_key)?;
         match self.backend.map_get(StateId(state), key, &map_key) {
-            Ok(v) => Ok(v.map(|v| v.to_vec())),
+            Ok(Some(v)) => {
+                let mut out = Vec::with_capacity(v.len());
+                self.guest_form(state, v, &mut out)?;
+                Ok(Some(out))
+            }
+            Ok(None) => Ok(None),
             Err(e) => Err(self.describe(state, e)),
         }
     }
@@ -236,20 +349,23 @@ impl wit::Host for GuestState {
             Ok(map) => map,
             Err(e) => return Err(self.describe(state, e)),
         };
-        let mut keys = BlobsBuilder::default();
-        let mut values = BlobsBuilder::default();
-        if let Some(map) = map {
-            for (k, v) in map
-                .range_after(after.as_deref())
+        let Some(map) = map else {
+            return Ok(wit::Entries {
+                keys: BlobsBuilder::default().build(),
+                values: BlobsBuilder::default().build(),
+            });
+        };
+        let after = match &after {
+            Some(after) => Some(self.stored_form(state, after)?),
+            None => None,
+        };
+        let page = || {
+            map.range_after(after.as_deref())
                 .take(limit.min(MAX_PAGE) as usize)
-            {
-                keys.push(k);
-                values.push(v);
-            }
-        }
+        };
         Ok(wit::Entries {
-            keys: keys.build(),
-            values: values.build(),
+            keys: self.blobs_to_guest(state, page().map(|(k, _)| k))?,
+            values: self.blobs_to_guest(state, page().map(|(_, v)| v))?,
         })
     }
 
@@ -261,14 +377,7 @@ impl wit::Host for GuestState {
             Ok(items) => items,
             Err(e) => return Err(self.describe(state, e)),
         };
-        let mut blobs = BlobsBuilder {
-            data: Vec::with_capacity(items.iter().map(|i| i.len()).sum()),
-            ends: Numbers::with_capacity(items.len()),
-        };
-        for item in items {
-            blobs.push(item);
-        }
-        Ok(blobs.build())
+        self.blobs_to_guest(state, items.iter().map(|i| &i[..]))
     }
 }
 
@@ -335,7 +444,7 @@ mod tests {
     use crate::operator::GuestLimits;
     use crate::partition::KeyGroups;
     use crate::record::{RecordBatch, RecordRef};
-    use crate::state::KeyedStateBackend;
+    use crate::state::{KeyRef, KeyedStateBackend};
 
     /// A guest's state host in the middle of a batch with the keys `a` (slot 0), `b` (slot 1),
     /// with a value state (id 0) and a map state (id 1) declared.
@@ -349,8 +458,14 @@ mod tests {
             file: None,
         };
         let mut guest = GuestState::new(backend, GuestLimits::default(), log);
-        assert_eq!(guest.declare("v".into(), wit::StateKind::Value), Ok(0));
-        assert_eq!(guest.declare("m".into(), wit::StateKind::Map), Ok(1));
+        assert_eq!(
+            guest.declare("v".into(), wit::StateKind::Value, wit::Encoding::Cbor),
+            Ok(0)
+        );
+        assert_eq!(
+            guest.declare("m".into(), wit::StateKind::Map, wit::Encoding::Cbor),
+            Ok(1)
+        );
         let mut batch = RecordBatch::new();
         for key in ["a", "b"] {
             batch.push(RecordRef::keyed(key.as_bytes(), b""));
@@ -410,6 +525,62 @@ mod tests {
             guest.backend.map_get(StateId(1), b, b"k").expect("map"),
             Some(&b"xy"[..])
         );
+    }
+
+    #[test]
+    fn a_json_guests_state_is_stored_as_cbor_and_read_back_as_json() {
+        let mut guest = in_batch();
+        let count = guest_declare_json(&mut guest, "count", wit::StateKind::Value);
+        let seen = guest_declare_json(&mut guest, "seen", wit::StateKind::Map);
+        // value(a) = 300, map(a)[10] = "x", map(a)[9] = {"n":[1.5]}.
+        let ops = log(&[[0, count, 0, 0, 3], [2, seen, 0, 5, 8], [2, seen, 0, 9, 20]]);
+        guest
+            .apply(ops, b"30010\"x\"9{\"n\":[1.5]}".to_vec())
+            .expect("apply");
+        let a = guest.slots.key(0).expect("slot");
+        let a = (a.bytes.to_vec(), a.hash);
+        let a = || KeyRef::new(&a.0, a.1);
+        let stored = guest.backend.value_get(StateId(count), a()).expect("get");
+        assert_eq!(stored, Some(&[0x19, 0x01, 0x2c][..]), "300 as CBOR");
+        let read = guest.read_values(count, vec![0; 4]).expect("read");
+        assert_eq!(read.items.data, b"300");
+        assert_eq!(
+            guest.map_get(seen, 0, b"9".to_vec()),
+            Ok(Some(br#"{"n":[1.5]}"#.to_vec()))
+        );
+        // CBOR orders integers by value, where their JSON text would put "10" before "9".
+        let page = guest.map_entries(seen, 0, None, 10).expect("entries");
+        assert_eq!(page.keys.data, b"910");
+        let page = guest
+            .map_entries(seen, 0, Some(b"9".to_vec()), 10)
+            .expect("entries");
+        assert_eq!(page.values.data, br#""x""#);
+
+        let e = guest
+            .apply(log(&[[0, count, 0, 0, 4]]), b"oops".to_vec())
+            .expect_err("not JSON");
+        assert!(
+            e.starts_with("state operation 0: state `count`: not JSON text"),
+            "{e}"
+        );
+        // CBOR a Rust operator wrote that JSON cannot say (a map with a float key).
+        guest
+            .backend
+            .value_set(StateId(count), a(), &[0xa1, 0xf9, 0x3c, 0x00, 0x01])
+            .expect("set");
+        let e = guest
+            .read_values(count, vec![0; 4])
+            .expect_err("no JSON form");
+        assert!(
+            e.contains("state `count`: a stored value has no JSON form"),
+            "{e}"
+        );
+    }
+
+    fn guest_declare_json(guest: &mut GuestState, name: &str, kind: wit::StateKind) -> u32 {
+        guest
+            .declare(name.into(), kind, wit::Encoding::Json)
+            .expect("declare")
     }
 
     #[test]

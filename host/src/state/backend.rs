@@ -8,7 +8,7 @@ use super::map::MapBody;
 use super::table::KeyedTable;
 use super::timers::TimerIndex;
 use super::value::ValueBody;
-use super::{StateBytes, StateError, StateId, StateKind};
+use super::{StateBytes, StateEncoding, StateError, StateId, StateKind};
 use crate::ids::CheckpointId;
 use crate::partition::{KeyGroupRange, KeyGroups, KeyHash};
 
@@ -107,6 +107,9 @@ pub(super) struct DeclaredState {
     /// Declared by the operator as it opened, as opposed to found only in a restored
     /// snapshot: state a new version of the operator no longer has.
     pub(super) by_operator: bool,
+    /// How the operator encodes what it reads and writes: the host converts at the guest
+    /// boundary ([`crate::guest`]) and stores CBOR whatever this is.
+    pub(super) encoding: StateEncoding,
 }
 
 /// Where a key's entry was found in its table: passed back to a write of the same key in the
@@ -182,8 +185,20 @@ impl KeyedStateBackend {
         self.epoch = self.epoch.max(checkpoint);
     }
 
-    /// Declares a state, or returns the id of the same state declared before.
+    /// Declares a state its operator reads and writes as CBOR, or returns the id of the same
+    /// state declared before.
     pub fn declare(&mut self, name: &str, kind: StateKind) -> Result<StateId, StateError> {
+        self.declare_as(name, kind, StateEncoding::Cbor)
+    }
+
+    /// Declares a state its operator reads and writes as `encoding`, or returns the id of the
+    /// same state declared before.
+    pub fn declare_as(
+        &mut self,
+        name: &str,
+        kind: StateKind,
+        encoding: StateEncoding,
+    ) -> Result<StateId, StateError> {
         if name.starts_with('@') {
             return Err(StateError::ReservedName(name.to_owned()));
         }
@@ -191,8 +206,18 @@ impl KeyedStateBackend {
             return Err(StateError::DeclareAfterOpen);
         }
         let id = self.declare_new(name, kind)?;
-        self.states[id.0 as usize].by_operator = true;
+        let state = &mut self.states[id.0 as usize];
+        state.by_operator = true;
+        state.encoding = encoding;
         Ok(id)
+    }
+
+    /// How the operator encodes the state `state` (CBOR for one it has not declared).
+    #[inline]
+    pub fn encoding(&self, state: StateId) -> StateEncoding {
+        self.states
+            .get(state.0 as usize)
+            .map_or(StateEncoding::Cbor, |s| s.encoding)
     }
 
     /// Declares a state, in any phase: restore declares the states it finds in snapshots.
@@ -221,6 +246,7 @@ impl KeyedStateBackend {
             name: name.to_owned(),
             tables: Tables::new(kind, self.range.len()),
             by_operator: false,
+            encoding: StateEncoding::Cbor,
         });
         self.by_name.insert(name.to_owned(), id);
         Ok(id)

@@ -21,6 +21,8 @@
 //! - [`table`]: [`table::KeyedTable`], one (state, key group) hash table with its dirty list.
 //! - [`value`], [`map`], [`list`]: what an entry holds for each kind of state.
 //! - [`bytes`]: [`StateBytes`], how keys and values are held.
+//! - [`encoding`]: the one encoding every state is stored in (CBOR) and its conversion from
+//!   and to the JSON text that Python, JavaScript and C guests speak.
 //! - [`timers`]: timers as keyed state (a reserved value state per key) and the index that
 //!   fires them by time.
 //! - [`undo`]: [`undo::UndoLog`], the changes of one call, to take them back.
@@ -28,16 +30,19 @@
 //!   [`KeyedStateBackend::restore`] in the backend.
 //! - [`merge`](mod@merge): [`Increment::merge`], two consecutive increments as one (an
 //!   increment whose upload failed rides in the next one).
+//! - [`reencode`](mod@reencode): state an older host stored as JSON text, converted to CBOR.
 //! - [`inspect`]: [`KeyedStateBackend::entries`], every live entry read back out, for
 //!   `weir state get|scan`.
 
 mod aging;
 pub(crate) mod backend;
 pub(crate) mod bytes;
+pub mod encoding;
 pub(crate) mod inspect;
 pub(crate) mod list;
 pub(crate) mod map;
 mod merge;
+mod reencode;
 mod restore;
 pub(crate) mod snapshot;
 pub(crate) mod table;
@@ -53,6 +58,8 @@ use std::fmt;
 
 pub use backend::{EntryHint, KeyRef, KeyedStateBackend, StateStats};
 pub use bytes::StateBytes;
+pub use encoding::StateEncoding;
+pub use reencode::ReencodeError;
 pub use snapshot::{Change, GroupIncrement, Increment, StateChanges};
 pub use timers::{FiredTimer, TIMERS_STATE, TimeDomain, Timer};
 

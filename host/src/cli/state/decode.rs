@@ -1,16 +1,18 @@
 //! How `weir state` shows the bytes of keys and values.
 //!
-//! The host stores opaque bytes; the SDKs encode them. The Rust SDK writes CBOR (`7u64` is
-//! the one byte `07`, `"ab"` is `62 61 62`); the Python, JavaScript and C SDKs write JSON text
-//! (`7` is the byte `37`). A value is shown decoded when the whole of it is one JSON text or
-//! one CBOR item, and as hex (`0x…`) otherwise.
+//! The host stores every state as CBOR (`host/src/state/encoding.rs`): the Rust SDK writes it,
+//! and the host converts the JSON text of the Python, JavaScript and C SDKs. A value is shown
+//! decoded when the whole of it is one CBOR item (or one JSON text), and as hex (`0x…`)
+//! otherwise.
 //!
-//! JSON is tried first. Many short byte strings are CBOR by accident (any single byte below
-//! `0x18` is a CBOR integer, `37` is CBOR -24), while a CBOR encoding is rarely JSON text:
-//! unsigned integers, arrays and maps start with bytes that JSON never does, and text strings
-//! with a length byte that the rest must match exactly. The one common overlap, the single
-//! bytes `30`–`37`, is the JSON digits 0–7 (a counter in Python or JavaScript) or the CBOR
-//! integers -17 to -24; it shows as the digit.
+//! A checkpoint of an older host (one whose metadata names no `state_encoding`) holds the JSON
+//! text of Python, JavaScript and C operators as it was: there JSON is tried first. Many short
+//! byte strings are CBOR by accident (any single byte below `0x18` is a CBOR integer, `37` is
+//! CBOR -24), while a CBOR encoding is rarely JSON text: unsigned integers, arrays and maps
+//! start with bytes that JSON never does, and text strings with a length byte that the rest
+//! must match exactly. The one common overlap, the single bytes `30`–`37`, is the JSON digits
+//! 0–7 (a counter in Python or JavaScript) or the CBOR integers -17 to -24; it shows as the
+//! digit.
 
 use std::fmt::Write;
 
@@ -35,25 +37,39 @@ pub(super) fn key_text(bytes: &[u8]) -> String {
     }
 }
 
-/// The value `bytes` encode, if they are one JSON text or one CBOR item.
-pub(super) fn decode(bytes: &[u8]) -> Option<Value> {
-    if let Ok(value) = serde_json::from_slice::<Value>(bytes) {
-        return Some(value);
+/// How a checkpoint stored its values.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Stored {
+    /// As CBOR, whatever the operator's language.
+    Cbor,
+    /// By an older host: a JSON guest's text as it was, a Rust guest's CBOR.
+    JsonOrCbor,
+}
+
+/// The value `bytes` encode, if they are one CBOR item or one JSON text.
+pub(super) fn decode(bytes: &[u8], stored: Stored) -> Option<Value> {
+    let json = || serde_json::from_slice::<Value>(bytes).ok();
+    match stored {
+        Stored::Cbor => decode_cbor(bytes).or_else(json),
+        Stored::JsonOrCbor => json().or_else(|| decode_cbor(bytes)),
     }
+}
+
+fn decode_cbor(bytes: &[u8]) -> Option<Value> {
     let mut rest = bytes;
     let item: ciborium::Value = ciborium::from_reader(&mut rest).ok()?;
     rest.is_empty().then(|| cbor_to_json(item))
 }
 
 /// The value `bytes` encode, or their hex as a string.
-pub(super) fn shown(bytes: &[u8]) -> Value {
-    decode(bytes).unwrap_or_else(|| Value::String(hex(bytes)))
+pub(super) fn shown(bytes: &[u8], stored: Stored) -> Value {
+    decode(bytes, stored).unwrap_or_else(|| Value::String(hex(bytes)))
 }
 
 /// A map's entry key as the key of a JSON object: a decoded string as itself, another
 /// decoded value as its JSON text, else hex.
-pub(super) fn map_key(bytes: &[u8]) -> String {
-    match decode(bytes) {
+pub(super) fn map_key(bytes: &[u8], stored: Stored) -> String {
+    match decode(bytes, stored) {
         Some(Value::String(s)) => s,
         Some(other) => other.to_string(),
         None => hex(bytes),
@@ -122,6 +138,14 @@ mod tests {
     use super::*;
     use serde_json::json;
 
+    fn decode_new(bytes: &[u8]) -> Option<Value> {
+        decode(bytes, Stored::Cbor)
+    }
+
+    fn decode_old(bytes: &[u8]) -> Option<Value> {
+        decode(bytes, Stored::JsonOrCbor)
+    }
+
     fn cbor(value: &impl serde::Serialize) -> Vec<u8> {
         let mut out = Vec::new();
         ciborium::into_writer(value, &mut out).expect("encode");
@@ -131,54 +155,63 @@ mod tests {
     #[test]
     fn the_rust_sdks_cbor_decodes() {
         for n in [0u64, 1, 7, 23, 24, 48, 255, 256, 70_000, u64::MAX] {
-            assert_eq!(decode(&cbor(&n)), Some(json!(n)), "{n}");
+            assert_eq!(decode_new(&cbor(&n)), Some(json!(n)), "{n}");
         }
-        assert_eq!(decode(&cbor(&-1i64)), Some(json!(-1)));
-        assert_eq!(decode(&cbor(&"héllo")), Some(json!("héllo")));
-        assert_eq!(decode(&cbor(&2.5f64)), Some(json!(2.5)));
-        assert_eq!(decode(&cbor(&(1, "a"))), Some(json!([1, "a"])));
+        assert_eq!(decode_new(&cbor(&-1i64)), Some(json!(-1)));
+        assert_eq!(decode_new(&cbor(&"héllo")), Some(json!("héllo")));
+        assert_eq!(decode_new(&cbor(&2.5f64)), Some(json!(2.5)));
+        assert_eq!(decode_new(&cbor(&(1, "a"))), Some(json!([1, "a"])));
         let mut map = std::collections::BTreeMap::new();
         map.insert("start", 5);
-        assert_eq!(decode(&cbor(&map)), Some(json!({"start": 5})));
+        assert_eq!(decode_new(&cbor(&map)), Some(json!({"start": 5})));
         let mut by_number = std::collections::BTreeMap::new();
         by_number.insert(3, true);
-        assert_eq!(decode(&cbor(&by_number)), Some(json!({"3": true})));
+        assert_eq!(decode_new(&cbor(&by_number)), Some(json!({"3": true})));
         assert_eq!(
-            decode(&cbor(&u128::MAX)),
+            decode_new(&cbor(&u128::MAX)),
             Some(json!(u128::MAX.to_string()))
         );
         assert_eq!(
-            decode(&cbor(&i128::MIN)),
+            decode_new(&cbor(&i128::MIN)),
             Some(json!(i128::MIN.to_string()))
         );
     }
 
     #[test]
-    fn the_other_sdks_json_decodes() {
-        assert_eq!(decode(b"7"), Some(json!(7)), "a digit is JSON before CBOR");
-        assert_eq!(decode(b"42"), Some(json!(42)));
-        assert_eq!(decode(b"\"word\""), Some(json!("word")));
+    fn an_older_hosts_json_text_decodes() {
         assert_eq!(
-            decode(br#"{"page":"a","n":[1,2]}"#),
+            decode_old(b"7"),
+            Some(json!(7)),
+            "a digit is JSON before CBOR"
+        );
+        assert_eq!(decode_old(b"42"), Some(json!(42)));
+        assert_eq!(decode_old(b"\"word\""), Some(json!("word")));
+        assert_eq!(
+            decode_old(br#"{"page":"a","n":[1,2]}"#),
             Some(json!({"page": "a", "n": [1, 2]}))
         );
         // Exactly 28 bytes starting with `{`: CBOR too (a 27-byte text), JSON first.
         let object = br#"{"aaaaaaaaaaaaaaaaaaaaaa":1}"#;
         assert_eq!(object.len(), 28);
-        assert_eq!(decode(object), Some(json!({"aaaaaaaaaaaaaaaaaaaaaa": 1})));
+        assert_eq!(
+            decode_old(object),
+            Some(json!({"aaaaaaaaaaaaaaaaaaaaaa": 1}))
+        );
+        // Since every state is CBOR, the same byte is what it is there.
+        assert_eq!(decode_new(b"7"), Some(json!(-24)));
     }
 
     #[test]
     fn anything_else_is_hex() {
         // Plain text: `h` is a CBOR text of 8 bytes, and 4 follow.
-        assert_eq!(decode(b"hello"), None);
-        assert_eq!(shown(b"hello"), json!("0x68656c6c6f"));
+        assert_eq!(decode_new(b"hello"), None);
+        assert_eq!(shown(b"hello", Stored::Cbor), json!("0x68656c6c6f"));
         // One CBOR item and more bytes after it: not one item.
-        assert_eq!(decode(&[0x01, 0x02]), None);
+        assert_eq!(decode_new(&[0x01, 0x02]), None);
         // Eight-byte little-endian 5: CBOR 5 then seven zero bytes.
-        assert_eq!(decode(&5u64.to_le_bytes()), None);
-        assert_eq!(shown(&[]), json!("0x"));
-        assert_eq!(shown(&[0xff]), json!("0xff"));
+        assert_eq!(decode_new(&5u64.to_le_bytes()), None);
+        assert_eq!(shown(&[], Stored::Cbor), json!("0x"));
+        assert_eq!(shown(&[0xff], Stored::Cbor), json!("0xff"));
     }
 
     #[test]
@@ -186,9 +219,9 @@ mod tests {
         assert_eq!(key_text(b"word"), "word");
         assert_eq!(key_text(b"a\tb"), "0x610962");
         assert_eq!(key_text(&[0xc3, 0x28]), "0xc328");
-        assert_eq!(map_key(&cbor(&"page")), "page");
-        assert_eq!(map_key(b"\"page\""), "page");
-        assert_eq!(map_key(&cbor(&17u32)), "17");
-        assert_eq!(map_key(&[0xff, 0xfe]), "0xfffe");
+        assert_eq!(map_key(&cbor(&"page"), Stored::Cbor), "page");
+        assert_eq!(map_key(b"\"page\"", Stored::JsonOrCbor), "page");
+        assert_eq!(map_key(&cbor(&17u32), Stored::Cbor), "17");
+        assert_eq!(map_key(&[0xff, 0xfe], Stored::Cbor), "0xfffe");
     }
 }

@@ -62,7 +62,8 @@ static bool count_process(const weir_batch_t *batch, const weir_key_slots_t *key
     weir_out_end(out, false, 0);
   }
 
-  // Counts are stored as their JSON text, like the other SDKs do.
+  // Counts are written as their JSON text; the host stores them as CBOR, as it stores every
+  // language's state, so an operator in another language reads them too.
   for (uint32_t slot = 0; slot < slot_count; slot++) {
     if (!changed[slot]) continue;
     weir_ops_begin(ops, WEIR_OPERATOR_STATE_OP_KIND_VALUE_SET, count_state, slot);
