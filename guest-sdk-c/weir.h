@@ -33,6 +33,8 @@
 //   - weir_out_*: build the output batch in growable flat buffers;
 //   - weir_fail: return an error message to the host (fails the job);
 //   - weir_map_size: the number of entries of a map state, in one host call;
+//   - weir_versioned, weir_buf_begin_versioned, weir_buf_end_versioned: values of a state
+//     that evolves, with a version and a migration from older ones;
 //   - weir_timers_len, weir_timers_get: read the timers that fired.
 //
 // Ownership (wit-bindgen's C conventions): the input batch, key slots and context belong to
@@ -373,6 +375,54 @@ static inline bool weir_values_get(const weir_operator_state_values_t *values, u
   *len = weir_u32_at(&values->items.ends, slot) - start;
   return true;
 }
+
+// State that evolves (docs/upgrading.md). A value of version 1 is its plain JSON text; a value
+// of version 2 or later is wrapped, and the host hands it back as exactly
+// `{"$version":N,"$value":V}` whatever the language that wrote it (the host stores it as the
+// CBOR tag 0x57454952 around [N, V], as the Rust, Python and JavaScript SDKs do). An operator
+// reads the stored version with weir_versioned, migrates a value of an older version itself,
+// and writes values of its current version between weir_buf_begin_versioned and
+// weir_buf_end_versioned (for version 1, write the value alone).
+
+// The version of the stored value `text` and its value's JSON text (`*value`, `*value_len`):
+// version 1 and the whole text when it is not wrapped. False for a wrapper that is not of that
+// exact form (a version that is not a positive integer).
+static inline bool weir_versioned(const uint8_t *text, size_t len, uint64_t *version,
+                                  const uint8_t **value, size_t *value_len) {
+  static const char head[] = "{\"$version\":";
+  static const char middle[] = ",\"$value\":";
+  const size_t head_len = sizeof head - 1, middle_len = sizeof middle - 1;
+  *version = 1;
+  *value = text;
+  *value_len = len;
+  if (len < head_len || memcmp(text, head, head_len) != 0) return true;
+  size_t digits = 0;
+  while (head_len + digits < len && text[head_len + digits] >= '0' &&
+         text[head_len + digits] <= '9') {
+    digits++;
+  }
+  size_t at = head_len + digits;
+  if (!weir_parse_u64(text + head_len, digits, version) || *version == 0 ||
+      len < at + middle_len + 1 || memcmp(text + at, middle, middle_len) != 0 ||
+      text[len - 1] != '}') {
+    return false;
+  }
+  *value = text + at + middle_len;
+  *value_len = len - 1 - (at + middle_len);
+  return true;
+}
+
+// Opens a value of `version` (2 or later) in `buf`: its JSON text follows, then
+// weir_buf_end_versioned.
+static inline void weir_buf_begin_versioned(weir_buf_t *buf, uint64_t version) {
+  static const char head[] = "{\"$version\":";
+  static const char middle[] = ",\"$value\":";
+  weir_buf_append(buf, head, sizeof head - 1);
+  weir_buf_append_u64(buf, version);
+  weir_buf_append(buf, middle, sizeof middle - 1);
+}
+
+static inline void weir_buf_end_versioned(weir_buf_t *buf) { weir_buf_push(buf, '}'); }
 
 // One operation of an `apply` log. The WIT lays an operation out as five little-endian u32
 // words; WebAssembly is little-endian, so an array of these is the log as it is sent.

@@ -735,37 +735,46 @@ fn killed_during_an_upgrade(point: KillPoint) {
 fn a_counter_whose_state_gains_a_version(component: &Path, config_key: &str) {
     let dir = tempfile::tempdir().expect("tempdir");
     let words = support::write_word_lines(dir.path(), 200_000);
+    let version_1 = format!("config = {{ {config_key} = \"count-v1\" }}");
+    let job = counter_killed_at_version_1(dir.path(), component, &version_1);
+    edit(&job, "count-v1", "count-v2");
+    counts_went_on_at_version_2(dir.path(), &job, &words);
+}
+
+/// The job `evolving` of `dir`: a tokenizer, then `count` (`component` with the operator line
+/// `config`) at version 1 of its state, paced, run until a checkpoint that covers records (it
+/// committed output, so its state has values to migrate) and killed.
+fn counter_killed_at_version_1(dir: &Path, component: &Path, config: &str) -> PathBuf {
     let job = support::tokenize_then_component(
-        dir.path(),
+        dir,
         "name = \"evolving\"\nbatch_size = 16",
         "count",
         component,
-        &format!("config = {{ {config_key} = \"count-v1\" }}"),
+        config,
         &format!(
             "[checkpoints]\nstore = \"file://{}\"\ninterval_ms = 20",
-            dir.path().join("store").display()
+            dir.join("store").display()
         ),
     );
     support::pace_source(&job, 100_000);
     let mut run = support::spawn_run(&[path(&job), "-q"]);
-    let checkpoints = dir
-        .path()
-        .join("store")
-        .join("evolving")
-        .join("checkpoints");
-    let output = dir.path().join("out.txt");
-    // A checkpoint that covers records (it committed output): its state has values to migrate.
+    let checkpoints = dir.join("store").join("evolving").join("checkpoints");
+    let output = dir.join("out.txt");
     support::wait_while_running(&mut run, "a checkpoint of counts", || {
         !support::checkpoint_ids(&checkpoints).is_empty()
             && std::fs::metadata(&output).is_ok_and(|m| m.len() > 0)
     });
     run.kill().expect("SIGKILL");
     run.wait().expect("wait");
+    job
+}
 
-    edit(&job, "count-v1", "count-v2");
-    let out = support::weir(&["run", path(&job), "--restore", "latest", "-q"]);
+/// Restores `job`, now at version 2 of its counter, and checks that the output has lines of
+/// version 2 (`word, total, last_seen`) and counts equal to an uninterrupted run's.
+fn counts_went_on_at_version_2(dir: &Path, job: &Path, words: &[String]) {
+    let out = support::weir(&["run", path(job), "--restore", "latest", "-q"]);
     assert!(out.status.success(), "{}", stderr(&out));
-    let lines = committed(dir.path());
+    let lines = committed(dir);
     let migrated: Vec<&String> = lines
         .iter()
         .filter(|l| l.split('\t').count() == 3)
@@ -805,6 +814,32 @@ fn a_python_counter_whose_state_gains_a_version_migrates_the_old_values_and_coun
 fn a_javascript_counter_whose_state_gains_a_version_migrates_the_old_values_and_counts_on() {
     let component = support::built_operator(&support::repo().join("tests/guests/state-tour-js"));
     a_counter_whose_state_gains_a_version(&component, "role");
+}
+
+#[test]
+fn a_c_counter_whose_state_gains_a_version_migrates_the_old_values_and_counts_on() {
+    let component =
+        support::built_operator(&support::repo().join("tests/guests/counter-versions-c"));
+    a_counter_whose_state_gains_a_version(&component, "role");
+}
+
+/// A counter whose state gains a version in another language than the one that wrote its
+/// first version: the Rust counter's version 1, then the Python counter's version 2, which
+/// reads the Rust values (one state encoding for every language) and migrates them.
+#[test]
+fn a_rust_counters_state_migrates_into_a_python_counters_next_version() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let words = support::write_word_lines(dir.path(), 200_000);
+    let rust = support::component("weir-test-faulty");
+    let python = support::built_operator(&support::repo().join("tests/guests/state-tour-python"));
+    let job = counter_killed_at_version_1(dir.path(), &rust, "config = { mode = \"count-v1\" }");
+    edit(
+        &job,
+        &support::toml_path(&rust),
+        &support::toml_path(&python),
+    );
+    edit(&job, "mode = \"count-v1\"", "role = \"count-v2\"");
+    counts_went_on_at_version_2(dir.path(), &job, &words);
 }
 
 /// The job `states` of `dir`: a tokenizer, then `count` (the test guest, keyed by word) in
