@@ -189,6 +189,9 @@ fn the_c_counter_behaves_like_the_word_counter() {
     behaves_like_the_word_counter(&repo().join("examples/languages/c-counter"));
 }
 
+/// The input lines of the tests that kill a counter after a checkpoint.
+const LINES: usize = 50_000;
+
 /// A word count (tokenizer, then a counter over two subtasks) in `dir`, checkpointing into
 /// `dir/store` and paced to run for seconds, with its counter swapped for each counter in turn.
 struct CounterJob {
@@ -211,8 +214,8 @@ impl CounterJob {
                 dir.join("store").display()
             ),
         );
-        // 200 000 lines take at least 2 s: the run is still running when a test kills it.
-        support::pace_source(&job, 100_000);
+        // LINES take at least 2 s: the run is still running when a test kills it.
+        support::pace_source(&job, LINES as u64 / 2);
         let written = std::fs::read_to_string(&job).expect("job");
         let rust = support::toml_path(rust);
         assert!(written.contains(&rust), "the job names the Rust counter");
@@ -249,7 +252,7 @@ impl CounterJob {
 fn a_python_counters_savepoint_restores_into_the_rust_javascript_and_c_counters() {
     let [rust, python, javascript, c] = counters();
     let dir = tempfile::tempdir().expect("tempdir");
-    let words = support::write_word_lines(dir.path(), 200_000);
+    let words = support::write_word_lines(dir.path(), LINES);
     let job = CounterJob::new(dir.path(), &rust.1);
     job.killed_after_a_checkpoint(dir.path(), &python.1);
     let saved = weir(&["savepoint", job.path(), "--name", "python"]);
@@ -276,7 +279,7 @@ fn a_python_counters_savepoint_restores_into_the_rust_javascript_and_c_counters(
 fn a_python_counters_checkpoint_from_an_older_weir_restores_as_its_json_text() {
     let [rust, python, ..] = counters();
     let dir = tempfile::tempdir().expect("tempdir");
-    let words = support::write_word_lines(dir.path(), 200_000);
+    let words = support::write_word_lines(dir.path(), LINES);
     let job = CounterJob::new(dir.path(), &rust.1);
     job.killed_after_a_checkpoint(dir.path(), &python.1);
     let store = dir.path().join("store");

@@ -732,19 +732,25 @@ fn killed_during_an_upgrade(point: KillPoint) {
 /// run at version 1, killed after a checkpoint, and restored at version 2, whose state has
 /// another shape, declared as the state's version 2 with a migration from version 1: every
 /// word's count goes on from where version 1 left it, exactly once.
-fn a_counter_whose_state_gains_a_version(component: &Path, config_key: &str) {
+///
+/// `kind` is `count` for the count in a value state, `map-count` for it in a map state's entry
+/// (the map's values gain the version).
+fn a_counter_whose_state_gains_a_version(component: &Path, config_key: &str, kind: &str) {
     let dir = tempfile::tempdir().expect("tempdir");
-    let words = support::write_word_lines(dir.path(), 200_000);
-    let version_1 = format!("config = {{ {config_key} = \"count-v1\" }}");
-    let job = counter_killed_at_version_1(dir.path(), component, &version_1);
+    // A map costs a host call per read: fewer lines, paced to take as long.
+    let lines = if kind == "count" { 200_000 } else { 50_000 };
+    let words = support::write_word_lines(dir.path(), lines);
+    let version_1 = format!("config = {{ {config_key} = \"{kind}-v1\" }}");
+    let job = counter_killed_at_version_1(dir.path(), component, &version_1, lines as u64);
     edit(&job, "count-v1", "count-v2");
     counts_went_on_at_version_2(dir.path(), &job, &words);
 }
 
 /// The job `evolving` of `dir`: a tokenizer, then `count` (`component` with the operator line
-/// `config`) at version 1 of its state, paced, run until a checkpoint that covers records (it
-/// committed output, so its state has values to migrate) and killed.
-fn counter_killed_at_version_1(dir: &Path, component: &Path, config: &str) -> PathBuf {
+/// `config`) at version 1 of its state, over `lines` lines paced to take at least 2 s, run
+/// until a checkpoint that covers records (it committed output, so its state has values to
+/// migrate) and killed.
+fn counter_killed_at_version_1(dir: &Path, component: &Path, config: &str, lines: u64) -> PathBuf {
     let job = support::tokenize_then_component(
         dir,
         "name = \"evolving\"\nbatch_size = 16",
@@ -756,7 +762,7 @@ fn counter_killed_at_version_1(dir: &Path, component: &Path, config: &str) -> Pa
             dir.join("store").display()
         ),
     );
-    support::pace_source(&job, 100_000);
+    support::pace_source(&job, lines / 2);
     let mut run = support::spawn_run(&[path(&job), "-q"]);
     let checkpoints = dir.join("store").join("evolving").join("checkpoints");
     let output = dir.join("out.txt");
@@ -800,27 +806,49 @@ fn counts_went_on_at_version_2(dir: &Path, job: &Path, words: &[String]) {
 
 #[test]
 fn a_rust_counter_whose_state_gains_a_version_migrates_the_old_values_and_counts_on() {
-    a_counter_whose_state_gains_a_version(&support::component("weir-test-faulty"), "mode");
+    a_counter_whose_state_gains_a_version(&support::component("weir-test-faulty"), "mode", "count");
 }
 
 #[test]
 fn a_python_counter_whose_state_gains_a_version_migrates_the_old_values_and_counts_on() {
     let component =
         support::built_operator(&support::repo().join("tests/guests/state-tour-python"));
-    a_counter_whose_state_gains_a_version(&component, "role");
+    a_counter_whose_state_gains_a_version(&component, "role", "count");
 }
 
 #[test]
 fn a_javascript_counter_whose_state_gains_a_version_migrates_the_old_values_and_counts_on() {
     let component = support::built_operator(&support::repo().join("tests/guests/state-tour-js"));
-    a_counter_whose_state_gains_a_version(&component, "role");
+    a_counter_whose_state_gains_a_version(&component, "role", "count");
+}
+
+#[test]
+fn a_rust_map_whose_values_gain_a_version_migrates_them_and_counts_on() {
+    a_counter_whose_state_gains_a_version(
+        &support::component("weir-test-faulty"),
+        "mode",
+        "map-count",
+    );
+}
+
+#[test]
+fn a_python_map_whose_values_gain_a_version_migrates_them_and_counts_on() {
+    let component =
+        support::built_operator(&support::repo().join("tests/guests/state-tour-python"));
+    a_counter_whose_state_gains_a_version(&component, "role", "map-count");
+}
+
+#[test]
+fn a_javascript_map_whose_values_gain_a_version_migrates_them_and_counts_on() {
+    let component = support::built_operator(&support::repo().join("tests/guests/state-tour-js"));
+    a_counter_whose_state_gains_a_version(&component, "role", "map-count");
 }
 
 #[test]
 fn a_c_counter_whose_state_gains_a_version_migrates_the_old_values_and_counts_on() {
     let component =
         support::built_operator(&support::repo().join("tests/guests/counter-versions-c"));
-    a_counter_whose_state_gains_a_version(&component, "role");
+    a_counter_whose_state_gains_a_version(&component, "role", "count");
 }
 
 /// A counter whose state gains a version in another language than the one that wrote its
@@ -832,7 +860,12 @@ fn a_rust_counters_state_migrates_into_a_python_counters_next_version() {
     let words = support::write_word_lines(dir.path(), 200_000);
     let rust = support::component("weir-test-faulty");
     let python = support::built_operator(&support::repo().join("tests/guests/state-tour-python"));
-    let job = counter_killed_at_version_1(dir.path(), &rust, "config = { mode = \"count-v1\" }");
+    let job = counter_killed_at_version_1(
+        dir.path(),
+        &rust,
+        "config = { mode = \"count-v1\" }",
+        200_000,
+    );
     edit(
         &job,
         &support::toml_path(&rust),

@@ -1,7 +1,14 @@
 // `OpenContext`: what `Operator.open` gets.
 
 import { WeirError, message } from "./errors.js";
-import { ListState, MapState, Timers, ValueState, VersionedValueState } from "./runtime.js";
+import {
+  ListState,
+  MapState,
+  Timers,
+  ValueState,
+  VersionedMapState,
+  VersionedValueState,
+} from "./runtime.js";
 
 /** Given to `Operator.open`: where the instance runs, its configuration (`config`, the job
  * file's `config` table as an object) and the place to declare state. */
@@ -27,8 +34,11 @@ export class OpenContext {
     return new VersionedValueState(name, version, migrate);
   }
 
-  mapState(name) {
-    return new MapState(name);
+  /** A map from JSON keys to JSON values per key. With `{ version, migrate }` (version above
+   * 1), values carry that version, as `valueState`'s do (`VersionedMapState`). */
+  mapState(name, { version = 1, migrate = undefined } = {}) {
+    if (version === 1 && migrate === undefined) return new MapState(name);
+    return new VersionedMapState(name, version, migrate);
   }
 
   listState(name) {

@@ -406,10 +406,6 @@ export class ValueState {
   }
 }
 
-/** A map from JSON keys to JSON values per key, ordered by the bytes of the keys' CBOR (integers
- * in numeric order, strings by length then bytes).
- * Writes are buffered with the batch's other writes; a read first sends them, then calls the
- * host (one crossing per read, per 1024 entries for `entries`/`keys`). */
 /** The version of a stored value, and the value: `{"$version": N, "$value": V}` for a value of
  * version N > 1, anything else a value of version 1. */
 function splitVersion(stored) {
@@ -426,6 +422,31 @@ function splitVersion(stored) {
   return [1, stored];
 }
 
+/** `value`, stored at `version`, migrated to the version `state` declares (its `name`,
+ * `version` and `_migrate`). */
+function migrated(state, version, value) {
+  if (!Number.isInteger(version) || version > state.version) {
+    throw new WeirError(
+      `state \`${state.name}\`: the stored value is of version ${version}, newer than this ` +
+        `operator's version ${state.version} of the state: it was written by a later version ` +
+        "of the operator; run that version, or restore a checkpoint taken before it",
+    );
+  }
+  if (typeof state._migrate !== "function") {
+    throw new WeirError(
+      `state \`${state.name}\`: the stored value is of version ${version} and the state, of ` +
+        `version ${state.version}, declares no migration`,
+    );
+  }
+  return state._migrate(version, value);
+}
+
+function checkVersion(name, version) {
+  if (!Number.isInteger(version) || version < 1) {
+    throw new WeirError(`state \`${name}\`: a version is an integer from 1 up, not ${version}`);
+  }
+}
+
 /** A `ValueState` whose values carry a version (`ctx.valueState(name, { version, migrate })`).
  *
  * A value of version 1 is stored as its plain JSON, as every value state stored it before
@@ -436,9 +457,7 @@ function splitVersion(stored) {
  * field added with a default needs no new version: `{ ...defaults, ...value }`. */
 export class VersionedValueState extends ValueState {
   constructor(name, version, migrate) {
-    if (!Number.isInteger(version) || version < 1) {
-      throw new WeirError(`state \`${name}\`: a version is an integer from 1 up, not ${version}`);
-    }
+    checkVersion(name, version);
     super(name);
     this.version = version;
     this._migrate = migrate;
@@ -468,20 +487,7 @@ export class VersionedValueState extends ValueState {
   }
 
   _migrated(version, value) {
-    if (!Number.isInteger(version) || version > this.version) {
-      throw new WeirError(
-        `state \`${this.name}\`: the stored value is of version ${version}, newer than this ` +
-          `operator's version ${this.version} of the state: it was written by a later version ` +
-          "of the operator; run that version, or restore a checkpoint taken before it",
-      );
-    }
-    if (typeof this._migrate !== "function") {
-      throw new WeirError(
-        `state \`${this.name}\`: the stored value is of version ${version} and the state, of ` +
-          `version ${this.version}, declares no migration`,
-      );
-    }
-    return this._migrate(version, value);
+    return migrated(this, version, value);
   }
 
   _flushInto(ops, buf) {
@@ -496,6 +502,10 @@ export class VersionedValueState extends ValueState {
   }
 }
 
+/** A map from JSON keys to JSON values per key, ordered by the bytes of the keys' CBOR (integers
+ * in numeric order, strings by length then bytes).
+ * Writes are buffered with the batch's other writes; a read first sends them, then calls the
+ * host (one crossing per read, per 1024 entries for `entries`/`keys`). */
 export class MapState {
   constructor(name) {
     this.name = name;
@@ -569,6 +579,40 @@ export class MapState {
       if (keyEnds.length < PAGE) return;
       after = keys.data.slice(keyEnds.length > 1 ? keyEnds[keyEnds.length - 2] : 0, k0);
     }
+  }
+}
+
+/** A `MapState` whose values carry a version (`ctx.mapState(name, { version, migrate })`), as
+ * `VersionedValueState`'s do: a value of an older version is migrated as it is read (`get`,
+ * `entries`) and put back in this version with the batch's writes. Keys have no version. */
+export class VersionedMapState extends MapState {
+  constructor(name, version, migrate) {
+    checkVersion(name, version);
+    super(name);
+    this.version = version;
+    this._migrate = migrate;
+  }
+
+  _read(key, stored) {
+    let [version, value] = splitVersion(stored);
+    if (version !== this.version) {
+      value = migrated(this, version, value);
+      this.put(key, value);
+    }
+    return value;
+  }
+
+  get(key, dflt = undefined) {
+    const found = super.get(key, ABSENT);
+    return found === ABSENT ? dflt : this._read(key, found);
+  }
+
+  put(key, value) {
+    super.put(key, this.version > 1 ? { $version: this.version, $value: value } : value);
+  }
+
+  entries() {
+    return super.entries().map(([key, value]) => [key, this._read(key, value)]);
   }
 }
 

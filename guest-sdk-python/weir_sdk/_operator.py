@@ -5,7 +5,7 @@ import json
 
 from ._errors import WeirError
 from ._runtime import ListState, MapState, Timers, ValueState
-from ._versions import VersionedValueState
+from ._versions import VersionedMapState, VersionedValueState
 
 
 class OpenContext:
@@ -31,8 +31,12 @@ class OpenContext:
             return ValueState(name)
         return VersionedValueState(name, version, migrate)
 
-    def map_state(self, name):
-        return MapState(name)
+    def map_state(self, name, version=1, migrate=None):
+        """A map from JSON keys to JSON values per key. With `version` above 1, values carry
+        that version, as `value_state`'s do (see `_versions.py`)."""
+        if version == 1 and migrate is None:
+            return MapState(name)
+        return VersionedMapState(name, version, migrate)
 
     def list_state(self, name):
         return ListState(name)

@@ -1,5 +1,6 @@
 """State that evolves: a value state declared with a version and a migration
-(`ctx.value_state(name, version=2, migrate=fn)`).
+(`ctx.value_state(name, version=2, migrate=fn)`), and a map state whose values are
+(`ctx.map_state(name, version=2, migrate=fn)`, `VersionedMapState`).
 
 A value of version 1 is stored as its plain JSON, as every value state stored it before
 versions existed. A value of version 2 or later is stored as `{"$version": N, "$value": V}`.
@@ -11,7 +12,7 @@ version: read it with `value.get("field", default)`, or `{**defaults, **value}`.
 """
 
 from ._errors import WeirError
-from ._runtime import _ABSENT, ValueState
+from ._runtime import _ABSENT, MapState, ValueState
 
 
 def _split(stored):
@@ -21,14 +22,38 @@ def _split(stored):
     return 1, stored
 
 
+def _check_version(name, version):
+    if type(version) is not int or version < 1:
+        raise WeirError(f"state `{name}`: a version is an integer from 1 up, not {version!r}")
+
+
+def _migrated(name, declared, migrate, version, value):
+    """`value`, stored at `version`, migrated to the `declared` version of state `name`."""
+    if type(version) is not int or version > declared:
+        raise WeirError(
+            f"state `{name}`: the stored value is of version {version}, newer than "
+            f"this operator's version {declared} of the state: it was written by a "
+            "later version of the operator; run that version, or restore a checkpoint "
+            "taken before it"
+        )
+    if migrate is None:
+        raise WeirError(
+            f"state `{name}`: the stored value is of version {version} and the state, "
+            f"of version {declared}, declares no migration"
+        )
+    try:
+        return migrate(version, value)
+    except WeirError as e:
+        raise WeirError(f"state `{name}`: migrating a value of version {version}: {e}") from None
+
+
 class VersionedValueState(ValueState):
     """A `ValueState` whose values carry a version; see the module's documentation."""
 
     __slots__ = ("version", "_migrate")
 
     def __init__(self, name, version, migrate):
-        if type(version) is not int or version < 1:
-            raise WeirError(f"state `{name}`: a version is an integer from 1 up, not {version!r}")
+        _check_version(name, version)
         self.version = version
         self._migrate = migrate
         super().__init__(name)
@@ -54,22 +79,7 @@ class VersionedValueState(ValueState):
         return value
 
     def _migrated(self, version, value):
-        if type(version) is not int or version > self.version:
-            raise WeirError(
-                f"state `{self.name}`: the stored value is of version {version}, newer than "
-                f"this operator's version {self.version} of the state: it was written by a "
-                "later version of the operator; run that version, or restore a checkpoint "
-                "taken before it"
-            )
-        if self._migrate is None:
-            raise WeirError(
-                f"state `{self.name}`: the stored value is of version {version} and the state, "
-                f"of version {self.version}, declares no migration"
-            )
-        try:
-            return self._migrate(version, value)
-        except WeirError as e:
-            raise WeirError(f"state `{self.name}`: migrating a value of version {version}: {e}") from None
+        return _migrated(self.name, self.version, self._migrate, version, value)
 
     def _flush_into(self, ops, data):
         if self.version > 1 and self._dirty:
@@ -79,3 +89,36 @@ class VersionedValueState(ValueState):
                 if value is not _ABSENT:
                     cache[slot] = {"$version": self.version, "$value": value}
         super()._flush_into(ops, data)
+
+
+class VersionedMapState(MapState):
+    """A `MapState` whose values carry a version, as `VersionedValueState`'s do: a value of an
+    older version is migrated as it is read (`get`, `items`) and put back in this version with
+    the batch's writes. Keys have no version."""
+
+    __slots__ = ("version", "_migrate")
+
+    def __init__(self, name, version, migrate):
+        _check_version(name, version)
+        self.version = version
+        self._migrate = migrate
+        super().__init__(name)
+
+    def _read(self, key, stored):
+        version, value = _split(stored)
+        if version != self.version:
+            value = _migrated(self.name, self.version, self._migrate, version, value)
+            self.put(key, value)
+        return value
+
+    def get(self, key, default=None):
+        found = super().get(key, _ABSENT)
+        return default if found is _ABSENT else self._read(key, found)
+
+    def put(self, key, value):
+        if self.version > 1:
+            value = {"$version": self.version, "$value": value}
+        super().put(key, value)
+
+    def items(self):
+        return [(key, self._read(key, value)) for key, value in super().items()]

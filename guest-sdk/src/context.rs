@@ -109,6 +109,23 @@ impl OpenContext {
         MapState::declare(name)
     }
 
+    /// Declares the map state `name` with values of `version`, as
+    /// [`versioned_value_state`](Self::versioned_value_state) does for a value: a map value
+    /// stored by an older version of the operator is read through
+    /// `migrate(stored_version, old)` and written back in `version`. Keys have no version.
+    pub fn versioned_map_state<K, V>(
+        &mut self,
+        name: &str,
+        version: u32,
+        migrate: Migration<V>,
+    ) -> Result<MapState<K, V>>
+    where
+        K: Serialize + DeserializeOwned,
+        V: Serialize + DeserializeOwned,
+    {
+        MapState::declare_versioned(name, version, Some(migrate))
+    }
+
     /// The operator's timers (see [`timers`](crate::timers)).
     pub fn timers(&mut self) -> Timers {
         Timers::new()

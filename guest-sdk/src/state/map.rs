@@ -12,6 +12,7 @@ use crate::codec;
 use crate::state::batch::{self, Runtime};
 use crate::state::host;
 use crate::state::op_log::WriteBytes;
+use crate::state::version::{Migration, Versioning, write_head};
 use crate::{Error, Result};
 
 /// How many entries one `map-entries` call returns at most.
@@ -24,6 +25,10 @@ const PAGE: u32 = 1024;
 /// CBOR-encoded, and the host orders entries by the bytes of the encoded key: unsigned
 /// integers sort numerically, strings by length first, then bytewise.
 ///
+/// A map declared with [`OpenContext::versioned_map_state`](crate::OpenContext::versioned_map_state)
+/// stores its values with a version, as a versioned value state does: a value of an older
+/// version is migrated as it is read and written back in the current version.
+///
 /// Writes (`insert`, `remove`, `clear`) are queued and sent in one host call with the other
 /// writes of the batch. A read (`get`, `contains_key`, `len`, `entries`, `keys`) calls the
 /// host, one crossing each (plus one per 1024 entries for `entries` and `keys`); if writes to
@@ -31,6 +36,7 @@ const PAGE: u32 = 1024;
 pub struct MapState<K, V> {
     id: StateId,
     name: Arc<str>,
+    versioning: Versioning<V>,
     _types: PhantomData<fn() -> (K, V)>,
 }
 
@@ -39,6 +45,7 @@ impl<K, V> Clone for MapState<K, V> {
         Self {
             id: self.id,
             name: self.name.clone(),
+            versioning: self.versioning,
             _types: PhantomData,
         }
     }
@@ -54,10 +61,24 @@ impl<K, V> fmt::Debug for MapState<K, V> {
 
 impl<K: Serialize + DeserializeOwned, V: Serialize + DeserializeOwned> MapState<K, V> {
     pub(crate) fn declare(name: &str) -> Result<Self> {
+        Self::declare_versioned(name, 1, None)
+    }
+
+    pub(crate) fn declare_versioned(
+        name: &str,
+        version: u32,
+        migrate: Option<Migration<V>>,
+    ) -> Result<Self> {
+        if version == 0 {
+            return Err(Error::new(format!(
+                "map state `{name}`: versions start at 1"
+            )));
+        }
         let id = batch::with_runtime(|runtime| runtime.declare(name, StateKind::Map))?;
         Ok(Self {
             id,
             name: name.into(),
+            versioning: Versioning { version, migrate },
             _types: PhantomData,
         })
     }
@@ -69,11 +90,25 @@ impl<K: Serialize + DeserializeOwned, V: Serialize + DeserializeOwned> MapState<
 
     /// The value under `key`, if any.
     pub fn get(&self, key: &K) -> Result<Option<V>> {
-        self.read(|runtime, slot| {
+        let found = self.read(|runtime, slot| {
             Self::get_raw(runtime, self.id, slot, key)?
-                .map(|bytes| codec::decode(&bytes))
+                .map(|bytes| self.decode(&bytes))
                 .transpose()
-        })
+        })?;
+        match found {
+            Some((value, true)) => {
+                self.insert(key, &value)?;
+                Ok(Some(value))
+            }
+            other => Ok(other.map(|(value, _)| value)),
+        }
+    }
+
+    /// A stored value, and whether it was migrated from an older version.
+    fn decode(&self, stored: &[u8]) -> Result<(V, bool)> {
+        self.versioning
+            .decode(stored)
+            .map_err(|e| e.context(format_args!("map state `{}`", self.name)))
     }
 
     /// Whether the map has an entry under `key`.
@@ -103,7 +138,10 @@ impl<K: Serialize + DeserializeOwned, V: Serialize + DeserializeOwned> MapState<
         self.write(
             OpKind::MapPut,
             Some(&mut |data: &mut Vec<u8>| codec::encode_into(key, data)),
-            Some(&mut |data: &mut Vec<u8>| codec::encode_into(value, data)),
+            Some(&mut |data: &mut Vec<u8>| {
+                write_head(self.versioning.version, data);
+                codec::encode_into(value, data)
+            }),
         )
     }
 
@@ -124,13 +162,19 @@ impl<K: Serialize + DeserializeOwned, V: Serialize + DeserializeOwned> MapState<
     /// Every entry, in the order of the encoded keys.
     pub fn entries(&self) -> Result<Vec<(K, V)>> {
         let mut entries = Vec::new();
+        let mut migrated = Vec::new();
         self.pages(|keys, values, index| {
-            entries.push((
-                codec::decode(host::blob(keys, index)?)?,
-                codec::decode(host::blob(values, index)?)?,
-            ));
+            let (value, old) = self.decode(host::blob(values, index)?)?;
+            if old {
+                migrated.push(entries.len());
+            }
+            entries.push((codec::decode(host::blob(keys, index)?)?, value));
             Ok(())
         })?;
+        for i in migrated {
+            let (key, value) = &entries[i];
+            self.insert(key, value)?;
+        }
         Ok(entries)
     }
 
@@ -288,5 +332,65 @@ mod tests {
                 .is_err_and(|e| e.message().contains("keyed record"))
         );
         scope.finish()
+    }
+
+    #[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+    struct Seen {
+        total: u64,
+        last_seen: String,
+    }
+
+    #[derive(serde::Deserialize)]
+    struct SeenV1 {
+        count: u64,
+    }
+
+    fn seen_from_v1(_from: u32, old: crate::state::version::OldValue<'_>) -> Result<Seen> {
+        let v1: SeenV1 = old.decode()?;
+        Ok(Seen {
+            total: v1.count,
+            last_seen: String::new(),
+        })
+    }
+
+    #[derive(Debug, serde::Serialize, serde::Deserialize)]
+    struct CountV1 {
+        count: u64,
+    }
+
+    #[test]
+    fn a_versioned_map_migrates_older_values_as_it_reads_them_and_writes_them_back() -> Result<()> {
+        let host = FakeHost::install();
+        let old = MapState::<String, CountV1>::declare("m")?;
+        let scope = begin(1)?;
+        set_current_slot(0);
+        old.insert(&"a".to_owned(), &CountV1 { count: 3 })?;
+        old.insert(&"b".to_owned(), &CountV1 { count: 5 })?;
+        assert_eq!(old.len()?, 2, "a read sends the writes");
+        drop(scope);
+
+        let map = MapState::<String, Seen>::declare_versioned("m", 2, Some(seen_from_v1))?;
+        let _scope = begin(1)?;
+        set_current_slot(0);
+        let a = Seen {
+            total: 3,
+            last_seen: String::new(),
+        };
+        assert_eq!(map.get(&"a".to_owned())?, Some(a.clone()));
+        let entries = map.entries()?;
+        assert_eq!(entries.len(), 2);
+        assert_eq!(entries[1].1.total, 5);
+        // Both were written back in version 2: a map of version 1 can no longer read them,
+        // and reading them again migrates nothing.
+        let applied = host.calls().apply;
+        assert_eq!(map.get(&"a".to_owned())?, Some(a));
+        assert_eq!(
+            host.calls().apply,
+            applied + 1,
+            "the write-back of `entries` was sent"
+        );
+        let e = old.get(&"a".to_owned()).expect_err("newer than version 1");
+        assert!(e.to_string().contains("version 2, newer"), "{e}");
+        Ok(())
     }
 }

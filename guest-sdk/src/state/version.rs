@@ -102,6 +102,14 @@ pub(crate) struct Versioning<T> {
     pub(crate) migrate: Option<Migration<T>>,
 }
 
+impl<T> Clone for Versioning<T> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<T> Copy for Versioning<T> {}
+
 impl<T: DeserializeOwned> Versioning<T> {
     /// Decodes a stored value; `true` with it when it was migrated (and so must be written
     /// back in this version).

@@ -1,6 +1,6 @@
 // Every state call of the JavaScript SDK, for tests/sdk_state.rs: the same logic as
 // ../state-tour-python/operator.py, whose docstring describes it (the counters of
-// `role = "count-v1"` and `"count-v2"` too).
+// `role = "count-v1"` and `"count-v2"`, and their map-state forms, too).
 
 import { Operator, exportOperator } from "./weir.js";
 
@@ -9,15 +9,37 @@ function countFromV1(version, old) {
   return { total: old.count, last_seen: "" };
 }
 
+/** The count of `map-count-v1` and `map-count-v2`: a map state's entry `n`, read and written
+ * as the value state of `count-v1` and `count-v2` is. */
+class MapEntry {
+  constructor(map) {
+    this.map = map;
+  }
+
+  get(dflt) {
+    return this.map.get("n", dflt);
+  }
+
+  set(value) {
+    this.map.put("n", value);
+  }
+}
+
 class Tour extends Operator {
   open(ctx) {
     const role = ctx.config.role;
     this.split = role === "split";
-    this.counter = role === "count-v1" || role === "count-v2" ? role : null;
+    const counter = /^(map-)?(count-v[12])$/.exec(role ?? "");
+    this.counter = counter ? counter[2] : null;
+    const versioned = { version: 2, migrate: countFromV1 };
     if (role === "count-v1") {
       this.counts = ctx.valueState("count");
     } else if (role === "count-v2") {
-      this.counts = ctx.valueState("count", { version: 2, migrate: countFromV1 });
+      this.counts = ctx.valueState("count", versioned);
+    } else if (role === "map-count-v1") {
+      this.counts = new MapEntry(ctx.mapState("counts"));
+    } else if (role === "map-count-v2") {
+      this.counts = new MapEntry(ctx.mapState("counts", versioned));
     } else if (!this.split) {
       this.last = ctx.valueState("last");
       this.seen = ctx.mapState("seen");

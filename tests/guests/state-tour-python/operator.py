@@ -16,7 +16,8 @@ where `target` is `x` for `-x` and `v` otherwise.
 With `role = "count-v1"` or `"count-v2"`: two versions of a keyed counter, for upgrade tests.
 Version 1 keeps `{"count": n}` per key and emits `KEY\tn`; version 2 keeps
 `{"total": n, "last_seen": v}` (the state's version 2, migrated from version 1's values as
-they are read) and emits `KEY\tn\tv`.
+they are read) and emits `KEY\tn\tv`. `role = "map-count-v1"` and `"map-count-v2"` do the
+same with the count in a map state (`counts`, under the map key `n`) whose values gain a version.
 """
 
 import weir_sdk
@@ -28,15 +29,34 @@ def count_from_v1(version, old):
     return {"total": old["count"], "last_seen": ""}
 
 
+class MapEntry:
+    """The count of `map-count-v1` and `map-count-v2`: a map state's entry `n`, read and
+    written as the value state of `count-v1` and `count-v2` is."""
+
+    def __init__(self, map_state):
+        self.map = map_state
+
+    def get(self, default):
+        return self.map.get("n", default)
+
+    def set(self, value):
+        self.map.put("n", value)
+
+
 class Tour(weir_sdk.Operator):
     def open(self, ctx):
         role = ctx.config.get("role")
         self.split = role == "split"
-        self.counter = role if role in ("count-v1", "count-v2") else None
+        counter = (role or "").removeprefix("map-")
+        self.counter = counter if counter in ("count-v1", "count-v2") else None
         if role == "count-v1":
             self.counts = ctx.value_state("count")
         elif role == "count-v2":
             self.counts = ctx.value_state("count", version=2, migrate=count_from_v1)
+        elif role == "map-count-v1":
+            self.counts = MapEntry(ctx.map_state("counts"))
+        elif role == "map-count-v2":
+            self.counts = MapEntry(ctx.map_state("counts", version=2, migrate=count_from_v1))
         elif not self.split:
             self.last = ctx.value_state("last")
             self.seen = ctx.map_state("seen")

@@ -17,6 +17,8 @@
 //!   keeps `{count}` per key and emits `key\tcount`; version 2 keeps `{total, last_seen}`
 //!   (the state's version 2, migrated from version 1's values as they are read) and emits
 //!   `key\ttotal\tlast_seen`, `last_seen` being the record's value.
+//! - `map-count-v1` and `map-count-v2`: the same, with the count kept in a map state
+//!   (`counts`, under the map key `n`) whose values gain a version.
 //!
 //! Any other mode fails `open` with an error naming it. Every mode logs one info line when it
 //! opens, so tests can check where guest log lines land, and with `"log": "text"` in the
@@ -53,6 +55,9 @@ enum Faulty {
     Isolation(Isolation),
     CountV1(ValueState<CountV1>),
     CountV2(ValueState<CountV2>),
+    /// `count-v1` and `count-v2` with the count in a map state, under the map key `n`.
+    MapCountV1(MapState<String, CountV1>),
+    MapCountV2(MapState<String, CountV2>),
 }
 
 #[derive(Clone, Serialize, Deserialize)]
@@ -119,10 +124,14 @@ impl Operator for Faulty {
             }),
             "count-v1" => Self::CountV1(ctx.value_state("count")?),
             "count-v2" => Self::CountV2(ctx.versioned_value_state("count", 2, count_from_v1)?),
+            "map-count-v1" => Self::MapCountV1(ctx.map_state("counts")?),
+            "map-count-v2" => {
+                Self::MapCountV2(ctx.versioned_map_state("counts", 2, count_from_v1)?)
+            }
             other => {
                 return Err(Error::new(format!(
                     "unknown mode `{other}`; expected passthrough, error-on, trap-on, loop-on, \
-                     alloc-on, isolation, count-v1 or count-v2"
+                     alloc-on, isolation, count-v1, count-v2, map-count-v1 or map-count-v2"
                 )));
             }
         })
@@ -153,6 +162,21 @@ impl Operator for Faulty {
                 let key = record.key_str()?.unwrap_or_default();
                 out.emit_fmt(record.key, format_args!("{key}\t{total}\t{last_seen}"))?;
                 return state.set(&CountV2 { total, last_seen });
+            }
+            Self::MapCountV1(map) => {
+                let n = "n".to_owned();
+                let count = map.get(&n)?.map_or(0, |c| c.count) + 1;
+                map.insert(&n, &CountV1 { count })?;
+                let key = record.key_str()?.unwrap_or_default();
+                return out.emit_fmt(record.key, format_args!("{key}\t{count}"));
+            }
+            Self::MapCountV2(map) => {
+                let n = "n".to_owned();
+                let total = map.get(&n)?.map_or(0, |c| c.total) + 1;
+                let last_seen = record.value_str()?.to_owned();
+                let key = record.key_str()?.unwrap_or_default();
+                out.emit_fmt(record.key, format_args!("{key}\t{total}\t{last_seen}"))?;
+                return map.insert(&n, &CountV2 { total, last_seen });
             }
             Self::ErrorOn(_) | Self::TrapOn(_) | Self::LoopOn(_) | Self::AllocOn(_) => {}
         }
