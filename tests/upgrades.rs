@@ -728,6 +728,10 @@ fn killed_during_an_upgrade(point: KillPoint) {
     );
 }
 
+/// The input lines of a counter whose state gains a version: paced to take 2 s, so that the
+/// run at version 1 is still running when the test kills it.
+const EVOLVING_LINES: usize = 50_000;
+
 /// A counter (`component`, its versions chosen by `config_key = "count-v1"` or `"count-v2"`)
 /// run at version 1, killed after a checkpoint, and restored at version 2, whose state has
 /// another shape, declared as the state's version 2 with a migration from version 1: every
@@ -737,20 +741,19 @@ fn killed_during_an_upgrade(point: KillPoint) {
 /// (the map's values gain the version).
 fn a_counter_whose_state_gains_a_version(component: &Path, config_key: &str, kind: &str) {
     let dir = tempfile::tempdir().expect("tempdir");
-    // A map costs a host call per read: fewer lines, paced to take as long.
-    let lines = if kind == "count" { 200_000 } else { 50_000 };
-    let words = support::write_word_lines(dir.path(), lines);
+    let words = support::write_word_lines(dir.path(), EVOLVING_LINES);
     let version_1 = format!("config = {{ {config_key} = \"{kind}-v1\" }}");
-    let job = counter_killed_at_version_1(dir.path(), component, &version_1, lines as u64);
+    let job = counter_killed_at_version_1(dir.path(), component, &version_1);
     edit(&job, "count-v1", "count-v2");
     counts_went_on_at_version_2(dir.path(), &job, &words);
 }
 
 /// The job `evolving` of `dir`: a tokenizer, then `count` (`component` with the operator line
-/// `config`) at version 1 of its state, over `lines` lines paced to take at least 2 s, run
+/// `config`) at version 1 of its state, over [`EVOLVING_LINES`] lines paced to take at least
+/// 2 s, run
 /// until a checkpoint that covers records (it committed output, so its state has values to
 /// migrate) and killed.
-fn counter_killed_at_version_1(dir: &Path, component: &Path, config: &str, lines: u64) -> PathBuf {
+fn counter_killed_at_version_1(dir: &Path, component: &Path, config: &str) -> PathBuf {
     let job = support::tokenize_then_component(
         dir,
         "name = \"evolving\"\nbatch_size = 16",
@@ -762,7 +765,7 @@ fn counter_killed_at_version_1(dir: &Path, component: &Path, config: &str, lines
             dir.join("store").display()
         ),
     );
-    support::pace_source(&job, lines / 2);
+    support::pace_source(&job, EVOLVING_LINES as u64 / 2);
     let mut run = support::spawn_run(&[path(&job), "-q"]);
     let checkpoints = dir.join("store").join("evolving").join("checkpoints");
     let output = dir.join("out.txt");
@@ -857,15 +860,10 @@ fn a_c_counter_whose_state_gains_a_version_migrates_the_old_values_and_counts_on
 #[test]
 fn a_rust_counters_state_migrates_into_a_python_counters_next_version() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let words = support::write_word_lines(dir.path(), 200_000);
+    let words = support::write_word_lines(dir.path(), EVOLVING_LINES);
     let rust = support::component("weir-test-faulty");
     let python = support::built_operator(&support::repo().join("tests/guests/state-tour-python"));
-    let job = counter_killed_at_version_1(
-        dir.path(),
-        &rust,
-        "config = { mode = \"count-v1\" }",
-        200_000,
-    );
+    let job = counter_killed_at_version_1(dir.path(), &rust, "config = { mode = \"count-v1\" }");
     edit(
         &job,
         &support::toml_path(&rust),
