@@ -738,7 +738,7 @@ const EVOLVING_LINES: usize = 50_000;
 /// word's count goes on from where version 1 left it, exactly once.
 ///
 /// `kind` is `count` for the count in a value state, `map-count` for it in a map state's entry
-/// (the map's values gain the version).
+/// (the map's values gain the version), `list-count` for it as a list state's one item.
 fn a_counter_whose_state_gains_a_version(component: &Path, config_key: &str, kind: &str) {
     let dir = tempfile::tempdir().expect("tempdir");
     let words = support::write_word_lines(dir.path(), EVOLVING_LINES);
@@ -845,6 +845,28 @@ fn a_python_map_whose_values_gain_a_version_migrates_them_and_counts_on() {
 fn a_javascript_map_whose_values_gain_a_version_migrates_them_and_counts_on() {
     let component = support::built_operator(&support::repo().join("tests/guests/state-tour-js"));
     a_counter_whose_state_gains_a_version(&component, "role", "map-count");
+}
+
+#[test]
+fn a_rust_list_whose_items_gain_a_version_migrates_them_and_counts_on() {
+    a_counter_whose_state_gains_a_version(
+        &support::component("weir-test-faulty"),
+        "mode",
+        "list-count",
+    );
+}
+
+#[test]
+fn a_python_list_whose_items_gain_a_version_migrates_them_and_counts_on() {
+    let component =
+        support::built_operator(&support::repo().join("tests/guests/state-tour-python"));
+    a_counter_whose_state_gains_a_version(&component, "role", "list-count");
+}
+
+#[test]
+fn a_javascript_list_whose_items_gain_a_version_migrates_them_and_counts_on() {
+    let component = support::built_operator(&support::repo().join("tests/guests/state-tour-js"));
+    a_counter_whose_state_gains_a_version(&component, "role", "list-count");
 }
 
 #[test]

@@ -6,6 +6,7 @@ import {
   MapState,
   Timers,
   ValueState,
+  VersionedListState,
   VersionedMapState,
   VersionedValueState,
 } from "./runtime.js";
@@ -41,8 +42,11 @@ export class OpenContext {
     return new VersionedMapState(name, version, migrate);
   }
 
-  listState(name) {
-    return new ListState(name);
+  /** A list of JSON items per key. With `{ version, migrate }` (version above 1), items carry
+   * that version, as `valueState`'s values do (`VersionedListState`). */
+  listState(name, { version = 1, migrate = undefined } = {}) {
+    if (version === 1 && migrate === undefined) return new ListState(name);
+    return new VersionedListState(name, version, migrate);
   }
 
   timers() {

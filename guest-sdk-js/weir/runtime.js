@@ -835,3 +835,36 @@ export function runTimers(operator, out, timers) {
     throw failure(e, failedRecord(e, i));
   }
 }
+
+/** A `ListState` whose items carry a version (`ctx.listState(name, { version, migrate })`): a
+ * `get` that finds items of an older version migrates them and writes the whole list back in
+ * this version (a list is only ever cleared and appended to). */
+export class VersionedListState extends ListState {
+  constructor(name, version, migrate) {
+    checkVersion(name, version);
+    super(name);
+    this.version = version;
+    this._migrate = migrate;
+  }
+
+  push(item) {
+    super.push(this.version > 1 ? { $version: this.version, $value: item } : item);
+  }
+
+  get() {
+    let migratedAny = false;
+    const items = super.get().map((stored) => {
+      let [version, item] = splitVersion(stored);
+      if (version !== this.version) {
+        item = migrated(this, version, item);
+        migratedAny = true;
+      }
+      return item;
+    });
+    if (migratedAny) {
+      this.clear();
+      for (const item of items) this.push(item);
+    }
+    return items;
+  }
+}

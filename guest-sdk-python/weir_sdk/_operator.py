@@ -5,7 +5,7 @@ import json
 
 from ._errors import WeirError
 from ._runtime import ListState, MapState, Timers, ValueState
-from ._versions import VersionedMapState, VersionedValueState
+from ._versions import VersionedListState, VersionedMapState, VersionedValueState
 
 
 class OpenContext:
@@ -38,8 +38,12 @@ class OpenContext:
             return MapState(name)
         return VersionedMapState(name, version, migrate)
 
-    def list_state(self, name):
-        return ListState(name)
+    def list_state(self, name, version=1, migrate=None):
+        """A list of JSON items per key. With `version` above 1, items carry that version,
+        as `value_state`'s values do (see `_versions.py`)."""
+        if version == 1 and migrate is None:
+            return ListState(name)
+        return VersionedListState(name, version, migrate)
 
     def timers(self):
         return Timers()

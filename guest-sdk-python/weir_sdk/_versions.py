@@ -1,6 +1,7 @@
 """State that evolves: a value state declared with a version and a migration
 (`ctx.value_state(name, version=2, migrate=fn)`), and a map state whose values are
-(`ctx.map_state(name, version=2, migrate=fn)`, `VersionedMapState`).
+(`ctx.map_state(name, version=2, migrate=fn)`, `VersionedMapState`) or a list state whose
+items are (`ctx.list_state(name, version=2, migrate=fn)`, `VersionedListState`).
 
 A value of version 1 is stored as its plain JSON, as every value state stored it before
 versions existed. A value of version 2 or later is stored as `{"$version": N, "$value": V}`.
@@ -12,7 +13,7 @@ version: read it with `value.get("field", default)`, or `{**defaults, **value}`.
 """
 
 from ._errors import WeirError
-from ._runtime import _ABSENT, MapState, ValueState
+from ._runtime import _ABSENT, ListState, MapState, ValueState
 
 
 def _split(stored):
@@ -122,3 +123,37 @@ class VersionedMapState(MapState):
 
     def items(self):
         return [(key, self._read(key, value)) for key, value in super().items()]
+
+
+class VersionedListState(ListState):
+    """A `ListState` whose items carry a version: a `get` that finds items of an older version
+    migrates them and writes the whole list back in this version (a list is only ever cleared
+    and appended to)."""
+
+    __slots__ = ("version", "_migrate")
+
+    def __init__(self, name, version, migrate):
+        _check_version(name, version)
+        self.version = version
+        self._migrate = migrate
+        super().__init__(name)
+
+    def append(self, item):
+        if self.version > 1:
+            item = {"$version": self.version, "$value": item}
+        super().append(item)
+
+    def get(self):
+        items = []
+        migrated = False
+        for stored in super().get():
+            version, item = _split(stored)
+            if version != self.version:
+                item = _migrated(self.name, self.version, self._migrate, version, item)
+                migrated = True
+            items.append(item)
+        if migrated:
+            self.clear()
+            for item in items:
+                self.append(item)
+        return items

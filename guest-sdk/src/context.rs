@@ -138,6 +138,21 @@ impl OpenContext {
     {
         ListState::declare(name)
     }
+
+    /// Declares the list state `name` with items of `version`: a `get` that finds items
+    /// stored by an older version of the operator reads them through
+    /// `migrate(stored_version, old)` and writes the whole list back in `version`.
+    pub fn versioned_list_state<T>(
+        &mut self,
+        name: &str,
+        version: u32,
+        migrate: Migration<T>,
+    ) -> Result<ListState<T>>
+    where
+        T: Serialize + DeserializeOwned,
+    {
+        ListState::declare_versioned(name, version, Some(migrate))
+    }
 }
 
 #[cfg(test)]

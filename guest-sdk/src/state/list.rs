@@ -11,6 +11,7 @@ use crate::codec;
 use crate::state::batch;
 use crate::state::host;
 use crate::state::op_log::WriteBytes;
+use crate::state::version::{Migration, Versioning, write_head};
 use crate::{Error, Result};
 
 /// A list of `T` per key, appended to; declared with
@@ -19,9 +20,15 @@ use crate::{Error, Result};
 /// Every call acts on the list of the record's key. Items are stored CBOR-encoded. `push`
 /// and `clear` are queued and sent in one host call with the other writes of the batch; `get`
 /// first sends the queued writes, so it sees them, then reads the whole list in one call.
+///
+/// A list declared with [`OpenContext::versioned_list_state`](crate::OpenContext::versioned_list_state)
+/// stores its items with a version: a `get` that finds items of an older version migrates
+/// them and writes the whole list back in the current version (a list is only ever cleared
+/// and appended to).
 pub struct ListState<T> {
     id: StateId,
     name: Arc<str>,
+    versioning: Versioning<T>,
     _type: PhantomData<fn() -> T>,
 }
 
@@ -30,6 +37,7 @@ impl<T> Clone for ListState<T> {
         Self {
             id: self.id,
             name: self.name.clone(),
+            versioning: self.versioning,
             _type: PhantomData,
         }
     }
@@ -45,10 +53,24 @@ impl<T> fmt::Debug for ListState<T> {
 
 impl<T: Serialize + DeserializeOwned> ListState<T> {
     pub(crate) fn declare(name: &str) -> Result<Self> {
+        Self::declare_versioned(name, 1, None)
+    }
+
+    pub(crate) fn declare_versioned(
+        name: &str,
+        version: u32,
+        migrate: Option<Migration<T>>,
+    ) -> Result<Self> {
+        if version == 0 {
+            return Err(Error::new(format!(
+                "list state `{name}`: versions start at 1"
+            )));
+        }
         let id = batch::with_runtime(|runtime| runtime.declare(name, StateKind::List))?;
         Ok(Self {
             id,
             name: name.into(),
+            versioning: Versioning { version, migrate },
             _type: PhantomData,
         })
     }
@@ -62,7 +84,10 @@ impl<T: Serialize + DeserializeOwned> ListState<T> {
     pub fn push(&self, item: &T) -> Result<()> {
         self.write(
             OpKind::ListAppend,
-            Some(&mut |data: &mut Vec<u8>| codec::encode_into(item, data)),
+            Some(&mut |data: &mut Vec<u8>| {
+                write_head(self.versioning.version, data);
+                codec::encode_into(item, data)
+            }),
         )
     }
 
@@ -80,11 +105,27 @@ impl<T: Serialize + DeserializeOwned> ListState<T> {
                 .host
                 .list_read(self.id, slot)
                 .map_err(|e| Error::new(format!("reading: {e}")))?;
-            (0..host::blob_count(&blobs)?)
-                .map(|index| codec::decode(host::blob(&blobs, index)?))
-                .collect()
+            let mut migrated = false;
+            let items = (0..host::blob_count(&blobs)?)
+                .map(|index| {
+                    let (item, old) = self.versioning.decode(host::blob(&blobs, index)?)?;
+                    migrated |= old;
+                    Ok(item)
+                })
+                .collect::<Result<Vec<T>>>()?;
+            Ok((items, migrated))
         })
         .map_err(|e| e.context(format_args!("list state `{}`", self.name)))
+        .and_then(|(items, migrated)| {
+            if migrated {
+                // Written back whole, in this version.
+                self.clear()?;
+                for item in &items {
+                    self.push(item)?;
+                }
+            }
+            Ok(items)
+        })
     }
 
     fn write(&self, kind: OpKind, value: Option<WriteBytes<'_>>) -> Result<()> {
@@ -122,5 +163,43 @@ mod tests {
         set_current_slot(0);
         assert_eq!(list.get()?, ["d"]);
         scope.finish()
+    }
+
+    #[derive(Debug, serde::Serialize, serde::Deserialize)]
+    struct V1 {
+        count: u64,
+    }
+
+    #[derive(Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+    struct V2 {
+        total: u64,
+    }
+
+    fn from_v1(_from: u32, old: crate::state::version::OldValue<'_>) -> Result<V2> {
+        let v1: V1 = old.decode()?;
+        Ok(V2 { total: v1.count })
+    }
+
+    #[test]
+    fn a_versioned_list_migrates_older_items_and_writes_the_list_back() -> Result<()> {
+        let _host = FakeHost::install();
+        let old = ListState::<V1>::declare("l")?;
+        let scope = begin(1)?;
+        set_current_slot(0);
+        old.push(&V1 { count: 1 })?;
+        old.push(&V1 { count: 2 })?;
+        assert_eq!(old.get()?.len(), 2, "a read sends the writes");
+        drop(scope);
+
+        let list = ListState::<V2>::declare_versioned("l", 2, Some(from_v1))?;
+        let _scope = begin(1)?;
+        set_current_slot(0);
+        list.push(&V2 { total: 3 })?;
+        let expected = [V2 { total: 1 }, V2 { total: 2 }, V2 { total: 3 }];
+        assert_eq!(list.get()?, expected, "old and new items, in order");
+        assert_eq!(list.get()?, expected, "written back whole, in order");
+        let e = old.get().expect_err("newer than version 1");
+        assert!(e.to_string().contains("version 2, newer"), "{e}");
+        Ok(())
     }
 }

@@ -1,6 +1,6 @@
 // Every state call of the JavaScript SDK, for tests/sdk_state.rs: the same logic as
 // ../state-tour-python/operator.py, whose docstring describes it (the counters of
-// `role = "count-v1"` and `"count-v2"`, and their map-state forms, too).
+// `role = "count-v1"` and `"count-v2"`, and their map-state and list-state forms, too).
 
 import { Operator, exportOperator } from "./weir.js";
 
@@ -25,11 +25,28 @@ class MapEntry {
   }
 }
 
+/** The count of `list-count-v1` and `list-count-v2`: the one item of a list state. */
+class ListItem {
+  constructor(list) {
+    this.list = list;
+  }
+
+  get(dflt) {
+    const items = this.list.get();
+    return items.length > 0 ? items[items.length - 1] : dflt;
+  }
+
+  set(value) {
+    this.list.clear();
+    this.list.push(value);
+  }
+}
+
 class Tour extends Operator {
   open(ctx) {
     const role = ctx.config.role;
     this.split = role === "split";
-    const counter = /^(map-)?(count-v[12])$/.exec(role ?? "");
+    const counter = /^(map-|list-)?(count-v[12])$/.exec(role ?? "");
     this.counter = counter ? counter[2] : null;
     const versioned = { version: 2, migrate: countFromV1 };
     if (role === "count-v1") {
@@ -40,6 +57,10 @@ class Tour extends Operator {
       this.counts = new MapEntry(ctx.mapState("counts"));
     } else if (role === "map-count-v2") {
       this.counts = new MapEntry(ctx.mapState("counts", versioned));
+    } else if (role === "list-count-v1") {
+      this.counts = new ListItem(ctx.listState("counts"));
+    } else if (role === "list-count-v2") {
+      this.counts = new ListItem(ctx.listState("counts", versioned));
     } else if (!this.split) {
       this.last = ctx.valueState("last");
       this.seen = ctx.mapState("seen");

@@ -17,7 +17,8 @@ With `role = "count-v1"` or `"count-v2"`: two versions of a keyed counter, for u
 Version 1 keeps `{"count": n}` per key and emits `KEY\tn`; version 2 keeps
 `{"total": n, "last_seen": v}` (the state's version 2, migrated from version 1's values as
 they are read) and emits `KEY\tn\tv`. `role = "map-count-v1"` and `"map-count-v2"` do the
-same with the count in a map state (`counts`, under the map key `n`) whose values gain a version.
+same with the count in a map state (`counts`, under the map key `n`) whose values gain a version;
+`"list-count-v1"` and `"list-count-v2"` with it as the one item of a list state.
 """
 
 import weir_sdk
@@ -43,11 +44,26 @@ class MapEntry:
         self.map.put("n", value)
 
 
+class ListItem:
+    """The count of `list-count-v1` and `list-count-v2`: the one item of a list state."""
+
+    def __init__(self, list_state):
+        self.list = list_state
+
+    def get(self, default):
+        items = self.list.get()
+        return items[-1] if items else default
+
+    def set(self, value):
+        self.list.clear()
+        self.list.append(value)
+
+
 class Tour(weir_sdk.Operator):
     def open(self, ctx):
         role = ctx.config.get("role")
         self.split = role == "split"
-        counter = (role or "").removeprefix("map-")
+        counter = (role or "").removeprefix("map-").removeprefix("list-")
         self.counter = counter if counter in ("count-v1", "count-v2") else None
         if role == "count-v1":
             self.counts = ctx.value_state("count")
@@ -57,6 +73,10 @@ class Tour(weir_sdk.Operator):
             self.counts = MapEntry(ctx.map_state("counts"))
         elif role == "map-count-v2":
             self.counts = MapEntry(ctx.map_state("counts", version=2, migrate=count_from_v1))
+        elif role == "list-count-v1":
+            self.counts = ListItem(ctx.list_state("counts"))
+        elif role == "list-count-v2":
+            self.counts = ListItem(ctx.list_state("counts", version=2, migrate=count_from_v1))
         elif not self.split:
             self.last = ctx.value_state("last")
             self.seen = ctx.map_state("seen")

@@ -18,7 +18,8 @@
 //!   (the state's version 2, migrated from version 1's values as they are read) and emits
 //!   `key\ttotal\tlast_seen`, `last_seen` being the record's value.
 //! - `map-count-v1` and `map-count-v2`: the same, with the count kept in a map state
-//!   (`counts`, under the map key `n`) whose values gain a version.
+//!   (`counts`, under the map key `n`) whose values gain a version; `list-count-v1` and
+//!   `list-count-v2` with it as the one item of a list state whose items gain a version.
 //!
 //! Any other mode fails `open` with an error naming it. Every mode logs one info line when it
 //! opens, so tests can check where guest log lines land, and with `"log": "text"` in the
@@ -58,6 +59,9 @@ enum Faulty {
     /// `count-v1` and `count-v2` with the count in a map state, under the map key `n`.
     MapCountV1(MapState<String, CountV1>),
     MapCountV2(MapState<String, CountV2>),
+    /// `count-v1` and `count-v2` with the count as the one item of a list state.
+    ListCountV1(ListState<CountV1>),
+    ListCountV2(ListState<CountV2>),
 }
 
 #[derive(Clone, Serialize, Deserialize)]
@@ -128,10 +132,15 @@ impl Operator for Faulty {
             "map-count-v2" => {
                 Self::MapCountV2(ctx.versioned_map_state("counts", 2, count_from_v1)?)
             }
+            "list-count-v1" => Self::ListCountV1(ctx.list_state("counts")?),
+            "list-count-v2" => {
+                Self::ListCountV2(ctx.versioned_list_state("counts", 2, count_from_v1)?)
+            }
             other => {
                 return Err(Error::new(format!(
                     "unknown mode `{other}`; expected passthrough, error-on, trap-on, loop-on, \
-                     alloc-on, isolation, count-v1, count-v2, map-count-v1 or map-count-v2"
+                     alloc-on, isolation, count-v1, count-v2, map-count-v1, map-count-v2, list-count-v1 \
+                     or list-count-v2"
                 )));
             }
         })
@@ -169,6 +178,21 @@ impl Operator for Faulty {
                 map.insert(&n, &CountV1 { count })?;
                 let key = record.key_str()?.unwrap_or_default();
                 return out.emit_fmt(record.key, format_args!("{key}\t{count}"));
+            }
+            Self::ListCountV1(list) => {
+                let count = list.get()?.pop().map_or(0, |c| c.count) + 1;
+                list.clear()?;
+                list.push(&CountV1 { count })?;
+                let key = record.key_str()?.unwrap_or_default();
+                return out.emit_fmt(record.key, format_args!("{key}\t{count}"));
+            }
+            Self::ListCountV2(list) => {
+                let total = list.get()?.pop().map_or(0, |c| c.total) + 1;
+                let last_seen = record.value_str()?.to_owned();
+                let key = record.key_str()?.unwrap_or_default();
+                out.emit_fmt(record.key, format_args!("{key}\t{total}\t{last_seen}"))?;
+                list.clear()?;
+                return list.push(&CountV2 { total, last_seen });
             }
             Self::MapCountV2(map) => {
                 let n = "n".to_owned();
