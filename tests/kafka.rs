@@ -648,6 +648,67 @@ fn a_kafka_job_upgraded_host_by_host_keeps_its_counts_exactly_once() {
 }
 
 #[test]
+fn a_kafka_upgrade_whose_new_version_fails_rolls_back_and_keeps_its_counts_exactly_once() {
+    let GroupRun {
+        seed,
+        mut rng,
+        broker,
+        dir,
+        job,
+        mut input,
+    } = GroupRun::start(4, 20_000, 200);
+    let TwoHosts {
+        data: _data,
+        a,
+        b,
+        id_a,
+        id_b,
+    } = TwoHosts::sharing(&broker, &job, &input, seed);
+
+    // The new version's counter fails as it opens.
+    let text = std::fs::read_to_string(&job).expect("job file");
+    let counter = toml_path(&component("weir-example-counter"));
+    let failing = text.replace(
+        &counter,
+        &format!(
+            "{}\nconfig = {{ mode = \"no-such-mode\" }}",
+            toml_path(&component("weir-test-faulty"))
+        ),
+    );
+    assert_ne!(failing, text);
+    let v2 = dir.path().join("v2.toml");
+    std::fs::write(&v2, failing).expect("job file");
+    let out = a.weir(
+        &["upgrade", &id_a, v2.to_str().expect("utf-8")],
+        Some(TOKEN),
+    );
+    let log = stderr(&out);
+    assert_eq!(out.status.code(), Some(1), "{log}");
+    assert!(log.contains("rolled back"), "{log}");
+    assert!(log.contains("no-such-mode"), "{log}");
+    let info = a.job(&id_a);
+    assert_eq!(info["version"], 1, "{info}");
+    let upgrades = info["upgrades"].as_array().expect("upgrades");
+    assert_eq!(
+        upgrades.last().expect("one")["status"],
+        "rolled-back",
+        "{info}"
+    );
+    more_words_then_await(
+        &broker,
+        &mut rng,
+        &mut input,
+        (5_000, 200),
+        &format!("after the rollback (seed {seed})"),
+    );
+    await_partitions_shared(
+        &[(&a, &id_a), (&b, &id_b)],
+        4,
+        "a rolled-back host and another",
+    );
+}
+
+#[test]
 fn an_unreachable_broker_fails_at_start_naming_it() {
     let dir = tempfile::tempdir().expect("tempdir");
     // Nothing listens on port 1.
@@ -662,6 +723,31 @@ fn an_unreachable_broker_fails_at_start_naming_it() {
         "the wait is not bounded: {:?}",
         started.elapsed()
     );
+}
+
+/// An operator that fails on a partition whose input is idle: the partition's pipeline ends
+/// (its source used to read on alone, forever, waiting for records to send), is restarted,
+/// and the run fails naming the operator's error once its restarts are spent.
+#[test]
+fn an_operator_failing_on_an_idle_partition_fails_the_run_instead_of_hanging_it() {
+    let broker = Broker::start(&[("words", 2), ("counts", 2)]);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let text = count_job_text(dir.path(), &broker.bootstrap, false, "");
+    let counter = toml_path(&component("weir-example-counter"));
+    let failing = text.replace(
+        &counter,
+        &format!(
+            "{}\nconfig = {{ mode = \"no-such-mode\" }}",
+            toml_path(&component("weir-test-faulty"))
+        ),
+    );
+    assert_ne!(failing, text);
+    let job = write_job(dir.path(), &failing);
+    let out = weir(&["run", job.to_str().expect("utf-8"), "-q"]);
+    let log = stderr(&out);
+    assert_eq!(out.status.code(), Some(1), "{log}");
+    assert!(log.contains("unknown mode `no-such-mode`"), "{log}");
+    assert!(log.contains("after 3 restarts"), "{log}");
 }
 
 #[test]

@@ -9,6 +9,7 @@
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
+use std::sync::mpsc::TryRecvError;
 
 use tokio::sync::mpsc::{self, UnboundedSender};
 
@@ -56,8 +57,16 @@ impl SourceTask {
             if self.stop.is_raised() {
                 return Err(JobError::Stopped);
             }
-            while let Ok(barrier) = self.triggers.try_recv() {
-                self.barrier(barrier)?;
+            loop {
+                match self.triggers.try_recv() {
+                    Ok(barrier) => self.barrier(barrier)?,
+                    Err(TryRecvError::Empty) => break,
+                    // The coordinator lives until the last barrier: gone before it, the run
+                    // failed elsewhere (a task, the coordinator itself). Reading on would
+                    // never notice where the input is idle (a Kafka partition without new
+                    // records sends nothing downstream), and the run would never end.
+                    Err(TryRecvError::Disconnected) => return Err(JobError::Aborted),
+                }
             }
             self.take_notifications();
             // No more than the next stage wants: a batch read is in flight too. And no further
