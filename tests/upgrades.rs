@@ -502,6 +502,7 @@ fn a_served_job_is_upgraded_keeping_its_state_and_a_version_that_fails_rolls_bac
     assert!(
         said.contains("`tally` (uid `count`): restores its state (states count) from checkpoint")
             && said.contains("into the same component")
+            && said.contains("`count`: every subtask opened with its restored state (")
             && said.contains("`tokenize`: restores its state"),
         "{said}"
     );
@@ -521,8 +522,9 @@ fn a_served_job_is_upgraded_keeping_its_state_and_a_version_that_fails_rolls_bac
     }
     let refused = host.weir(&["upgrade", &id, path(&unkept)], Some(TOKEN));
     assert_eq!(refused.status.code(), Some(2), "{}", stderr(&refused));
-    // A check opens every subtask, offline: a `count` whose new component no longer
-    // declares the counter's state, and an operator that fails to open, are found.
+    // A check opens every subtask, offline, with the state it would restore: a `count` whose
+    // new component no longer declares the counter's state, an operator that fails to open,
+    // and state that does not read, are found.
     let stateless = job.with_file_name("stateless.toml");
     let text = std::fs::read_to_string(&job).expect("job file");
     assert!(text.contains("weir_example_counter.wasm"), "{text}");
@@ -539,6 +541,39 @@ fn a_served_job_is_upgraded_keeping_its_state_and_a_version_that_fails_rolls_bac
     ] {
         assert!(stderr(&refused).contains(part), "{}", stderr(&refused));
     }
+    // An artifact the latest checkpoint restores `count` from, cut short (a served job
+    // checkpoints into the host's data folder).
+    let latest = files_named(data.path(), ".json")
+        .into_iter()
+        .filter(|p| p.parent().is_some_and(|d| d.ends_with("checkpoints")))
+        .max()
+        .expect("a checkpoint");
+    let metadata: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&latest).expect("metadata")).expect("JSON");
+    let count = metadata["operators"]
+        .as_array()
+        .and_then(|ops| ops.iter().find(|o| o["name"] == "count"))
+        .expect("the counter's state");
+    let artifact = count["subtasks"][0]["chain"][0]["path"]
+        .as_str()
+        .expect("an artifact");
+    let store_root = latest
+        .parent()
+        .and_then(Path::parent)
+        .expect("the job's store");
+    let damaged = &store_root.join(artifact);
+    let bytes = std::fs::read(damaged).expect("artifact");
+    let mut torn = bytes.clone();
+    torn.truncate(bytes.len() / 2);
+    std::fs::write(damaged, &torn).expect("artifact");
+    let refused = host.weir(&["upgrade", &id, path(&renamed), "--check"], Some(TOKEN));
+    std::fs::write(damaged, &bytes).expect("artifact");
+    assert_eq!(refused.status.code(), Some(2), "{}", stderr(&refused));
+    assert!(
+        stderr(&refused).contains("does not restore checkpoint"),
+        "{}",
+        stderr(&refused)
+    );
     let failing = renamed_version(&job, "failing.toml", &failing_operator());
     let refused = host.weir(&["upgrade", &id, path(&failing), "--check"], Some(TOKEN));
     assert_eq!(refused.status.code(), Some(2), "{}", stderr(&refused));
@@ -1040,4 +1075,18 @@ fn a_served_upgrade_or_restart_drops_state_only_when_told() {
     );
     assert!(restarted.status.success(), "{}", stderr(&restarted));
     assert_eq!(host.wait(&id)["status"], "finished");
+}
+
+/// Every file under `dir` whose name ends with `suffix`, in no particular order.
+fn files_named(dir: &Path, suffix: &str) -> Vec<PathBuf> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let path = entry.path();
+        if path.is_dir() {
+            found.extend(files_named(&path, suffix));
+        } else if path.to_string_lossy().ends_with(suffix) {
+            found.push(path);
+        }
+    }
+    found
 }

@@ -4,8 +4,9 @@
 //! An upgrade is checked before anything stops: the new job file and components are
 //! written into `jobs/<id>/versions/<n>/` and compiled, they must keep the job's name,
 //! source and sink, and the job's latest checkpoint must restore into them
-//! ([`JobStart::check_state_kept`]); `--check` also opens every subtask offline, which
-//! finds an operator that fails to open or no longer declares a state it held. Then the
+//! ([`JobStart::check_state_kept`]); `--check` also opens every subtask offline and reads
+//! into it the state it would restore, which finds an operator that fails to open, no longer
+//! declares a state it held, or whose state does not read. Then the
 //! old version stops after a last checkpoint, that checkpoint is copied into the savepoint
 //! `upgrade-<n>`, and the new version starts from it. If the new version fails before its first checkpoint completes (a trap, a
 //! refused restore, a limit), the old version starts again from the same savepoint, unless
@@ -20,16 +21,21 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use super::{HostedJob, JobRecord, Registry, info, unix_ms};
+use crate::checkpoint::metadata::OperatorHandles;
+use crate::checkpoint::storage::read_chain;
 use crate::checkpoint::{CheckpointMetadata, CheckpointStore, JobStart, RestoreFrom, StartFrom};
 use crate::engine::Engine;
 use crate::engine::component_digest::component_digest;
+use crate::ids::SubtaskIndex;
 use crate::job::JobSpec;
 use crate::job::Pipeline;
 use crate::operator::SubtaskContext;
+use crate::partition::KeyGroupRange;
 use crate::serve::job_checkpoints::Which;
 use crate::serve::protocol::{
     JobInfo, JobStatus, UpgradeCheck, UpgradeRecord, UpgradeRequest, UpgradeStatus,
 };
+use crate::state::KeyedStateBackend;
 
 /// Why an upgrade cannot be made.
 #[derive(Debug, thiserror::Error)]
@@ -289,10 +295,14 @@ impl Registry {
         // finds the same as the new version starts, and rolls back.
         if request.check {
             let (registry, opened) = (self.clone(), spec.clone());
-            let declared =
-                tokio::task::spawn_blocking(move || declared_states(&opened, &registry.engine))
-                    .await
-                    .map_err(|e| e.to_string())??;
+            let restored = start.restored.clone().filter(|m| !m.finished);
+            let runtime = tokio::runtime::Handle::current();
+            let declared = tokio::task::spawn_blocking(move || {
+                let restore = restored.as_deref().map(|m| (&store, m, &runtime));
+                declared_states(&opened, &registry.engine, restore)
+            })
+            .await
+            .map_err(|e| e.to_string())??;
             if let Some(restored) = start.restored.as_ref().filter(|m| !m.finished) {
                 let allowed = &request.allow_dropped_state;
                 notes.extend(states_kept(restored, &declared, allowed)?);
@@ -486,14 +496,25 @@ fn kept_in_place(old: &Path, new: &Path, name: &str, spec: &JobSpec) -> Result<(
     Ok(())
 }
 
-/// Opens every subtask of every operator of `spec`, with no state restored: the states
-/// each operator declares, by uid (the union over its subtasks). A subtask that fails to
-/// open is an error.
-fn declared_states(spec: &JobSpec, engine: &Engine) -> Result<Vec<(String, Vec<String>)>, String> {
+/// Opens every subtask of every operator of `spec` and, given a checkpoint (`restore`), reads
+/// into it the key groups it would restore, from the chains that hold them, as a run does: the
+/// states each operator declares, by uid (the union over its subtasks). A subtask that fails
+/// to open, or whose state does not restore (an artifact that does not read, state an older
+/// Weir stored that does not convert), is an error. Nothing is written.
+fn declared_states(
+    spec: &JobSpec,
+    engine: &Engine,
+    restore: Option<(
+        &CheckpointStore,
+        &CheckpointMetadata,
+        &tokio::runtime::Handle,
+    )>,
+) -> Result<Vec<Declared>, String> {
     let pipeline = Pipeline::from_spec(spec, engine).map_err(|e| e.to_string())?;
     let mut declared = Vec::new();
     for stage in &pipeline.stages {
         let mut states: Vec<String> = Vec::new();
+        let mut restored_entries = None;
         for subtask in 0..stage.parallelism {
             let mut ctx = SubtaskContext::new(
                 &spec.name,
@@ -510,28 +531,100 @@ fn declared_states(spec: &JobSpec, engine: &Engine) -> Result<Vec<(String, Vec<S
                     stage.name
                 )
             })?;
+            if let Some((store, restored, runtime)) = restore
+                && let Some(old) = restored.operator(&stage.uid)
+            {
+                let range = pipeline
+                    .key_groups
+                    .range_of(SubtaskIndex(subtask), stage.parallelism);
+                let backend = instance.state_mut();
+                restore_offline(backend, store, old, range, runtime).map_err(|e| {
+                    format!(
+                        "operator `{}` subtask {subtask} does not restore checkpoint {}: {e}",
+                        stage.name, restored.id
+                    )
+                })?;
+                *restored_entries.get_or_insert(0) += backend.stats().entries;
+            }
             let names = instance.state_mut().declared_states();
             states.extend(names.into_iter().map(str::to_owned));
         }
         states.sort_unstable();
         states.dedup();
-        declared.push((stage.uid.clone(), states));
+        declared.push(Declared {
+            uid: stage.uid.clone(),
+            states,
+            restored_entries,
+        });
     }
     Ok(declared)
+}
+
+/// What `--check` found of one operator of the new version.
+struct Declared {
+    uid: String,
+    /// The states its subtasks declare as they open.
+    states: Vec<String>,
+    /// The entries its subtasks restored, when the checkpoint held state of it.
+    restored_entries: Option<usize>,
+}
+
+/// Reads into `backend` the key groups of `range` that `old`'s subtasks hold, chain by chain,
+/// and converts what an older Weir stored as JSON text, as a restore does.
+fn restore_offline(
+    backend: &mut KeyedStateBackend,
+    store: &CheckpointStore,
+    old: &OperatorHandles,
+    range: KeyGroupRange,
+    runtime: &tokio::runtime::Handle,
+) -> Result<(), String> {
+    let overlapping = old.subtasks.iter().filter(|h| {
+        let held = h.range();
+        held.start < range.end && range.start < held.end
+    });
+    for handle in overlapping {
+        let paths: Vec<_> = handle
+            .chain
+            .iter()
+            .map(|a| store.resolve(&a.path))
+            .collect();
+        let increments = runtime
+            .block_on(read_chain(store.object_store().as_ref(), &paths, range))
+            .map_err(|e| e.to_string())?;
+        for (increment, path) in increments.iter().zip(&paths) {
+            backend
+                .restore(increment)
+                .map_err(|e| format!("cannot apply {path}: {e}"))?;
+        }
+    }
+    if old.stores_json_text() {
+        backend.reencode_json_text().map_err(|e| e.to_string())?;
+    }
+    Ok(())
 }
 
 /// Refuses states `restored` holds that the operators' new versions do not declare
 /// (`declared`, by uid) unless `allowed` drops them; notes the drops.
 fn states_kept(
     restored: &CheckpointMetadata,
-    declared: &[(String, Vec<String>)],
+    declared: &[Declared],
     allowed: &[String],
 ) -> Result<Vec<String>, String> {
     let mut notes = Vec::new();
-    for (uid, states) in declared {
+    for Declared {
+        uid,
+        states,
+        restored_entries,
+    } in declared
+    {
         let Some(old) = restored.operator(uid) else {
             continue;
         };
+        if let Some(entries) = restored_entries {
+            notes.push(format!(
+                "`{uid}`: every subtask opened with its restored state ({entries} entries)"
+            ));
+        }
         for held in old.states() {
             if states.iter().any(|s| s == held) {
                 continue;
