@@ -33,8 +33,9 @@
 //   - weir_out_*: build the output batch in growable flat buffers;
 //   - weir_fail: return an error message to the host (fails the job);
 //   - weir_map_size: the number of entries of a map state, in one host call;
-//   - weir_versioned, weir_buf_begin_versioned, weir_buf_end_versioned: values of a state
-//     that evolves, with a version and a migration from older ones;
+//   - weir_read_versioned (with the operator's weir_migration_t), weir_buf_begin_versioned,
+//     weir_buf_end_versioned: values of a state that evolves, with a version and a migration
+//     from older ones (weir_versioned splits a stored value by hand);
 //   - weir_timers_len, weir_timers_get: read the timers that fired.
 //
 // Ownership (wit-bindgen's C conventions): the input batch, key slots and context belong to
@@ -423,6 +424,48 @@ static inline void weir_buf_begin_versioned(weir_buf_t *buf, uint64_t version) {
 }
 
 static inline void weir_buf_end_versioned(weir_buf_t *buf) { weir_buf_push(buf, '}'); }
+
+// A migration: writes into `out` the JSON text, in the state's current version, of `value`
+// (`len` bytes of JSON text) stored at `version`; false (with weir_fail) if it cannot.
+typedef bool (*weir_migration_t)(uint64_t version, const uint8_t *value, size_t len,
+                                 weir_buf_t *out, operator_string_t *err);
+
+// Reads the stored value `text` of a state of `current` version, as the other SDKs do: a
+// value of `current` version is copied into `out` as it is; an older one goes through
+// `migrate`, which writes it into `out` in the current version, and *migrated is set (write
+// it back, between weir_buf_begin_versioned and weir_buf_end_versioned); a newer one, written
+// by a later version of the operator, is an error naming `state`.
+static inline bool weir_read_versioned(const char *state, const uint8_t *text, size_t len,
+                                       uint64_t current, weir_migration_t migrate,
+                                       weir_buf_t *out, bool *migrated, operator_string_t *err) {
+  uint64_t version;
+  const uint8_t *value;
+  size_t value_len;
+  *migrated = false;
+  if (!weir_versioned(text, len, &version, &value, &value_len)) {
+    return weir_fail(err, "state `%s`: a malformed versioned value: %.*s", state, (int)len,
+                     (const char *)text);
+  }
+  if (version == current) {
+    weir_buf_append(out, value, value_len);
+    return true;
+  }
+  if (version > current) {
+    return weir_fail(err,
+                     "state `%s`: the stored value is of version %llu, newer than this "
+                     "operator's version %llu of the state: it was written by a later version "
+                     "of the operator; run that version, or restore a checkpoint taken before it",
+                     state, (unsigned long long)version, (unsigned long long)current);
+  }
+  if (migrate == NULL) {
+    return weir_fail(err,
+                     "state `%s`: the stored value is of version %llu and the state, of version "
+                     "%llu, declares no migration",
+                     state, (unsigned long long)version, (unsigned long long)current);
+  }
+  *migrated = true;
+  return migrate(version, value, value_len, out, err);
+}
 
 // One operation of an `apply` log. The WIT lays an operation out as five little-endian u32
 // words; WebAssembly is little-endian, so an array of these is the log as it is sent.

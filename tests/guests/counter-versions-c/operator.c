@@ -5,8 +5,9 @@
 // JSON text) and each record emits `word<TAB>N`. With `{ role = "count-v2" }`: stored as
 // version 2, `{"total":N,"last_seen":"word"}`, wrapped with weir_buf_begin_versioned; a
 // version-1 value read is migrated (total = count) and written back; each record emits
-// `word<TAB>N<TAB>last_seen`. The host hands values back as the JSON it was given, key order
-// kept, so reading them needs no JSON parser beyond fixed prefixes.
+// `word<TAB>N<TAB>last_seen`. weir_read_versioned calls the migration; the host hands values
+// back as the JSON it was given, key order kept, so reading them needs no JSON parser beyond
+// fixed prefixes.
 
 #include "weir.h"
 
@@ -36,29 +37,35 @@ static bool number_after(const char *prefix, const uint8_t *text, size_t len, ui
   return weir_parse_u64(text + p, digits, n);
 }
 
-// The count a stored value holds, of version 1 or (in version 2) of either version: a
-// version-1 value read in version 2 is migrated (total = count), and written back in version 2
-// with the batch's writes, as every slot of a batch is.
+// Version 1's `{"count":N}` as version 2's `{"total":N,"last_seen":""}`: the migration
+// weir_read_versioned calls for a value of an older version.
+static bool count_from_v1(uint64_t version, const uint8_t *value, size_t len, weir_buf_t *out,
+                          operator_string_t *err) {
+  uint64_t count;
+  if (version != 1 || !number_after("{\"count\":", value, len, &count)) {
+    return weir_fail(err, "no migration from version %llu of %.*s", (unsigned long long)version,
+                     (int)len, (const char *)value);
+  }
+  weir_buf_append(out, "{\"total\":", 9);
+  weir_buf_append_u64(out, count);
+  weir_buf_append(out, ",\"last_seen\":\"\"}", 16);
+  return true;
+}
+
+// The count a stored value holds, read at this operator's version (a version-1 value read in
+// version 2 is migrated; every slot of a batch is written back, in this version, anyway).
 static bool stored_count(const uint8_t *text, size_t len, uint64_t *count,
                          operator_string_t *err) {
-  uint64_t version;
-  const uint8_t *value;
-  size_t value_len;
-  if (!weir_versioned(text, len, &version, &value, &value_len)) {
-    return weir_fail(err, "state `count`: a malformed versioned value: %.*s", (int)len, text);
+  static weir_buf_t current;
+  bool migrated;
+  current.len = 0;
+  if (!weir_read_versioned("count", text, len, version_2 ? 2 : 1, count_from_v1, &current,
+                           &migrated, err)) {
+    return false;
   }
-  if (version > (version_2 ? 2u : 1u)) {
-    return weir_fail(err,
-                     "state `count`: the stored value is of version %llu, newer than this "
-                     "operator's",
-                     (unsigned long long)version);
-  }
-  if (version == 1) {
-    if (number_after("{\"count\":", value, value_len, count)) return true;
-  } else if (number_after("{\"total\":", value, value_len, count)) {
-    return true;
-  }
-  return weir_fail(err, "state `count`: %.*s is not a count", (int)len, text);
+  const char *prefix = version_2 ? "{\"total\":" : "{\"count\":";
+  if (number_after(prefix, current.ptr, current.len, count)) return true;
+  return weir_fail(err, "state `count`: %.*s is not a count", (int)len, (const char *)text);
 }
 
 static void append_json_string(weir_buf_t *buf, const uint8_t *text, size_t len) {
