@@ -48,15 +48,36 @@ def _migrated(name, declared, migrate, version, value):
         raise WeirError(f"state `{name}`: migrating a value of version {version}: {e}") from None
 
 
-class VersionedValueState(ValueState):
+class _Versioned:
+    """What the versioned states share: the declared version, the migration, and reading and
+    wrapping a stored value. Each state class names the two slots itself."""
+
+    __slots__ = ()
+
+    def _declare_version(self, name, version, migrate):
+        _check_version(name, version)
+        self.version = version
+        self._migrate = migrate
+
+    def _current(self, stored):
+        """A decoded stored value in this version, and whether it was migrated."""
+        version, value = _split(stored)
+        if version == self.version:
+            return value, False
+        return _migrated(self.name, self.version, self._migrate, version, value), True
+
+    def _wrapped(self, value):
+        """`value` as stored in this version."""
+        return {"$version": self.version, "$value": value} if self.version > 1 else value
+
+
+class VersionedValueState(_Versioned, ValueState):
     """A `ValueState` whose values carry a version; see the module's documentation."""
 
     __slots__ = ("version", "_migrate")
 
     def __init__(self, name, version, migrate):
-        _check_version(name, version)
-        self.version = version
-        self._migrate = migrate
+        self._declare_version(name, version, migrate)
         super().__init__(name)
 
     def _fetch(self):
@@ -71,16 +92,12 @@ class VersionedValueState(ValueState):
         value = super()._read(slot)
         if value is _ABSENT:
             return value
-        version, value = _split(value)
-        if version != self.version:
-            value = self._migrated(version, value)
+        value, migrated = self._current(value)
+        if migrated:
             # Written back in this version with the batch's writes, once.
             self._dirty[slot] = None
         self._cache[slot] = value
         return value
-
-    def _migrated(self, version, value):
-        return _migrated(self.name, self.version, self._migrate, version, value)
 
     def _flush_into(self, ops, data):
         if self.version > 1 and self._dirty:
@@ -88,11 +105,11 @@ class VersionedValueState(ValueState):
             for slot in self._dirty:
                 value = cache[slot]
                 if value is not _ABSENT:
-                    cache[slot] = {"$version": self.version, "$value": value}
+                    cache[slot] = self._wrapped(value)
         super()._flush_into(ops, data)
 
 
-class VersionedMapState(MapState):
+class VersionedMapState(_Versioned, MapState):
     """A `MapState` whose values carry a version, as `VersionedValueState`'s do: a value of an
     older version is migrated as it is read (`get`, `items`) and put back in this version with
     the batch's writes. Keys have no version."""
@@ -100,15 +117,12 @@ class VersionedMapState(MapState):
     __slots__ = ("version", "_migrate")
 
     def __init__(self, name, version, migrate):
-        _check_version(name, version)
-        self.version = version
-        self._migrate = migrate
+        self._declare_version(name, version, migrate)
         super().__init__(name)
 
     def _read(self, key, stored):
-        version, value = _split(stored)
-        if version != self.version:
-            value = _migrated(self.name, self.version, self._migrate, version, value)
+        value, migrated = self._current(stored)
+        if migrated:
             self.put(key, value)
         return value
 
@@ -117,15 +131,13 @@ class VersionedMapState(MapState):
         return default if found is _ABSENT else self._read(key, found)
 
     def put(self, key, value):
-        if self.version > 1:
-            value = {"$version": self.version, "$value": value}
-        super().put(key, value)
+        super().put(key, self._wrapped(value))
 
     def items(self):
         return [(key, self._read(key, value)) for key, value in super().items()]
 
 
-class VersionedListState(ListState):
+class VersionedListState(_Versioned, ListState):
     """A `ListState` whose items carry a version: a `get` that finds items of an older version
     migrates them and writes the whole list back in this version (a list is only ever cleared
     and appended to)."""
@@ -133,26 +145,16 @@ class VersionedListState(ListState):
     __slots__ = ("version", "_migrate")
 
     def __init__(self, name, version, migrate):
-        _check_version(name, version)
-        self.version = version
-        self._migrate = migrate
+        self._declare_version(name, version, migrate)
         super().__init__(name)
 
     def append(self, item):
-        if self.version > 1:
-            item = {"$version": self.version, "$value": item}
-        super().append(item)
+        super().append(self._wrapped(item))
 
     def get(self):
-        items = []
-        migrated = False
-        for stored in super().get():
-            version, item = _split(stored)
-            if version != self.version:
-                item = _migrated(self.name, self.version, self._migrate, version, item)
-                migrated = True
-            items.append(item)
-        if migrated:
+        read = [self._current(stored) for stored in super().get()]
+        items = [item for item, _ in read]
+        if any(migrated for _, migrated in read):
             self.clear()
             for item in items:
                 self.append(item)

@@ -61,16 +61,12 @@ impl<T: Serialize + DeserializeOwned> ListState<T> {
         version: u32,
         migrate: Option<Migration<T>>,
     ) -> Result<Self> {
-        if version == 0 {
-            return Err(Error::new(format!(
-                "list state `{name}`: versions start at 1"
-            )));
-        }
+        let versioning = Versioning::new("list", name, version, migrate)?;
         let id = batch::with_runtime(|runtime| runtime.declare(name, StateKind::List))?;
         Ok(Self {
             id,
             name: name.into(),
-            versioning: Versioning { version, migrate },
+            versioning,
             _type: PhantomData,
         })
     }

@@ -69,16 +69,12 @@ impl<K: Serialize + DeserializeOwned, V: Serialize + DeserializeOwned> MapState<
         version: u32,
         migrate: Option<Migration<V>>,
     ) -> Result<Self> {
-        if version == 0 {
-            return Err(Error::new(format!(
-                "map state `{name}`: versions start at 1"
-            )));
-        }
+        let versioning = Versioning::new("map", name, version, migrate)?;
         let id = batch::with_runtime(|runtime| runtime.declare(name, StateKind::Map))?;
         Ok(Self {
             id,
             name: name.into(),
-            versioning: Versioning { version, migrate },
+            versioning,
             _types: PhantomData,
         })
     }

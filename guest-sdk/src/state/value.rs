@@ -61,13 +61,8 @@ impl<T: Serialize + DeserializeOwned + Clone + 'static> ValueState<T> {
         version: u32,
         migrate: Option<Migration<T>>,
     ) -> Result<Self> {
-        if version == 0 {
-            return Err(Error::new(format!(
-                "value state `{name}`: versions start at 1"
-            )));
-        }
+        let versioning = Versioning::new("value", name, version, migrate)?;
         let name: Arc<str> = name.into();
-        let versioning = Versioning { version, migrate };
         let (index, cache) = batch::with_runtime(|runtime| {
             runtime.declare_value(&name, |id| {
                 ValueCache::<T>::new(name.clone(), id, versioning)

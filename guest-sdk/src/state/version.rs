@@ -110,6 +110,23 @@ impl<T> Clone for Versioning<T> {
 
 impl<T> Copy for Versioning<T> {}
 
+impl<T> Versioning<T> {
+    /// The versioning of the state `name` (of `kind`, for errors): versions start at 1.
+    pub(crate) fn new(
+        kind: &str,
+        name: &str,
+        version: u32,
+        migrate: Option<Migration<T>>,
+    ) -> Result<Self> {
+        if version == 0 {
+            return Err(Error::new(format!(
+                "{kind} state `{name}`: versions start at 1"
+            )));
+        }
+        Ok(Self { version, migrate })
+    }
+}
+
 impl<T: DeserializeOwned> Versioning<T> {
     /// Decodes a stored value; `true` with it when it was migrated (and so must be written
     /// back in this version).
