@@ -31,14 +31,13 @@ use tokio::task::JoinHandle;
 use tracing::Instrument;
 
 use super::actor::{Actor, acting};
-use super::checkpoint_store::{CheckpointStore, delete_if_present};
+use super::checkpoint_store::{ChainError, CheckpointStore, delete_if_present};
 use super::error::CheckpointError;
 use super::format;
 use super::metadata::{ArtifactRef, CheckpointMetadata, SubtaskHandle};
 use super::ownership::Ownership;
 use super::protocol::{Ack, BarrierReport};
 use super::release::{Owned, release};
-use super::storage::read_chain;
 use crate::ids::{CheckpointId, SubtaskIndex};
 use crate::partition::{KeyGroupRange, KeyGroups};
 use crate::state::{Increment, KeyedStateBackend};
@@ -350,25 +349,17 @@ impl SubtaskCheckpoints {
             subtask: self.subtask.0,
         };
         for handle in &sources {
-            let paths: Vec<_> = handle
-                .chain
-                .iter()
-                .map(|a| self.store.resolve(&a.path))
-                .collect();
-            let increments = self
-                .runtime
-                .block_on(acting(
-                    actor.clone(),
-                    read_chain(self.store.object_store().as_ref(), &paths, self.range),
-                ))
-                .map_err(|e| {
-                    CheckpointError::from_storage(restored.id, e, |p| self.store.locate(p))
+            let chain = self.store.restore_chain(backend, handle, self.range);
+            self.runtime
+                .block_on(acting(actor.clone(), chain))
+                .map_err(|e| match e {
+                    ChainError::Read(e) => {
+                        CheckpointError::from_storage(restored.id, e, |p| self.store.locate(p))
+                    }
+                    ChainError::Apply { path, error } => {
+                        CheckpointError::undecodable(restored.id, self.store.locate(&path), error)
+                    }
                 })?;
-            for (increment, path) in increments.iter().zip(&paths) {
-                backend.restore(increment).map_err(|e| {
-                    CheckpointError::undecodable(restored.id, self.store.locate(path), e)
-                })?;
-            }
         }
         let rescaled = operator.parallelism != self.parallelism;
         if rescaled || detached {

@@ -28,7 +28,6 @@ use super::Failure;
 use super::store_arg::StoreArg;
 use crate::checkpoint::CheckpointStore;
 use crate::checkpoint::metadata::{CheckpointMetadata, OperatorHandles, SubtaskHandle};
-use crate::checkpoint::storage::{StorageError, read_chain};
 use crate::partition::{KeyGroup, KeyGroupRange, KeyGroups, hash_key};
 use crate::serve::job_checkpoints::{InspectError, Which};
 use crate::state::inspect::{Contents, StateEntry};
@@ -445,20 +444,11 @@ async fn restore(
     handle: &SubtaskHandle,
     range: KeyGroupRange,
 ) -> Result<KeyedStateBackend, String> {
-    let paths: Vec<_> = handle
-        .chain
-        .iter()
-        .map(|a| store.resolve(&a.path))
-        .collect();
-    let increments = read_chain(store.object_store().as_ref(), &paths, range)
-        .await
-        .map_err(|e: StorageError| e.to_string())?;
     let mut backend = KeyedStateBackend::new(groups, range);
-    for (increment, path) in increments.iter().zip(&paths) {
-        backend
-            .restore(increment)
-            .map_err(|e| format!("cannot apply {path}: {e}"))?;
-    }
+    store
+        .restore_chain(&mut backend, handle, range)
+        .await
+        .map_err(|e| e.to_string())?;
     Ok(backend)
 }
 

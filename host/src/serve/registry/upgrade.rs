@@ -22,7 +22,6 @@ use std::sync::Arc;
 
 use super::{HostedJob, JobRecord, Registry, info, unix_ms};
 use crate::checkpoint::metadata::OperatorHandles;
-use crate::checkpoint::storage::read_chain;
 use crate::checkpoint::{CheckpointMetadata, CheckpointStore, JobStart, RestoreFrom, StartFrom};
 use crate::engine::Engine;
 use crate::engine::component_digest::component_digest;
@@ -583,19 +582,9 @@ fn restore_offline(
         held.start < range.end && range.start < held.end
     });
     for handle in overlapping {
-        let paths: Vec<_> = handle
-            .chain
-            .iter()
-            .map(|a| store.resolve(&a.path))
-            .collect();
-        let increments = runtime
-            .block_on(read_chain(store.object_store().as_ref(), &paths, range))
+        runtime
+            .block_on(store.restore_chain(backend, handle, range))
             .map_err(|e| e.to_string())?;
-        for (increment, path) in increments.iter().zip(&paths) {
-            backend
-                .restore(increment)
-                .map_err(|e| format!("cannot apply {path}: {e}"))?;
-        }
     }
     if old.stores_json_text() {
         backend.reencode_json_text().map_err(|e| e.to_string())?;
