@@ -61,6 +61,20 @@ stop_at_end = {stop_at_end}
     )
 }
 
+/// The job file `text` with a counter that fails as it opens (an unknown mode of the test
+/// guest) instead of the tests' counter.
+fn with_failing_counter(text: &str) -> String {
+    let counter = toml_path(&component("weir-example-counter"));
+    assert!(text.contains(&counter), "{text}");
+    text.replace(
+        &counter,
+        &format!(
+            "{}\nconfig = {{ mode = \"no-such-mode\" }}",
+            toml_path(&component("weir-test-faulty"))
+        ),
+    )
+}
+
 /// The tests' counter: the running count of each key, in 2 subtasks.
 fn count_operator() -> String {
     format!(
@@ -667,17 +681,8 @@ fn a_kafka_upgrade_whose_new_version_fails_rolls_back_and_keeps_its_counts_exact
 
     // The new version's counter fails as it opens.
     let text = std::fs::read_to_string(&job).expect("job file");
-    let counter = toml_path(&component("weir-example-counter"));
-    let failing = text.replace(
-        &counter,
-        &format!(
-            "{}\nconfig = {{ mode = \"no-such-mode\" }}",
-            toml_path(&component("weir-test-faulty"))
-        ),
-    );
-    assert_ne!(failing, text);
     let v2 = dir.path().join("v2.toml");
-    std::fs::write(&v2, failing).expect("job file");
+    std::fs::write(&v2, with_failing_counter(&text)).expect("job file");
     let out = a.weir(
         &["upgrade", &id_a, v2.to_str().expect("utf-8")],
         Some(TOKEN),
@@ -733,16 +738,7 @@ fn an_operator_failing_on_an_idle_partition_fails_the_run_instead_of_hanging_it(
     let broker = Broker::start(&[("words", 2), ("counts", 2)]);
     let dir = tempfile::tempdir().expect("tempdir");
     let text = count_job_text(dir.path(), &broker.bootstrap, false, "");
-    let counter = toml_path(&component("weir-example-counter"));
-    let failing = text.replace(
-        &counter,
-        &format!(
-            "{}\nconfig = {{ mode = \"no-such-mode\" }}",
-            toml_path(&component("weir-test-faulty"))
-        ),
-    );
-    assert_ne!(failing, text);
-    let job = write_job(dir.path(), &failing);
+    let job = write_job(dir.path(), &with_failing_counter(&text));
     let out = weir(&["run", job.to_str().expect("utf-8"), "-q"]);
     let log = stderr(&out);
     assert_eq!(out.status.code(), Some(1), "{log}");
