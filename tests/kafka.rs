@@ -635,6 +635,20 @@ fn a_kafka_job_upgraded_host_by_host_keeps_its_counts_exactly_once() {
     let v2 = dir.path().join("v2.toml");
     std::fs::write(&v2, renamed).expect("job file");
     let v2 = v2.to_str().expect("utf-8");
+    // A check restores each partition's latest checkpoint into the new version, offline,
+    // whichever host owns the partition, and changes nothing.
+    let checked = a.weir(&["upgrade", &id_a, v2, "--check"], Some(TOKEN));
+    assert!(checked.status.success(), "checking: {}", stderr(&checked));
+    let said = String::from_utf8_lossy(&checked.stdout);
+    for p in 0..4 {
+        assert!(
+            said.lines()
+                .any(|l| l.contains(&format!("partition {p} (checkpoint "))
+                    && l.contains("`count`: every subtask opened with its restored state (")),
+            "partition {p}: {said}"
+        );
+    }
+    assert_eq!(a.job(&id_a)["version"], 1);
     for (host, id, name) in [(&a, &id_a, "a"), (&b, &id_b, "b")] {
         let out = host.weir(&["upgrade", id, v2], Some(TOKEN));
         assert!(out.status.success(), "upgrading {name}: {}", stderr(&out));
@@ -683,6 +697,20 @@ fn a_kafka_upgrade_whose_new_version_fails_rolls_back_and_keeps_its_counts_exact
     let text = std::fs::read_to_string(&job).expect("job file");
     let v2 = dir.path().join("v2.toml");
     std::fs::write(&v2, with_failing_counter(&text)).expect("job file");
+    // A check finds it, opening each partition's subtasks offline, and changes nothing.
+    let checked = a.weir(
+        &["upgrade", &id_a, v2.to_str().expect("utf-8"), "--check"],
+        Some(TOKEN),
+    );
+    let log = stderr(&checked);
+    assert_eq!(checked.status.code(), Some(2), "{log}");
+    for part in [
+        "partition 0: operator `count` subtask 0 fails to open",
+        "no-such-mode",
+    ] {
+        assert!(log.contains(part), "{log}");
+    }
+    assert_eq!(a.job(&id_a)["upgrades"], serde_json::json!([]));
     let out = a.weir(
         &["upgrade", &id_a, v2.to_str().expect("utf-8")],
         Some(TOKEN),

@@ -282,7 +282,25 @@ impl CheckpointStore {
     /// The subtask folders under `state/<operator>/`, by number: every subtask that ever
     /// wrote there, in any run.
     pub async fn subtask_folders(&self, operator: &str) -> Result<Vec<u32>, StorageError> {
-        let prefix = self.root.clone().join("state").join(operator);
+        self.numbered_folders(self.root.clone().join("state").join(operator))
+            .await
+    }
+
+    /// The input partitions of a job that runs a pipeline per partition that have a folder
+    /// under `partitions/` ([`CheckpointStore::partition`]), in number order.
+    pub async fn partition_folders(&self) -> Result<Vec<i32>, StorageError> {
+        let mut partitions: Vec<i32> = self
+            .numbered_folders(self.root.clone().join("partitions"))
+            .await?;
+        partitions.sort_unstable();
+        Ok(partitions)
+    }
+
+    /// The folders directly under `prefix` whose names are numbers.
+    async fn numbered_folders<N: std::str::FromStr>(
+        &self,
+        prefix: Path,
+    ) -> Result<Vec<N>, StorageError> {
         let listing = self
             .store
             .list_with_delimiter(Some(&prefix))

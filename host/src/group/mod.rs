@@ -524,13 +524,37 @@ fn partition_spec(spec: &JobSpec, input: InputPartition) -> JobSpec {
 /// The job as partition 0's pipeline would run it, to check a job before running it (the
 /// pipeline reaches no broker until it runs).
 pub fn one_partition(spec: &JobSpec) -> JobSpec {
+    partition_job(spec, 0)
+}
+
+/// The job as the pipeline of its input partition `partition` would run it, unlinked from
+/// any group: to open it offline (`weir upgrade --check`).
+pub fn partition_job(spec: &JobSpec, partition: i32) -> JobSpec {
     partition_spec(
         spec,
         InputPartition {
-            partition: 0,
+            partition,
             link: Arc::new(PartitionLink::new(None)),
         },
     )
+}
+
+/// The jobs `spec` (whose source is Kafka) runs as, each of whose input partitions keeps a
+/// checkpoint folder of its own (`<job>/partitions/<p>/`): the job itself, or the jobs of
+/// its stages. Asks the brokers for the input topic's partition count, as a run does, and
+/// creates nothing.
+pub async fn partitioned_jobs(spec: &JobSpec) -> Result<Vec<JobSpec>, GroupError> {
+    let SourceSpec::Kafka(kafka) = &spec.source else {
+        return Ok(vec![spec.clone()]);
+    };
+    let check = kafka.clone();
+    let partitions = blocking(move || check_topic(&check))
+        .await?
+        .map_err(GroupError::Connect)?;
+    Ok(match staged(spec, partitions as u32) {
+        Some((plan, counts)) => plan.stage_jobs(spec, &counts),
+        None => vec![spec.clone()],
+    })
 }
 
 /// The group member's callbacks.
@@ -676,16 +700,12 @@ async fn stage_jobs(
     kafka: &KafkaSourceSpec,
     partitions: u32,
 ) -> Result<Option<Vec<JobSpec>>, GroupError> {
-    let plan = StagePlan::of(spec);
-    let mut counts = vec![partitions];
-    counts.extend(plan.topics().map(|t| t.partitions.unwrap_or(partitions)));
-    let Some(first) = plan.topics().next() else {
+    let Some((plan, counts)) = staged(spec, partitions) else {
         return Ok(None);
     };
-    if counts.iter().all(|c| *c == 1) {
-        return Ok(None);
-    }
-    if spec.checkpoints.is_none() {
+    if spec.checkpoints.is_none()
+        && let Some(first) = plan.topics().next()
+    {
         return Err(GroupError::StagesNeedCheckpoints {
             job: spec.name.clone(),
             operator: first.operator.clone(),
@@ -695,6 +715,19 @@ async fn stage_jobs(
         ensure_topic(&spec.name, kafka, topic, *wanted).await?;
     }
     Ok(Some(plan.stage_jobs(spec, &counts)))
+}
+
+/// The stages of `spec`, whose input topic has `partitions`, and each stage's partition
+/// count; `None` for a job that runs whole (see [`stage_jobs`]).
+fn staged(spec: &JobSpec, partitions: u32) -> Option<(StagePlan, Vec<u32>)> {
+    let plan = StagePlan::of(spec);
+    let mut counts = vec![partitions];
+    counts.extend(plan.topics().map(|t| t.partitions.unwrap_or(partitions)));
+    plan.topics().next()?;
+    if counts.iter().all(|c| *c == 1) {
+        return None;
+    }
+    Some((plan, counts))
 }
 
 /// Makes sure `repartition`'s topic exists with `wanted` partitions, on the brokers of the

@@ -3,15 +3,14 @@
 //!
 //! An upgrade is checked before anything stops: the new job file and components are
 //! written into `jobs/<id>/versions/<n>/` and compiled, they must keep the job's name,
-//! source and sink, and the job's latest checkpoint must restore into them
-//! ([`JobStart::check_state_kept`]); `--check` also opens every subtask offline and reads
-//! into it the state it would restore, which finds an operator that fails to open, no longer
-//! declares a state it held, or whose state does not read. Then the
-//! old version stops after a last checkpoint, that checkpoint is copied into the savepoint
-//! `upgrade-<n>`, and the new version starts from it. If the new version fails before its first checkpoint completes (a trap, a
-//! refused restore, a limit), the old version starts again from the same savepoint, unless
-//! the upgrade said not to roll back. Nothing the new version wrote reaches the output
-//! before a checkpoint of it completes, so a rollback loses and repeats nothing.
+//! source and sink, and the job's latest checkpoint (a Kafka job's: each partition's) must
+//! restore into them ([`check`]; `--check` also restores it offline). Then the old version
+//! stops after a last checkpoint, that checkpoint is copied into the savepoint
+//! `upgrade-<n>`, and the new version starts from it. If the new version fails before its
+//! first checkpoint completes (a trap, a refused restore, a limit), the old version starts
+//! again from the same savepoint, unless the upgrade said not to roll back. Nothing the new
+//! version wrote reaches the output before a checkpoint of it completes, so a rollback loses
+//! and repeats nothing.
 //!
 //! Every step is recorded in the job's `job.json` before it is taken, so a host killed in
 //! the middle resumes the version that was running and, if it was the new one, still rolls
@@ -20,21 +19,15 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+mod check;
+
 use super::{HostedJob, JobRecord, Registry, info, unix_ms};
-use crate::checkpoint::metadata::OperatorHandles;
-use crate::checkpoint::{CheckpointMetadata, CheckpointStore, JobStart, RestoreFrom, StartFrom};
-use crate::engine::Engine;
-use crate::engine::component_digest::component_digest;
-use crate::ids::SubtaskIndex;
+use crate::checkpoint::{CheckpointStore, RestoreFrom};
 use crate::job::JobSpec;
-use crate::job::Pipeline;
-use crate::operator::SubtaskContext;
-use crate::partition::KeyGroupRange;
 use crate::serve::job_checkpoints::Which;
 use crate::serve::protocol::{
     JobInfo, JobStatus, UpgradeCheck, UpgradeRecord, UpgradeRequest, UpgradeStatus,
 };
-use crate::state::KeyedStateBackend;
 
 /// Why an upgrade cannot be made.
 #[derive(Debug, thiserror::Error)]
@@ -261,64 +254,32 @@ impl Registry {
         .map_err(|e| e.to_string())?;
         let dir = self.job_dir(&job.id);
         kept_in_place(&version_dir(&dir, from), folder, &job.name, &spec)?;
-        if job.group.is_some() {
-            // Each partition checks its own latest checkpoint as it starts; a failure there
-            // rolls the upgrade back.
-            return Ok((
-                spec,
-                UpgradeCheck {
-                    job: job.id.clone(),
-                    from,
-                    checkpoint: None,
-                    operators: vec![
-                        "a Kafka job: each partition restores its own latest checkpoint as the \
-                         new version takes it"
-                            .into(),
-                    ],
-                },
-            ));
-        }
         let store_url = job.checkpoint_store.as_deref().unwrap_or_default();
-        let store = CheckpointStore::open(store_url, &spec.name).map_err(|e| e.to_string())?;
-        let latest = StartFrom::Restore(RestoreFrom::Latest);
-        let start = JobStart::plan(&store, &spec.name, &latest, &[])
-            .await
-            .map_err(|e| format!("cannot restore the job's latest checkpoint: {e}"))?;
-        let uids: Vec<&str> = spec.operators.iter().map(|op| op.uid.as_str()).collect();
-        start
-            .check_state_kept(&spec.name, &uids, &request.allow_dropped_state)
-            .map_err(|e| e.to_string())?;
-        let mut notes = restore_notes(&spec, &start, &uids);
-        // `--check` opens every subtask, offline: one that fails to open, or whose operator
-        // no longer declares a state it held, is found without stopping the job. An upgrade
-        // finds the same as the new version starts, and rolls back.
-        if request.check {
-            let (registry, opened) = (self.clone(), spec.clone());
-            let restored = start.restored.clone().filter(|m| !m.finished);
-            let runtime = tokio::runtime::Handle::current();
-            let declared = tokio::task::spawn_blocking(move || {
-                let restore = restored.as_deref().map(|m| (&store, m, &runtime));
-                declared_states(&opened, &registry.engine, restore)
-            })
-            .await
-            .map_err(|e| e.to_string())??;
-            if let Some(restored) = start.restored.as_ref().filter(|m| !m.finished) {
-                let allowed = &request.allow_dropped_state;
-                notes.extend(states_kept(restored, &declared, allowed)?);
+        let (engine, allowed) = (&self.engine, &request.allow_dropped_state);
+        let latest = if job.group.is_some() {
+            // A Kafka job's partitions each keep their own checkpoints.
+            let notes = check::partitions(&spec, store_url, engine, allowed, request.check).await?;
+            check::Checked {
+                checkpoint: None,
+                notes,
             }
-        }
-        if start.restored.is_none() && job.status() != JobStatus::Running {
-            return Err(format!(
-                "job {} ({}) has no completed checkpoint to carry its state over from",
-                job.id,
-                job.status()
-            ));
-        }
+        } else {
+            let store = CheckpointStore::open(store_url, &spec.name).map_err(|e| e.to_string())?;
+            let checked = check::latest(&spec, store, engine, allowed, request.check).await?;
+            if checked.checkpoint.is_none() && job.status() != JobStatus::Running {
+                return Err(format!(
+                    "job {} ({}) has no completed checkpoint to carry its state over from",
+                    job.id,
+                    job.status()
+                ));
+            }
+            checked
+        };
         let check = UpgradeCheck {
             job: job.id.clone(),
             from,
-            checkpoint: start.restored.as_ref().map(|m| m.id.0),
-            operators: notes,
+            checkpoint: latest.checkpoint,
+            operators: latest.notes,
         };
         Ok((spec, check))
     }
@@ -493,188 +454,4 @@ fn kept_in_place(old: &Path, new: &Path, name: &str, spec: &JobSpec) -> Result<(
         }
     }
     Ok(())
-}
-
-/// Opens every subtask of every operator of `spec` and, given a checkpoint (`restore`), reads
-/// into it the key groups it would restore, from the chains that hold them, as a run does: the
-/// states each operator declares, by uid (the union over its subtasks). A subtask that fails
-/// to open, or whose state does not restore (an artifact that does not read, state an older
-/// Weir stored that does not convert), is an error. Nothing is written.
-fn declared_states(
-    spec: &JobSpec,
-    engine: &Engine,
-    restore: Option<(
-        &CheckpointStore,
-        &CheckpointMetadata,
-        &tokio::runtime::Handle,
-    )>,
-) -> Result<Vec<Declared>, String> {
-    let pipeline = Pipeline::from_spec(spec, engine).map_err(|e| e.to_string())?;
-    let mut declared = Vec::new();
-    for stage in &pipeline.stages {
-        let mut states: Vec<String> = Vec::new();
-        let mut restored_entries = None;
-        for subtask in 0..stage.parallelism {
-            let mut ctx = SubtaskContext::new(
-                &spec.name,
-                &stage.name,
-                subtask,
-                stage.parallelism,
-                pipeline.key_groups,
-            );
-            ctx.config_json = stage.config_json.clone();
-            ctx.limits = stage.limits;
-            let mut instance = stage.factory.instantiate(&ctx).map_err(|e| {
-                format!(
-                    "operator `{}` subtask {subtask} fails to open: {e}",
-                    stage.name
-                )
-            })?;
-            if let Some((store, restored, runtime)) = restore
-                && let Some(old) = restored.operator(&stage.uid)
-            {
-                let range = pipeline
-                    .key_groups
-                    .range_of(SubtaskIndex(subtask), stage.parallelism);
-                let backend = instance.state_mut();
-                restore_offline(backend, store, old, range, runtime).map_err(|e| {
-                    format!(
-                        "operator `{}` subtask {subtask} does not restore checkpoint {}: {e}",
-                        stage.name, restored.id
-                    )
-                })?;
-                *restored_entries.get_or_insert(0) += backend.stats().entries;
-            }
-            let names = instance.state_mut().declared_states();
-            states.extend(names.into_iter().map(str::to_owned));
-        }
-        states.sort_unstable();
-        states.dedup();
-        declared.push(Declared {
-            uid: stage.uid.clone(),
-            states,
-            restored_entries,
-        });
-    }
-    Ok(declared)
-}
-
-/// What `--check` found of one operator of the new version.
-struct Declared {
-    uid: String,
-    /// The states its subtasks declare as they open.
-    states: Vec<String>,
-    /// The entries its subtasks restored, when the checkpoint held state of it.
-    restored_entries: Option<usize>,
-}
-
-/// Reads into `backend` the key groups of `range` that `old`'s subtasks hold, chain by chain,
-/// and converts what an older Weir stored as JSON text, as a restore does.
-fn restore_offline(
-    backend: &mut KeyedStateBackend,
-    store: &CheckpointStore,
-    old: &OperatorHandles,
-    range: KeyGroupRange,
-    runtime: &tokio::runtime::Handle,
-) -> Result<(), String> {
-    let overlapping = old.subtasks.iter().filter(|h| {
-        let held = h.range();
-        held.start < range.end && range.start < held.end
-    });
-    for handle in overlapping {
-        runtime
-            .block_on(store.restore_chain(backend, handle, range))
-            .map_err(|e| e.to_string())?;
-    }
-    if old.stores_json_text() {
-        backend.reencode_json_text().map_err(|e| e.to_string())?;
-    }
-    Ok(())
-}
-
-/// Refuses states `restored` holds that the operators' new versions do not declare
-/// (`declared`, by uid) unless `allowed` drops them; notes the drops.
-fn states_kept(
-    restored: &CheckpointMetadata,
-    declared: &[Declared],
-    allowed: &[String],
-) -> Result<Vec<String>, String> {
-    let mut notes = Vec::new();
-    for Declared {
-        uid,
-        states,
-        restored_entries,
-    } in declared
-    {
-        let Some(old) = restored.operator(uid) else {
-            continue;
-        };
-        if let Some(entries) = restored_entries {
-            notes.push(format!(
-                "`{uid}`: every subtask opened with its restored state ({entries} entries)"
-            ));
-        }
-        for held in old.states() {
-            if states.iter().any(|s| s == held) {
-                continue;
-            }
-            if allowed
-                .iter()
-                .any(|a| *a == *uid || *a == format!("{uid}.{held}"))
-            {
-                notes.push(format!("`{uid}`: its state `{held}` is dropped"));
-            } else {
-                return Err(format!(
-                    "checkpoint {} holds state `{held}` of operator `{uid}` that its new \
-                     version does not declare as it opens: declare it again, or drop it \
-                     with --allow-dropped-state {uid}.{held}",
-                    restored.id
-                ));
-            }
-        }
-    }
-    Ok(notes)
-}
-
-/// What restoring `start` into `spec` does to each operator's state.
-fn restore_notes(spec: &JobSpec, start: &JobStart, uids: &[&str]) -> Vec<String> {
-    let Some(restored) = &start.restored else {
-        return vec!["no completed checkpoint yet: the job takes one as it stops".into()];
-    };
-    let checkpoint = restored.id;
-    let mut notes: Vec<String> = spec
-        .operators
-        .iter()
-        .map(|op| {
-            let uid = match op.uid == op.name {
-                true => String::new(),
-                false => format!(" (uid `{}`)", op.uid),
-            };
-            let Some(old) = restored.operator(&op.uid) else {
-                return format!("`{}`{uid}: new: starts with empty state", op.name);
-            };
-            let digest = component_digest(&op.component).ok();
-            let code = match (&old.component, digest) {
-                (Some(old), Some(new)) if *old == new => "the same component",
-                (Some(_), Some(_)) => "a new component",
-                _ => "a component the checkpoint does not name",
-            };
-            let states = old.states();
-            let held = match states.is_empty() {
-                true => String::new(),
-                false => format!(" (states {})", states.join(", ")),
-            };
-            format!(
-                "`{}`{uid}: restores its state{held} from checkpoint {checkpoint} into {code}",
-                op.name
-            )
-        })
-        .collect();
-    notes.extend(
-        restored
-            .state_without_place(uids)
-            .into_iter()
-            .map(|(uid, bytes)| format!("`{uid}`: its state ({bytes} bytes) is dropped")),
-    );
-    notes
 }
