@@ -2,12 +2,15 @@
 //! timer firing, checkpoint bytes and the memory of pending timers, in one run.
 //!
 //! - Throughput: generator (10 M records over 100 K keys, a synthetic clock of 100 000 events
-//!   per second with 5 % of the records up to 2 s late) -> key-by -> tumbling one-minute count
-//!   windows (parallelism 1) -> discard, with watermarks 2 s behind. Once the operator is the
-//!   example component (`examples/windows/pages`, the SDK's `Windows::tumbling` with `Count`),
-//!   once the same logic compiled into the host over the same runtime and state backend,
-//!   following the SDK's algorithm (a map entry per window under its CBOR-encoded start, read
-//!   and written per record, a timer per window). Medians of five interleaved runs each.
+//!   per second with 5 % of the records up to 2 s late) -> key-by -> tumbling count windows
+//!   (parallelism 1) -> discard, with watermarks 2 s behind, for two window sizes: one minute
+//!   (few fires: `windows_*`) and one second (a window per key and second, so about as many
+//!   fires as records at 100 K keys: `windows_1s_*`). Once the operator is the example
+//!   component (`examples/windows/pages`, the SDK's `Windows::tumbling` with `Count`), once the
+//!   same logic compiled into the host over the same runtime and state backend, following the
+//!   SDK's algorithm (a map entry per window under its CBOR-encoded start, read and written
+//!   per record, a timer per window). Medians of interleaved runs (five for one-minute
+//!   windows, three for one-second ones).
 //! - Timers fired per second: 1 M windows, one per key, registered through the component, then
 //!   fired by one watermark at the end of time: the host taking them from state in batches
 //!   and the component handling them (emitting each window), timed alone.
@@ -16,7 +19,8 @@
 //! - Memory: bytes a pending timer costs (state and the index that fires it), against a map
 //!   entry, one per key for both, counted by the allocator.
 //!
-//! `cargo bench -p weir-host --bench windows [-- RECORDS KEYS]`
+//! `cargo bench -p weir-host --bench windows [-- RECORDS KEYS [SIZES]]`: SIZES `60000,1000`
+//! by default (window sizes in milliseconds; a profile of one case takes one).
 
 mod keyed;
 #[path = "../../tests/support/mod.rs"]
@@ -77,10 +81,13 @@ unsafe impl GlobalAlloc for Counting {
 #[global_allocator]
 static ALLOCATOR: Counting = Counting;
 
-const WINDOW_MS: i64 = 60_000;
 /// The library's fire tag for the window set `per-page`: `0xFFFF_0000 | hash15(name) << 1`.
 const FIRE_TAG: u32 = 0xFFFF_0000 | (5661 << 1);
-const CONFIG: &str = r#"{"size_ms":60000,"allowed_lateness_ms":0}"#;
+
+/// The example's configuration for windows of `size_ms`, with no lateness.
+fn config(size_ms: i64) -> String {
+    format!(r#"{{"size_ms":{size_ms},"allowed_lateness_ms":0}}"#)
+}
 
 /// One open window as the SDK's map entry holds it, under its start: `[end, count, fired]`.
 type Entry = (i64, u64, bool);
@@ -90,6 +97,7 @@ type Entry = (i64, u64, bool);
 struct NativeWindows {
     state: KeyedStateBackend,
     windows: StateId,
+    size_ms: i64,
     ctx: SubtaskContext,
     watermark: Option<i64>,
     map_key: Vec<u8>,
@@ -130,8 +138,8 @@ impl OperatorInstance for NativeWindows {
         for record in batch.iter() {
             let key = record.key.ok_or_else(|| self.fail("no key"))?;
             let ts = record.timestamp.ok_or_else(|| self.fail("no timestamp"))?;
-            let start = ts - ts.rem_euclid(WINDOW_MS);
-            let end = start + WINDOW_MS;
+            let start = ts - ts.rem_euclid(self.size_ms);
+            let end = start + self.size_ms;
             if wm.is_some_and(|w| end - 1 <= w) {
                 continue; // late, lateness 0
             }
@@ -172,7 +180,7 @@ impl OperatorInstance for NativeWindows {
         let mut out = RecordBatch::new();
         for timer in timers {
             let key = KeyRef::new(&timer.key, hash_key(&timer.key));
-            let start = timer.at + 1 - WINDOW_MS;
+            let start = timer.at + 1 - self.size_ms;
             if let Some((end, clicks, _)) = self.get(key, start)? {
                 emit(&mut out, &timer.key, start, end, clicks);
                 self.state
@@ -196,7 +204,9 @@ impl OperatorInstance for NativeWindows {
     }
 }
 
-struct NativeWindowsFactory;
+struct NativeWindowsFactory {
+    size_ms: i64,
+}
 
 impl OperatorFactory for NativeWindowsFactory {
     fn instantiate(
@@ -211,6 +221,7 @@ impl OperatorFactory for NativeWindowsFactory {
         Ok(Box::new(NativeWindows {
             state,
             windows,
+            size_ms: self.size_ms,
             ctx: ctx.clone(),
             watermark: None,
             map_key: Vec::new(),
@@ -229,12 +240,12 @@ fn clock() -> GeneratorClock {
     }
 }
 
-fn pipeline(factory: Arc<dyn OperatorFactory>, records: u64, keys: u64) -> Pipeline {
+fn pipeline(factory: Arc<dyn OperatorFactory>, records: u64, keys: u64, size_ms: i64) -> Pipeline {
     keyed::one_stage(
         "pages",
         GeneratorSource::new(records, keys).with_clock(clock()),
         factory,
-        CONFIG,
+        &config(size_ms),
         Some(WatermarkPolicy {
             max_out_of_order: Duration::from_millis(2_000),
             idle: None,
@@ -250,11 +261,12 @@ fn measure(
     factory: Arc<dyn OperatorFactory>,
     records: u64,
     keys: u64,
+    size_ms: i64,
 ) -> (f64, u64) {
     let started = Instant::now();
     let summary = runtime
         .block_on(run(
-            pipeline(factory, records, keys),
+            pipeline(factory, records, keys, size_ms),
             JobStart::fresh(),
             RunOptions::default(),
         ))
@@ -290,7 +302,7 @@ fn one_window_per_key(keys: u64) -> Vec<RecordBatch> {
 /// increment bytes per key).
 fn fire_all(factory: &dyn OperatorFactory, keys: u64) -> (f64, f64) {
     let ctx = SubtaskContext {
-        config_json: CONFIG.into(),
+        config_json: config(60_000),
         limits: GuestLimits {
             memory_bytes: 2 << 30,
             ..GuestLimits::default()
@@ -360,12 +372,27 @@ fn weigh(
 }
 
 fn main() {
-    let args: Vec<u64> = std::env::args()
+    // Cargo passes `--bench`; the rest are ours.
+    let args: Vec<String> = std::env::args()
         .skip(1)
-        .filter_map(|a| a.parse().ok())
+        .filter(|a| !a.starts_with('-'))
         .collect();
-    let records = args.first().copied().unwrap_or(10_000_000);
-    let keys = args.get(1).copied().unwrap_or(100_000);
+    let number = |i: usize, default: u64| {
+        args.get(i).map_or(default, |a| {
+            a.parse().expect("RECORDS and KEYS are whole numbers")
+        })
+    };
+    let (records, keys) = (number(0, 10_000_000), number(1, 100_000));
+    let sizes: Vec<i64> = match args.get(2) {
+        Some(sizes) => sizes
+            .split(',')
+            .map(|s| {
+                s.parse()
+                    .expect("SIZES: window sizes in ms, comma-separated")
+            })
+            .collect(),
+        None => vec![60_000, 1_000],
+    };
     let engine = Engine::new(EngineOptions {
         cache: Some(ComponentCache::new(support::cache_dir())),
     })
@@ -375,35 +402,42 @@ fn main() {
         .expect("page-counts component");
     let wasm: Arc<dyn OperatorFactory> =
         Arc::new(WasmOperatorFactory::new(engine.clone(), component));
-    let native: Arc<dyn OperatorFactory> = Arc::new(NativeWindowsFactory);
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
         .expect("runtime");
 
-    eprintln!(
-        "tumbling one-minute count windows: {records} records over {keys} keys, 100 000 events/s \
-         of event time, 5% up to 2 s late, watermarks 2 s behind, batch 1024, parallelism 1"
-    );
-    measure(&runtime, wasm.clone(), records / 10, keys);
-    measure(&runtime, native.clone(), records / 10, keys);
-    let (mut wasm_rates, mut native_rates) = (Vec::new(), Vec::new());
-    for round in 1..=5 {
-        let (w, w_windows) = measure(&runtime, wasm.clone(), records, keys);
-        let (n, n_windows) = measure(&runtime, native.clone(), records, keys);
-        assert_eq!(w_windows, n_windows, "both emit the same windows");
+    let mut rates = Vec::new();
+    for size_ms in sizes {
+        let native: Arc<dyn OperatorFactory> = Arc::new(NativeWindowsFactory { size_ms });
         eprintln!(
-            "round {round}: wasm {w:.0} records/s, native {n:.0} records/s, ratio {:.3}, {w_windows} windows",
-            w / n
+            "tumbling {size_ms} ms count windows: {records} records over {keys} keys, 100 000 \
+             events/s of event time, 5% up to 2 s late, watermarks 2 s behind, batch 1024, \
+             parallelism 1"
         );
-        wasm_rates.push(w);
-        native_rates.push(n);
+        measure(&runtime, wasm.clone(), records / 10, keys, size_ms);
+        measure(&runtime, native.clone(), records / 10, keys, size_ms);
+        let (mut wasm_rates, mut native_rates) = (Vec::new(), Vec::new());
+        let rounds = if size_ms >= 60_000 { 5 } else { 3 };
+        for round in 1..=rounds {
+            let (w, w_windows) = measure(&runtime, wasm.clone(), records, keys, size_ms);
+            let (n, n_windows) = measure(&runtime, native.clone(), records, keys, size_ms);
+            assert_eq!(w_windows, n_windows, "both emit the same windows");
+            eprintln!(
+                "round {round}: wasm {w:.0} records/s, native {n:.0} records/s, ratio {:.3}, \
+                 {w_windows} windows",
+                w / n
+            );
+            wasm_rates.push(w);
+            native_rates.push(n);
+        }
+        rates.push((size_ms, median(wasm_rates), median(native_rates)));
     }
-    let (wasm_rate, native_rate) = (median(wasm_rates), median(native_rates));
+    let native = NativeWindowsFactory { size_ms: 60_000 };
 
     let fired_keys = 1_000_000;
     let (fired_rate, bytes_per_key) = fire_all(wasm.as_ref(), fired_keys);
-    let (native_fired_rate, _) = fire_all(native.as_ref(), fired_keys);
+    let (native_fired_rate, _) = fire_all(&native, fired_keys);
     eprintln!(
         "{fired_keys} windows, one per key: fired at {fired_rate:.0}/s in Wasm, {native_fired_rate:.0}/s native"
     );
@@ -427,12 +461,24 @@ fn main() {
         "{n} pending timers or map entries (8-byte map key and value), one per key or ten per key"
     );
 
-    println!("bench: windows_wasm_records_per_sec = {wasm_rate:.0} records/s");
-    println!("bench: windows_native_records_per_sec = {native_rate:.0} records/s");
-    println!(
-        "bench: windows_wasm_native_ratio = {:.3} ratio",
-        wasm_rate / native_rate
-    );
+    for (size_ms, wasm_rate, native_rate) in rates {
+        let name = match size_ms {
+            60_000 => "windows".to_owned(),
+            ms if ms % 1000 == 0 => format!("windows_{}s", ms / 1000),
+            ms => format!("windows_{ms}ms"),
+        };
+        // The one-minute case keeps the names it always had.
+        let wasm_name = match size_ms {
+            60_000 => "windows_wasm".to_owned(),
+            _ => name.clone(),
+        };
+        println!("bench: {wasm_name}_records_per_sec = {wasm_rate:.0} records/s");
+        println!("bench: {name}_native_records_per_sec = {native_rate:.0} records/s");
+        println!(
+            "bench: {name}_wasm_native_ratio = {:.3} ratio",
+            wasm_rate / native_rate
+        );
+    }
     println!("bench: timers_fired_per_sec = {fired_rate:.0} timers/s");
     println!("bench: timers_fired_per_sec_native = {native_fired_rate:.0} timers/s");
     println!("bench: checkpoint_bytes_per_dirty_key = {bytes_per_key:.1} bytes");

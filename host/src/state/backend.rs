@@ -531,10 +531,14 @@ impl KeyedStateBackend {
     ) -> Result<(), StateError> {
         let epoch = self.epoch;
         let table = self.table_mut::<MapBody>(state, key)?;
-        let present = table
-            .get(key.bytes, key.hash)
-            .is_some_and(|e| e.body.get(map_key).is_some());
-        if present && let Some(entry) = table.write_existing(key.bytes, key.hash, epoch) {
+        // One lookup of the key; it is marked dirty only if the map held `map_key`.
+        let present = table.position(key.bytes, key.hash).filter(|&p| {
+            table
+                .entry_at(p)
+                .is_some_and(|e| e.body.get(map_key).is_some())
+        });
+        if let Some(position) = present {
+            let entry = table.write_at(position, epoch);
             let before = entry.body.bytes;
             entry.body.remove(map_key, epoch);
             let freed = before - entry.body.bytes;

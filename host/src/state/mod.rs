@@ -19,7 +19,8 @@
 //! - [`backend`]: [`KeyedStateBackend`], the per-subtask registry of states and the only entry
 //!   point; it refuses keys outside the subtask's key groups.
 //! - [`table`]: [`table::KeyedTable`], one (state, key group) hash table with its dirty list.
-//! - [`value`], [`map`], [`list`]: what an entry holds for each kind of state.
+//! - [`value`], [`map`], [`list`]: what an entry holds for each kind of state;
+//!   [`map_entries`]: a map's entries, small ones in a sorted vector.
 //! - [`bytes`]: [`StateBytes`], how keys and values are held.
 //! - [`encoding`]: the one encoding every state is stored in (CBOR) and its conversion from
 //!   and to the JSON text that Python, JavaScript and C guests speak.
@@ -41,6 +42,7 @@ pub mod encoding;
 pub(crate) mod inspect;
 pub(crate) mod list;
 pub(crate) mod map;
+pub(crate) mod map_entries;
 mod merge;
 mod reencode;
 mod restore;

@@ -100,6 +100,7 @@ fn apply(
                             MapValue {
                                 value: Some(value.clone()),
                                 written_in: checkpoint,
+                                persisted: true,
                             },
                         );
                     }

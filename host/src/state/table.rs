@@ -192,6 +192,13 @@ impl<T> KeyedTable<T> {
         Some(self.mark(position, epoch))
     }
 
+    /// The entry at `position` (from [`KeyedTable::position`]) for writing, marked dirty in
+    /// `epoch`.
+    #[inline]
+    pub(crate) fn write_at(&mut self, position: usize, epoch: CheckpointId) -> &mut Entry<T> {
+        self.mark(position, epoch)
+    }
+
     /// The entry at `position`, marked dirty in `epoch`: its key joins the dirty list the
     /// first time it is written in an epoch.
     #[inline]

@@ -212,11 +212,15 @@ fn take_values(table: &mut KeyedTable<ValueBody>) -> Taken {
 
 fn take_maps(table: &mut KeyedTable<MapBody>) -> Taken {
     take_changes(table, |key, map| {
+        // A changed key that is gone was put and removed since the last snapshot: the
+        // chain never held it (`MapValue::persisted`).
         let entries = std::mem::take(&mut map.changed)
             .into_iter()
-            .map(|map_key| {
-                let value = map.entries.get(&map_key[..]).and_then(|v| v.value.clone());
-                (map_key, value)
+            .filter_map(|map_key| {
+                let slot = map.entries.get_mut(&map_key[..])?;
+                slot.persisted = slot.value.is_some();
+                let value = slot.value.clone();
+                Some((map_key, value))
             })
             .collect();
         let cleared = std::mem::take(&mut map.cleared);
