@@ -135,6 +135,13 @@ fn emit(out: &mut RecordBatch, key: &[u8], start: i64, end: i64, clicks: u64) {
 impl OperatorInstance for NativeWindows {
     fn process(&mut self, batch: &mut RecordBatch) -> Result<RecordBatch, OperatorError> {
         let wm = self.watermark;
+        // As the host does for a Wasm operator's batch (`KeyedStateBackend::warm`).
+        let keys: Vec<KeyRef<'_>> = batch
+            .iter()
+            .filter_map(|r| r.key)
+            .map(|k| KeyRef::new(k, hash_key(k)))
+            .collect();
+        self.state.warm(keys.iter().copied());
         for record in batch.iter() {
             let key = record.key.ok_or_else(|| self.fail("no key"))?;
             let ts = record.timestamp.ok_or_else(|| self.fail("no timestamp"))?;
@@ -178,6 +185,8 @@ impl OperatorInstance for NativeWindows {
         timers: &[FiredTimer],
     ) -> Result<RecordBatch, OperatorError> {
         let mut out = RecordBatch::new();
+        let keys = timers.iter().map(|t| KeyRef::new(&t.key, hash_key(&t.key)));
+        self.state.warm(keys);
         for timer in timers {
             let key = KeyRef::new(&timer.key, hash_key(&timer.key));
             let start = timer.at + 1 - self.size_ms;

@@ -147,6 +147,7 @@ impl GuestState {
         record_slots: &mut Numbers<u32>,
     ) {
         self.slots.assign(batch, hashes, record_slots);
+        self.backend.warm(self.slots.keys());
         if let Some(undo) = &mut self.undo {
             undo.clear();
         }

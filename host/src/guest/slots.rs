@@ -130,6 +130,15 @@ impl KeySlots {
         hints.get(slot as usize).copied().flatten()
     }
 
+    /// The batch's distinct keys, by slot.
+    pub fn keys(&self) -> impl Iterator<Item = KeyRef<'_>> + Clone {
+        let starts = std::iter::once(0).chain(self.ends.iter().copied());
+        starts
+            .zip(&self.ends)
+            .zip(&self.hashes)
+            .map(|((from, &to), &hash)| KeyRef::new(&self.arena[from as usize..to as usize], hash))
+    }
+
     /// Number of distinct keys in the batch.
     pub fn len(&self) -> usize {
         self.ends.len()

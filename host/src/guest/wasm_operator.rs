@@ -255,6 +255,7 @@ impl OperatorInstance for WasmOperator {
         let data = self.store.data_mut();
         data.slots
             .assign_keys(timers.iter().map(|t| &t.key[..]), &mut self.record_slots);
+        data.backend.warm(data.slots.keys());
         let mut keys = BlobsBuilder {
             data: Vec::with_capacity(timers.iter().map(|t| t.key.len()).sum()),
             ends: Numbers::with_capacity(timers.len()),

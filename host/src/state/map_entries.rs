@@ -134,6 +134,16 @@ impl MapEntries {
         }
     }
 
+    /// Reads the first entry's key (of a small map), so that the entries are in cache when
+    /// the map is searched: see `KeyedStateBackend::warm`.
+    #[inline]
+    pub fn touch(&self) -> u64 {
+        match &self.0 {
+            Repr::Small(v) => v.first().map_or(0, |(k, _)| k.len() as u64),
+            Repr::Large(_) => 0,
+        }
+    }
+
     pub fn keys(&self) -> impl Iterator<Item = &StateBytes> {
         self.iter().map(|(k, _)| k)
     }

@@ -89,6 +89,16 @@ impl<T> KeyedTable<T> {
             .map_or(0, |slot| self.entries[slot.position as usize].hash.0)
     }
 
+    /// [`KeyedTable::touch`], reading also what `body` reads of the entry's payload (the
+    /// first of a map's entries, which lie elsewhere in memory).
+    #[inline]
+    pub(crate) fn touch_with(&self, hash: KeyHash, body: impl Fn(&T) -> u64) -> u64 {
+        let hash32 = hash.table_hash() as u32;
+        self.index
+            .find(index_hash(hash32), |slot| slot.hash == hash32)
+            .map_or(0, |slot| body(&self.entries[slot.position as usize].body))
+    }
+
     /// The entry at `position` (from [`KeyedTable::position`]).
     #[inline]
     pub(crate) fn entry_at(&self, position: usize) -> Option<&Entry<T>> {
