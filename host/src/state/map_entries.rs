@@ -6,7 +6,7 @@
 //! (about a kilobyte with these keys and values) and moves through it on every search; a
 //! sorted vector of a few entries is one small allocation, searched in the cache line or
 //! two it sits in. A map that grows past [`SMALL_MAX`] entries moves into a B-tree for good,
-//! where inserting stays logarithmic at any size.
+//! which holds many entries in less memory and inserts in logarithmic time at any size.
 
 use std::collections::BTreeMap;
 use std::collections::btree_map;
@@ -15,10 +15,11 @@ use std::ops::Bound;
 use super::StateBytes;
 use super::map::MapValue;
 
-/// Entries a map holds in a sorted vector before it moves into a B-tree. Inserting into the
-/// vector moves the entries after the new one: up to this many, that costs less than a
-/// B-tree's search.
-const SMALL_MAX: usize = 32;
+/// Entries a map holds in a sorted vector before it moves into a B-tree. Past about this
+/// many, a B-tree's node (eleven slots, filled as the map grows) holds them in less memory
+/// than the vector with its room to grow (`bytes_per_map_entry_10_per_key` of
+/// `cargo bench --bench windows`: 116 B in B-trees, 142 B in vectors of up to 32).
+const SMALL_MAX: usize = 8;
 
 /// A map's entries, ordered by map key as byte strings.
 #[derive(Debug)]
@@ -71,10 +72,11 @@ impl MapEntries {
             Repr::Small(v) => match search(v, &key) {
                 Ok(i) => v[i].1 = value,
                 Err(i) if v.len() < SMALL_MAX => {
-                    // Room for exactly what is there again, from one entry: a vector's own
-                    // first growth would hold four, most of a one-window map's memory.
+                    // Growing by half, from one entry: a vector's own growth (four first,
+                    // then doubling) would leave most of a one-window map's memory, and a
+                    // third of a ten-entry map's, empty.
                     if v.len() == v.capacity() {
-                        v.reserve_exact(v.len().max(1));
+                        v.reserve_exact((v.len() / 2).max(1));
                     }
                     v.insert(i, (key, value));
                 }

@@ -13,7 +13,8 @@
 //! current epoch pushes the key onto its group's dirty list once. Ten writes to one key before
 //! a checkpoint leave one dirty key (squashing). A removal keeps the entry as a tombstone
 //! (`None`) until a snapshot has recorded it; clearing a key's map or list is one `cleared`
-//! flag, not one tombstone per element.
+//! flag, not one tombstone per element. A map entry that no snapshot has taken needs no
+//! tombstone: removing it removes it ([`map::MapValue::persisted`]).
 //!
 //! Layout:
 //! - [`backend`]: [`KeyedStateBackend`], the per-subtask registry of states and the only entry
