@@ -112,11 +112,11 @@ pub(super) async fn partitions(
     let mut notes = Vec::new();
     for stage in &stages {
         let folder = CheckpointStore::open(url, &stage.name).map_err(|e| e.to_string())?;
-        let owned = folder
+        let kept = folder
             .partition_folders()
             .await
             .map_err(|e| e.to_string())?;
-        for partition in owned {
+        for partition in kept {
             let place = match stages.len() {
                 1 => format!("partition {partition}"),
                 _ => format!("`{}` partition {partition}", stage.name),
