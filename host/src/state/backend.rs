@@ -410,7 +410,7 @@ impl KeyedStateBackend {
                 };
                 touched ^= match &state.tables {
                     Tables::Value(t) => t[group].touch(key.hash),
-                    Tables::Map(t) => t[group].touch_with(key.hash, |m| m.entries.touch()),
+                    Tables::Map(t) => t[group].touch_with(key.hash, |e| e.body.entries.touch()),
                     Tables::List(t) => t[group].touch(key.hash),
                 };
             }

@@ -83,20 +83,17 @@ impl<T> KeyedTable<T> {
     /// [`std::hint::black_box`] so that the load is not optimised away.
     #[inline]
     pub(crate) fn touch(&self, hash: KeyHash) -> u64 {
-        let hash32 = hash.table_hash() as u32;
-        self.index
-            .find(index_hash(hash32), |slot| slot.hash == hash32)
-            .map_or(0, |slot| self.entries[slot.position as usize].hash.0)
+        self.touch_with(hash, |e| e.hash.0)
     }
 
-    /// [`KeyedTable::touch`], reading also what `body` reads of the entry's payload (the
-    /// first of a map's entries, which lie elsewhere in memory).
+    /// [`KeyedTable::touch`], reading what `read` reads of the entry (a map's first entry,
+    /// which lies elsewhere in memory, say).
     #[inline]
-    pub(crate) fn touch_with(&self, hash: KeyHash, body: impl Fn(&T) -> u64) -> u64 {
+    pub(crate) fn touch_with(&self, hash: KeyHash, read: impl Fn(&Entry<T>) -> u64) -> u64 {
         let hash32 = hash.table_hash() as u32;
         self.index
             .find(index_hash(hash32), |slot| slot.hash == hash32)
-            .map_or(0, |slot| body(&self.entries[slot.position as usize].body))
+            .map_or(0, |slot| read(&self.entries[slot.position as usize]))
     }
 
     /// The entry at `position` (from [`KeyedTable::position`]).
