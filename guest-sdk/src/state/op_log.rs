@@ -1,7 +1,5 @@
 //! The log of state writes sent to the host in one `apply` call.
 
-use std::collections::HashSet;
-
 use crate::bindings::weir::operator::state::{OpKind, StateId};
 use crate::state::host::StateHost;
 use crate::{Error, Result};
@@ -20,7 +18,50 @@ pub(crate) struct OpLog {
     data: Vec<u8>,
     /// The (state, slot) pairs of the pending map and list writes: a read of a map or list
     /// sends the log first only if it holds writes to that map or list.
-    written: HashSet<(StateId, u32)>,
+    written: WrittenSlots,
+}
+
+/// A set of (state, slot) pairs: a bit per slot for each state written.
+///
+/// Not a `HashSet`: a write is one of the commonest calls of a batch, and hashing every one
+/// (SipHash, in Wasm) cost a keyed count 7 % of its time. Slots are a batch's dense key
+/// numbers and few states are maps or lists, so a bit vector per state is exact and costs a
+/// short scan and a bit operation.
+#[derive(Default)]
+struct WrittenSlots {
+    /// Each written state with its bits, by slot; kept (zeroed) across batches.
+    states: Vec<(StateId, Vec<u64>)>,
+}
+
+impl WrittenSlots {
+    fn insert(&mut self, state: StateId, slot: u32) {
+        let bits = match self.states.iter().position(|(s, _)| *s == state) {
+            Some(i) => &mut self.states[i].1,
+            None => {
+                self.states.push((state, Vec::new()));
+                &mut self.states.last_mut().expect("just pushed").1
+            }
+        };
+        let word = slot as usize / 64;
+        if bits.len() <= word {
+            bits.resize(word + 1, 0);
+        }
+        bits[word] |= 1 << (slot % 64);
+    }
+
+    fn contains(&self, state: StateId, slot: u32) -> bool {
+        self.states
+            .iter()
+            .find(|(s, _)| *s == state)
+            .and_then(|(_, bits)| bits.get(slot as usize / 64))
+            .is_some_and(|word| word & (1 << (slot % 64)) != 0)
+    }
+
+    fn clear(&mut self) {
+        for (_, bits) in &mut self.states {
+            bits.fill(0);
+        }
+    }
 }
 
 /// Writes an operation's map key or value into the log's data.
@@ -46,8 +87,15 @@ impl OpLog {
                     bytes.copy_from_slice(&word.to_le_bytes());
                 }
                 self.ops.extend_from_slice(&op);
-                if !matches!(kind, OpKind::TimerRegister | OpKind::TimerDelete) {
-                    self.written.insert((state, slot));
+                // Only map and list reads ask (a value read is served by the batch's cache).
+                if !matches!(
+                    kind,
+                    OpKind::ValueSet
+                        | OpKind::ValueRemove
+                        | OpKind::TimerRegister
+                        | OpKind::TimerDelete
+                ) {
+                    self.written.insert(state, slot);
                 }
                 Ok(())
             }
@@ -99,7 +147,7 @@ impl OpLog {
 
     /// Whether writes to `state` for `slot` are pending.
     pub(crate) fn writes_to(&self, state: StateId, slot: u32) -> bool {
-        self.written.contains(&(state, slot))
+        self.written.contains(state, slot)
     }
 
     #[cfg(test)]
