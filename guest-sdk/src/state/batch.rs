@@ -241,12 +241,19 @@ pub(crate) fn with_runtime<R>(f: impl FnOnce(&mut Runtime) -> Result<R>) -> Resu
 }
 
 /// The key slot of the record being processed, or the error explaining why there is none.
+#[inline]
 pub(crate) fn current_slot(state_name: &str) -> Result<u32> {
     let slot = CURRENT_SLOT.get();
     if slot != NO_SLOT {
         return Ok(slot);
     }
-    Err(Error::new(if IN_BATCH.get() {
+    Err(no_slot(state_name))
+}
+
+/// Why there is no current slot (kept out of line: every state call passes the check above).
+#[cold]
+fn no_slot(state_name: &str) -> Error {
+    Error::new(if IN_BATCH.get() {
         format!(
             "state `{state_name}`: state access needs a keyed record; key the stream with key_by \
              before this operator (this record has no key)"
@@ -256,7 +263,7 @@ pub(crate) fn current_slot(state_name: &str) -> Result<u32> {
             "state `{state_name}`: state can only be read or written while processing a record, \
              not in open or close"
         )
-    }))
+    })
 }
 
 /// The number of the current batch (see `GENERATION`).

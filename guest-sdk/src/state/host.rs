@@ -95,6 +95,7 @@ pub(crate) fn blob_count(blobs: &Blobs) -> Result<usize> {
 }
 
 /// Item `index` of `blobs`, or an error naming the malformed reply.
+#[inline]
 pub(crate) fn blob(blobs: &Blobs, index: usize) -> Result<&[u8]> {
     let ends = ends(blobs)?;
     let start = match index {
@@ -115,6 +116,7 @@ pub(crate) fn blob(blobs: &Blobs, index: usize) -> Result<&[u8]> {
 }
 
 /// The `ends` of `blobs`, read in place.
+#[inline]
 fn ends(blobs: &Blobs) -> Result<U32s<'_>> {
     U32s::new(&blobs.ends, "ends").map_err(|e| e.context("malformed reply from the host"))
 }

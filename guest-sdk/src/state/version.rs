@@ -53,10 +53,17 @@ impl OldValue<'_> {
 pub type Migration<T> = fn(u32, OldValue<'_>) -> Result<T>;
 
 /// Splits a stored value into its version and its value's bytes.
+#[inline]
 pub(crate) fn split(bytes: &[u8]) -> Result<(u32, &[u8])> {
-    let Some(rest) = bytes.strip_prefix(&HEAD) else {
-        return Ok((1, bytes));
-    };
+    match bytes.strip_prefix(&HEAD) {
+        // Version 1, the commonest, has no head.
+        None => Ok((1, bytes)),
+        Some(rest) => split_versioned(rest),
+    }
+}
+
+/// [`split`] of a value with a head: `rest` follows the head's tag.
+fn split_versioned(rest: &[u8]) -> Result<(u32, &[u8])> {
     let malformed = || Error::new("a versioned state value whose version is not a number");
     let (&first, rest) = rest.split_first().ok_or_else(malformed)?;
     // An unsigned integer: the low five bits, or the next 1, 2 or 4 bytes.
