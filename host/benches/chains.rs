@@ -18,7 +18,7 @@ use profiles::write;
 use tokio::sync::mpsc;
 use weir_host::checkpoint::metadata::SubtaskHandle;
 use weir_host::checkpoint::protocol::Ack;
-use weir_host::checkpoint::storage::{open_store, read_chain};
+use weir_host::checkpoint::storage::{open_store, restore_chain};
 use weir_host::checkpoint::subtask_checkpoints::{SubtaskCheckpoints, SubtaskIdentity};
 use weir_host::checkpoint::{ChainPolicy, CheckpointStore};
 use weir_host::ids::{CheckpointId, SubtaskIndex};
@@ -117,12 +117,14 @@ fn run(keys: u64, label: &str, policy: ChainPolicy) -> Figures {
     let started = Instant::now();
     let mut restored = KeyedStateBackend::new(groups, range);
     let paths: Vec<_> = last.chain.iter().map(|a| store.resolve(&a.path)).collect();
-    let increments = runtime
-        .block_on(read_chain(store.object_store().as_ref(), &paths, range))
-        .expect("read");
-    for increment in &increments {
-        restored.restore(increment).expect("restore");
-    }
+    runtime
+        .block_on(restore_chain(
+            store.object_store().as_ref(),
+            &paths,
+            range,
+            &mut restored,
+        ))
+        .expect("restore");
     let restore_ms = started.elapsed().as_secs_f64() * 1e3;
     assert_eq!(restored.stats().entries as u64, keys, "every key restored");
     // The live state's size: a full snapshot of the state as it is now.

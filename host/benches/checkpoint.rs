@@ -4,17 +4,20 @@
 //! 10 % and 100 % of the keys rewritten, one incremental snapshot each: bytes written and
 //! their ratio to the full snapshot, the synchronous pause (taking the dirty keys and pinning
 //! their values), and the end-to-end duration (pause, encoding, writing to `file://`).
-//! Last, restore throughput: the full artifact read back through `object_store` and applied
-//! to an empty backend.
+//! Last, the restore of the full artifact into an empty backend, as a job restores
+//! (`restore_chain`: ranged reads through `object_store`, a window at a time, decoded and
+//! applied on every core): its throughput, and its peak memory over the memory of the state
+//! it rebuilt (allocator-counted).
 //!
 //! `cargo bench -p weir-host --bench checkpoint [-- KEYS]`
 
+mod counting;
 mod profiles;
 
 use std::time::{Duration, Instant};
 
 use profiles::{VALUE_LEN, write};
-use weir_host::checkpoint::storage::{open_store, put_increment, read_increment};
+use weir_host::checkpoint::storage::{open_store, put_increment, restore_chain};
 use weir_host::ids::SubtaskIndex;
 use weir_host::partition::KeyGroups;
 use weir_host::state::{KeyedStateBackend, StateKind};
@@ -98,16 +101,34 @@ fn main() {
         }
     }
 
+    let before = counting::live();
+    counting::reset_peak();
     let started = Instant::now();
-    let read = runtime
-        .block_on(read_increment(store.as_ref(), &full_path, range))
-        .expect("read");
     let mut restored = KeyedStateBackend::new(groups, range);
-    restored.restore(&read).expect("restore");
+    runtime
+        .block_on(restore_chain(
+            store.as_ref(),
+            std::slice::from_ref(&full_path),
+            range,
+            &mut restored,
+        ))
+        .expect("restore");
     let elapsed = started.elapsed();
+    let state = counting::live() - before;
+    let peak = counting::peak() - before;
     assert_eq!(restored.stats().entries as u64, keys, "every key restored");
+    eprintln!(
+        "restore: {:.1} ms, state {:.1} MB, peak {:.1} MB above what was there before",
+        ms(elapsed),
+        state as f64 / 1e6,
+        peak as f64 / 1e6
+    );
     println!(
         "bench: restore_mb_per_sec = {:.0} MB/s",
         full_bytes as f64 / 1e6 / elapsed.as_secs_f64()
+    );
+    println!(
+        "bench: restore_peak_over_state_ratio = {:.3} ratio",
+        peak as f64 / state as f64
     );
 }

@@ -22,13 +22,12 @@
 //! `cargo bench -p weir-host --bench windows [-- RECORDS KEYS [SIZES]]`: SIZES `60000,1000`
 //! by default (window sizes in milliseconds; a profile of one case takes one).
 
+mod counting;
 mod keyed;
 #[path = "../../tests/support/mod.rs"]
 mod support;
 
-use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicIsize, Ordering};
 use std::time::{Duration, Instant};
 
 use keyed::median;
@@ -47,39 +46,6 @@ use weir_host::record::{RecordBatch, RecordRef};
 use weir_host::state::{
     FiredTimer, KeyRef, KeyedStateBackend, StateId, StateKind, TimeDomain, Timer,
 };
-
-/// Counts the bytes allocated and not freed, to weigh what the state holds.
-struct Counting;
-
-static LIVE: AtomicIsize = AtomicIsize::new(0);
-
-// SAFETY: every call is forwarded to the system allocator unchanged; only a counter is kept.
-#[allow(unsafe_code)]
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        LIVE.fetch_add(layout.size() as isize, Ordering::Relaxed);
-        // SAFETY: the caller's layout, as GlobalAlloc::alloc requires.
-        unsafe { System.alloc(layout) }
-    }
-
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        LIVE.fetch_sub(layout.size() as isize, Ordering::Relaxed);
-        // SAFETY: ptr was allocated by System.alloc with this layout.
-        unsafe { System.dealloc(ptr, layout) }
-    }
-
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        LIVE.fetch_add(
-            new_size as isize - layout.size() as isize,
-            Ordering::Relaxed,
-        );
-        // SAFETY: forwarded as received.
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-}
-
-#[global_allocator]
-static ALLOCATOR: Counting = Counting;
 
 /// The library's fire tag for the window set `per-page`: `0xFFFF_0000 | hash15(name) << 1`.
 const FIRE_TAG: u32 = 0xFFFF_0000 | (5661 << 1);
@@ -362,7 +328,7 @@ fn weigh(
 ) -> f64 {
     let groups = KeyGroups::default();
     let keys: Vec<String> = (0..n).map(|k| format!("k{}", k / per_key)).collect();
-    let before = LIVE.load(Ordering::Relaxed);
+    let before = counting::live();
     let mut backend =
         KeyedStateBackend::new(groups, groups.range_of(weir_host::ids::SubtaskIndex(0), 1));
     let map = backend.declare("m", StateKind::Map).expect("declare");
@@ -375,7 +341,7 @@ fn weigh(
         );
     }
     drop(backend.snapshot());
-    let held = LIVE.load(Ordering::Relaxed) - before;
+    let held = counting::live() - before;
     drop(backend);
     held as f64 / n as f64
 }

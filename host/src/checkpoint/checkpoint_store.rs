@@ -23,19 +23,11 @@ use object_store::{ObjectStore, ObjectStoreExt, PutPayload};
 
 use super::metadata::{CheckpointMetadata, METADATA_VERSION, SubtaskHandle};
 use super::savepoint;
-use super::storage::{StorageError, open_store, read_chain};
+pub use super::storage::ChainError;
+use super::storage::{StorageError, open_store, restore_chain};
 use crate::ids::{CheckpointId, SubtaskIndex};
 use crate::partition::KeyGroupRange;
-use crate::state::{KeyedStateBackend, StateError};
-
-/// Why a subtask's chain did not restore ([`CheckpointStore::restore_chain`]).
-#[derive(Debug, thiserror::Error)]
-pub enum ChainError {
-    #[error(transparent)]
-    Read(#[from] StorageError),
-    #[error("cannot apply {path}: {error}")]
-    Apply { path: Path, error: StateError },
-}
+use crate::state::KeyedStateBackend;
 
 /// A job's checkpoints in one object store.
 #[derive(Clone, Debug)]
@@ -49,9 +41,9 @@ pub struct CheckpointStore {
 }
 
 impl CheckpointStore {
-    /// Reads into `backend` the key groups of `range` that the chain of `handle` holds,
-    /// increment by increment in chain order: what a restore, `weir state` and
-    /// `weir upgrade --check` read of a subtask.
+    /// Reads into `backend` the key groups of `range` that the chain of `handle` holds, in
+    /// chain order, a bounded window at a time (`storage::restore_chain`): what a restore,
+    /// `weir state` and `weir upgrade --check` read of a subtask.
     pub async fn restore_chain(
         &self,
         backend: &mut KeyedStateBackend,
@@ -59,13 +51,7 @@ impl CheckpointStore {
         range: KeyGroupRange,
     ) -> Result<(), ChainError> {
         let paths: Vec<Path> = handle.chain.iter().map(|a| self.resolve(&a.path)).collect();
-        let increments = read_chain(self.object_store().as_ref(), &paths, range).await?;
-        for (increment, path) in increments.iter().zip(paths) {
-            backend
-                .restore(increment)
-                .map_err(|error| ChainError::Apply { path, error })?;
-        }
-        Ok(())
+        restore_chain(self.object_store().as_ref(), &paths, range, backend).await
     }
 
     /// The checkpoints of `job` in the store named by `url`.

@@ -219,7 +219,7 @@ pub fn decode_group(bytes: &[u8], entry: &GroupEntry) -> Result<GroupIncrement, 
     if xxh3_64(bytes) != entry.checksum {
         return Err(FormatError::Checksum(what()));
     }
-    let group: GroupIncrement = from_cbor(bytes).map_err(|message| FormatError::Decode {
+    let group = super::section::decode(bytes).map_err(|message| FormatError::Decode {
         what: what(),
         message,
     })?;

@@ -19,6 +19,7 @@
 //! - [`start`]: where a run starts: the checkpoint to restore, the retained ones, the next id.
 //! - [`format`](mod@format): the versioned, checksummed artifact of one increment, laid out by key group
 //!   with an index for ranged reads.
+//! - `section`: a key group's section decoded straight from its CBOR, for restores.
 //! - [`storage`]: stores chosen by URL through `object_store`; ranged reads of artifacts.
 //! - [`history`]: the last checkpoints a pipeline tried, failed ones included, with their
 //!   costs, for the console.
@@ -41,6 +42,7 @@ pub mod ownership;
 pub mod protocol;
 pub(crate) mod release;
 pub mod savepoint;
+mod section;
 pub(crate) mod start;
 pub mod storage;
 pub mod subtask_checkpoints;

@@ -14,8 +14,9 @@ use bytes::Bytes;
 use futures::{StreamExt, TryStreamExt};
 
 use super::format::{self, FOOTER_LEN, FormatError, GroupEntry};
+use crate::ids::CheckpointId;
 use crate::partition::KeyGroupRange;
-use crate::state::{GroupIncrement, Increment};
+use crate::state::{GroupIncrement, Increment, KeyedStateBackend, StateError};
 
 /// A storage operation failed.
 #[derive(Debug, thiserror::Error)]
@@ -103,12 +104,57 @@ pub async fn put_increment(
 }
 
 /// Reads the part of the increment at `path` that belongs to the key groups in `range`,
-/// with ranged reads only.
+/// with ranged reads only, whole. A restore reads a chain window by window instead
+/// ([`restore_chain`]).
 pub async fn read_increment(
     store: &dyn ObjectStore,
     path: &Path,
     range: KeyGroupRange,
 ) -> Result<Increment, StorageError> {
+    let layout = read_layout(store, path, range).await?;
+    let groups = read_sections(store, path, &layout.entries).await?;
+    Ok(Increment {
+        checkpoint: layout.checkpoint,
+        groups,
+    })
+}
+
+/// What a reader needs of an increment before its sections: its checkpoint, and where the
+/// sections of the key groups it asked for lie.
+#[derive(Debug)]
+pub struct IncrementLayout {
+    pub checkpoint: CheckpointId,
+    /// The sections of the groups asked for, in key-group order (which is file order).
+    entries: Vec<GroupEntry>,
+}
+
+impl IncrementLayout {
+    /// The sections in consecutive runs of at most `max_bytes` each (a longer section makes
+    /// a run of its own); one empty run if there are none, so that every increment is seen.
+    fn windows(&self, max_bytes: u64) -> Vec<&[GroupEntry]> {
+        let mut windows = Vec::new();
+        let mut start = 0;
+        let mut bytes = 0u64;
+        for (i, entry) in self.entries.iter().enumerate() {
+            if i > start && bytes.saturating_add(entry.len) > max_bytes {
+                windows.push(&self.entries[start..i]);
+                start = i;
+                bytes = 0;
+            }
+            bytes = bytes.saturating_add(entry.len);
+        }
+        windows.push(&self.entries[start..]);
+        windows
+    }
+}
+
+/// Reads the footer and the index of the increment at `path` (and checks its header): where
+/// the sections of the key groups in `range` are.
+pub async fn read_layout(
+    store: &dyn ObjectStore,
+    path: &Path,
+    range: KeyGroupRange,
+) -> Result<IncrementLayout, StorageError> {
     let store_err = |source| StorageError::Store {
         path: path.clone(),
         source,
@@ -135,36 +181,55 @@ pub async fn read_increment(
     let entries: Vec<GroupEntry> = index.groups_in(range).cloned().collect();
     let header = store.get_range(path, 0..10).await.map_err(store_err)?;
     format::check_header(&header).map_err(format_err)?;
-    // Sections lie in key-group order, so a range of groups is one run of bytes: read exactly
-    // that (not coalesced with the header, which could pull in other groups' sections).
-    let sections = match (entries.first(), entries.last()) {
-        (Some(first), Some(last)) => {
-            let start = first.offset;
-            let run = store
-                .get_range(path, start..last.offset + last.len)
-                .await
-                .map_err(store_err)?;
-            let section = |e: &GroupEntry| {
-                let from = usize::try_from(e.offset.checked_sub(start)?).ok()?;
-                let to = from.checked_add(usize::try_from(e.len).ok()?)?;
-                (to <= run.len()).then(|| run.slice(from..to))
-            };
-            entries
-                .iter()
-                .map(|e| {
-                    section(e).ok_or_else(|| {
-                        format_err(FormatError::Truncated("index entries out of order"))
-                    })
-                })
-                .collect::<Result<Vec<_>, _>>()?
-        }
-        _ => Vec::new(),
-    };
-    let groups = decode_groups(entries, sections).await.map_err(format_err)?;
-    Ok(Increment {
+    Ok(IncrementLayout {
         checkpoint: index.checkpoint,
-        groups,
+        entries,
     })
+}
+
+/// Reads the sections `entries` (consecutive, in file order) of the artifact at `path` and
+/// decodes them.
+async fn read_sections(
+    store: &dyn ObjectStore,
+    path: &Path,
+    entries: &[GroupEntry],
+) -> Result<Vec<GroupIncrement>, StorageError> {
+    let format_err = |source| StorageError::Format {
+        path: path.clone(),
+        source,
+    };
+    let (Some(first), Some(last)) = (entries.first(), entries.last()) else {
+        return Ok(Vec::new());
+    };
+    // Sections lie in key-group order, so a run of groups is one run of bytes: read exactly
+    // that (not coalesced with the header, which could pull in other groups' sections).
+    let start = first.offset;
+    let end = last
+        .offset
+        .checked_add(last.len)
+        .ok_or_else(|| format_err(FormatError::Truncated("index out of bounds")))?;
+    let run = store
+        .get_range(path, start..end)
+        .await
+        .map_err(|source| StorageError::Store {
+            path: path.clone(),
+            source,
+        })?;
+    let section = |e: &GroupEntry| {
+        let from = usize::try_from(e.offset.checked_sub(start)?).ok()?;
+        let to = from.checked_add(usize::try_from(e.len).ok()?)?;
+        (to <= run.len()).then(|| run.slice(from..to))
+    };
+    let sections = entries
+        .iter()
+        .map(|e| {
+            section(e)
+                .ok_or_else(|| format_err(FormatError::Truncated("index entries out of order")))
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    decode_groups(entries.to_vec(), sections)
+        .await
+        .map_err(format_err)
 }
 
 /// Reads the last `len` bytes of the object at `path`: one suffix read where the store serves
@@ -186,22 +251,84 @@ async fn read_tail(store: &dyn ObjectStore, path: &Path, len: u64) -> object_sto
     }
 }
 
-/// Reads the increments of a chain (`paths`, oldest first) for the key groups in `range`,
-/// several at a time; they come back in chain order, to be applied oldest first.
-pub async fn read_chain(
+/// Restores into `backend` the key groups in `range` of the chain `paths` (oldest first).
+///
+/// The chain's indexes are read first, several at a time; then its sections, a window of at
+/// most [`WINDOW_BYTES`] of one artifact at a time, each decoded on every core while the
+/// window before it is applied (by key group, on every core too). So a restore holds the
+/// state plus a few windows, never a whole artifact or chain, and a long chain's reads
+/// overlap its decoding.
+pub async fn restore_chain(
     store: &dyn ObjectStore,
     paths: &[Path],
     range: KeyGroupRange,
-) -> Result<Vec<Increment>, StorageError> {
-    futures::stream::iter(paths)
-        .map(|path| read_increment(store, path, range))
-        .buffered(CHAIN_READS)
-        .try_collect()
-        .await
+    backend: &mut KeyedStateBackend,
+) -> Result<(), ChainError> {
+    restore_chain_in_windows(store, paths, range, backend, WINDOW_BYTES).await
 }
 
-/// Artifacts of a chain read at once: enough to overlap reads with decoding.
+/// [`restore_chain`] with windows of at most `window_bytes` (tests use tiny ones).
+async fn restore_chain_in_windows(
+    store: &dyn ObjectStore,
+    paths: &[Path],
+    range: KeyGroupRange,
+    backend: &mut KeyedStateBackend,
+    window_bytes: u64,
+) -> Result<(), ChainError> {
+    let layouts: Vec<IncrementLayout> = futures::stream::iter(paths)
+        .map(|path| read_layout(store, path, range))
+        .buffered(CHAIN_READS)
+        .try_collect()
+        .await?;
+    let windows = layouts
+        .iter()
+        .zip(paths)
+        .enumerate()
+        .flat_map(|(i, (layout, path))| {
+            layout
+                .windows(window_bytes)
+                .into_iter()
+                .map(move |entries| (i, path, entries))
+        });
+    let mut decoded = futures::stream::iter(windows)
+        .map(|(i, path, entries)| async move {
+            read_sections(store, path, entries)
+                .await
+                .map(|groups| (i, groups))
+        })
+        .buffered(WINDOWS_AHEAD);
+    let apply_err = |i: usize, error| ChainError::Apply {
+        path: paths.get(i).cloned().unwrap_or_default(),
+        error,
+    };
+    let mut restoring = backend.restoring().map_err(|error| apply_err(0, error))?;
+    while let Some((i, groups)) = decoded.try_next().await? {
+        restoring
+            .apply(layouts[i].checkpoint, groups)
+            .map_err(|error| apply_err(i, error))?;
+    }
+    Ok(())
+}
+
+/// Why a chain did not restore ([`restore_chain`]).
+#[derive(Debug, thiserror::Error)]
+pub enum ChainError {
+    #[error(transparent)]
+    Read(#[from] StorageError),
+    #[error("cannot apply {path}: {error}")]
+    Apply { path: Path, error: StateError },
+}
+
+/// Artifacts of a chain whose indexes are read at once.
 const CHAIN_READS: usize = 4;
+
+/// The most bytes of sections a restore reads and decodes as one window: large enough that
+/// a window's groups keep every core busy and a remote store's requests stay few, small
+/// enough that a few windows in flight are little beside the state they restore.
+pub const WINDOW_BYTES: u64 = 8 << 20;
+
+/// Windows read and decoded ahead of the one being applied.
+const WINDOWS_AHEAD: usize = 2;
 
 /// Decodes key-group sections on the blocking pool, split over the machine's cores: a
 /// restore is bound by decoding, and sections are independent.
@@ -279,6 +406,85 @@ mod tests {
             .await
             .expect("read part");
         assert!(!read.groups.is_empty() && read.groups.iter().all(|g| part.contains(g.group)));
+    }
+
+    /// A chain of three increments over value, map and list states, with removals and
+    /// clears, written to `store`: the backend that wrote it and the artifacts' paths.
+    async fn chain(store: &dyn ObjectStore) -> (KeyedStateBackend, Vec<Path>) {
+        let groups = KeyGroups::new(32);
+        let mut b = KeyedStateBackend::new(groups, groups.range_of(SubtaskIndex(0), 1));
+        let v = b.declare("v", StateKind::Value).expect("declare");
+        let m = b.declare("m", StateKind::Map).expect("declare");
+        let l = b.declare("l", StateKind::List).expect("declare");
+        let mut paths = Vec::new();
+        for round in 0..3u32 {
+            // Enough keys for a batch to be applied on more than one core.
+            for i in 0..12_000u32 {
+                let key = format!("k{i}");
+                let key = KeyRef::new(key.as_bytes(), hash_key(key.as_bytes()));
+                match (i + round) % 5 {
+                    0 => b.value_remove(v, key).expect("remove"),
+                    1 => b.map_clear(m, key).expect("clear"),
+                    _ => b.value_set(v, key, &[round as u8; 40]).expect("set"),
+                }
+                if i % 3 == 0 {
+                    b.map_put(m, key, &round.to_le_bytes(), &[7; 30])
+                        .expect("put");
+                    b.list_append(l, key, &[round as u8]).expect("append");
+                }
+            }
+            let path = Path::from(format!("chain/{round}.inc"));
+            put_increment(store, &path, &b.snapshot())
+                .await
+                .expect("put");
+            paths.push(path);
+        }
+        (b, paths)
+    }
+
+    #[tokio::test]
+    async fn a_chain_restored_in_windows_of_any_size_equals_the_state_that_wrote_it() {
+        let (store, _) = open_store("memory:///").expect("open");
+        let (written, paths) = chain(store.as_ref()).await;
+        let groups = KeyGroups::new(32);
+        for (range, window) in [
+            (groups.range_of(SubtaskIndex(0), 1), WINDOW_BYTES),
+            (groups.range_of(SubtaskIndex(0), 1), 1),
+            (groups.range_of(SubtaskIndex(0), 1), 50_000),
+            (groups.range_of(SubtaskIndex(1), 3), 1),
+        ] {
+            let mut restored = KeyedStateBackend::new(groups, range);
+            restore_chain_in_windows(store.as_ref(), &paths, range, &mut restored, window)
+                .await
+                .expect("restore");
+            let mut expected = written.entries();
+            expected.retain(|e| range.contains(e.group));
+            assert_eq!(
+                restored.entries(),
+                expected,
+                "range {range}, window {window}"
+            );
+            assert!(!expected.is_empty());
+            assert_eq!(
+                restored.chain_checkpoints().collect::<Vec<_>>(),
+                written.chain_checkpoints().collect::<Vec<_>>(),
+                "every increment is in the chain, even one with nothing in range"
+            );
+            // The one-batch path agrees.
+            let mut whole = KeyedStateBackend::new(groups, range);
+            for path in &paths {
+                whole
+                    .restore(
+                        &read_increment(store.as_ref(), path, range)
+                            .await
+                            .expect("read"),
+                    )
+                    .expect("restore");
+            }
+            assert_eq!(whole.entries(), expected);
+            assert_eq!(whole.live_bytes(), restored.live_bytes());
+            assert_eq!(whole.aged_keys(), restored.aged_keys());
+        }
     }
 
     #[tokio::test]

@@ -4,7 +4,7 @@
 //!
 //! The state is rebuilt as a restore rebuilds it: for each subtask of the operator whose key
 //! groups are wanted, its chain of artifacts is read (ranged reads of only the wanted key
-//! groups' sections, `checkpoint::storage::read_chain`) and applied oldest first to a backend
+//! groups' sections, `checkpoint::storage::restore_chain`) and applied oldest first to a backend
 //! that holds only those key groups; then its live entries are read out
 //! (`KeyedStateBackend::entries`). `get` reads the one key group its key hashes to; `scan`
 //! reads every key group, subtask by subtask in key-group order, and stops once it has more

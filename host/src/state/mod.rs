@@ -63,6 +63,7 @@ pub use backend::{EntryHint, KeyRef, KeyedStateBackend, StateStats};
 pub use bytes::StateBytes;
 pub use encoding::StateEncoding;
 pub use reencode::ReencodeError;
+pub use restore::Restoring;
 pub use snapshot::{Change, GroupIncrement, Increment, StateChanges};
 pub use timers::{FiredTimer, TIMERS_STATE, TimeDomain, Timer};
 

@@ -272,6 +272,16 @@ impl<T> KeyedTable<T> {
         Some(removed)
     }
 
+    /// Makes room for `entries` in a table that has none yet: a restore knows how many keys
+    /// a full snapshot brings. (A later increment's changes are mostly to keys already here,
+    /// so a table with entries grows as it goes.)
+    pub(crate) fn presize(&mut self, entries: usize) {
+        if self.entries.is_empty() {
+            self.entries.reserve(entries);
+            self.index.reserve(entries, |s| index_hash(s.hash));
+        }
+    }
+
     /// Number of entries, tombstones included.
     pub(crate) fn len(&self) -> usize {
         self.entries.len()
