@@ -8,8 +8,13 @@
 //! rate of the pipeline with an operator that forwards batches untouched (the ceiling set by
 //! source, routing, channels and sink).
 //!
-//! `cargo bench -p weir-host --bench keyed_count [-- RECORDS KEYS]`
+//! Last, what the state backend holds per key, counted by the allocator: MEMORY_KEYS
+//! (10 M) keys of 8 bytes written once into a value state, with 8-byte values (a u64 count)
+//! and with 100-byte values.
+//!
+//! `cargo bench -p weir-host --bench keyed_count [-- RECORDS KEYS [MEMORY_KEYS]]`
 
+mod counting;
 mod keyed;
 #[path = "../../tests/support/mod.rs"]
 mod support;
@@ -19,11 +24,13 @@ use std::sync::Arc;
 use keyed::{measure, median};
 use weir_host::engine::{ComponentCache, Engine, EngineOptions};
 use weir_host::guest::{KeySlots, WasmOperatorFactory};
+use weir_host::ids::SubtaskIndex;
 use weir_host::operator::{
     FailureKind, OperatorError, OperatorFactory, OperatorInstance, SubtaskContext,
 };
+use weir_host::partition::{KeyGroups, hash_key};
 use weir_host::record::{Numbers, RecordBatch, RecordRef};
-use weir_host::state::{EntryHint, KeyedStateBackend, StateId, StateKind};
+use weir_host::state::{EntryHint, KeyRef, KeyedStateBackend, StateId, StateKind};
 
 /// The counter compiled into the host, doing what the component does per batch (the SDK's
 /// algorithm): number the batch's keys (slots), read every slot's CBOR count once, keep
@@ -231,6 +238,39 @@ fn main() {
         "bench: wasm_native_ratio = {:.3} ratio",
         wasm_rate / native_rate
     );
+    let memory_keys = args.get(2).copied().unwrap_or(10_000_000);
+    println!(
+        "bench: bytes_per_key = {:.1} bytes",
+        bytes_per_key(memory_keys, 8)
+    );
+    println!(
+        "bench: bytes_per_key_100b = {:.1} bytes",
+        bytes_per_key(memory_keys, 100)
+    );
+}
+
+/// The bytes a backend holds per key (allocator-counted) once `keys` 8-byte keys hold a
+/// value of `value_len` bytes each, written once (no snapshot taken).
+fn bytes_per_key(keys: u64, value_len: usize) -> f64 {
+    let groups = KeyGroups::default();
+    let before = counting::live();
+    let mut backend = KeyedStateBackend::new(groups, groups.range_of(SubtaskIndex(0), 1));
+    let state = backend.declare("count", StateKind::Value).expect("declare");
+    let mut value = vec![0u8; value_len];
+    for i in 0..keys {
+        let key = i.to_le_bytes();
+        value[..8].copy_from_slice(&i.to_le_bytes());
+        backend
+            .value_set(state, KeyRef::new(&key, hash_key(&key)), &value)
+            .expect("set");
+    }
+    let held = counting::live() - before;
+    assert_eq!(backend.stats().entries as u64, keys, "every key held");
+    eprintln!(
+        "memory: {keys} keys with {value_len}-byte values hold {:.1} MB",
+        held as f64 / 1e6
+    );
+    held as f64 / keys as f64
 }
 
 /// Measured runs of each variant.
