@@ -17,6 +17,22 @@ fn validate_accepts_the_example_operators() {
 }
 
 #[test]
+fn output_into_a_pipe_whose_reader_has_gone_ends_quietly_not_in_a_panic() {
+    // `weir plan JOB | head -1`, with `head` already gone: the first write meets a closed pipe.
+    let job = support::repo().join("examples/wordcount/job.toml");
+    let (reader, writer) = std::io::pipe().expect("pipe");
+    drop(reader);
+    let out = support::weir_command()
+        .args(["plan", job.to_str().expect("utf-8")])
+        .stdout(writer)
+        .output()
+        .expect("weir runs");
+    let stderr = support::stderr(&out);
+    assert!(out.status.success(), "{:?}: {stderr}", out.status);
+    assert!(!stderr.contains("panicked"), "{stderr}");
+}
+
+#[test]
 fn a_job_file_given_to_validate_is_pointed_to_plan() {
     let dir = tempfile::tempdir().expect("tempdir");
     let job = write_job(dir.path(), "[job]\nname = \"j\"\n");

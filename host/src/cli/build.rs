@@ -47,9 +47,9 @@ pub(super) fn build(args: BuildArgs) -> Result<(), Failure> {
         other => failure(other),
     })?;
     if built.up_to_date {
-        println!("{}: up to date", built.out.display());
+        outln!("{}: up to date", built.out.display());
     } else {
-        println!(
+        outln!(
             "{}: built from the {} operator in {} ({} KiB, {:.1} s); implements weir:operator/operator ({PACKAGE})",
             built.out.display(),
             built.language,

@@ -200,10 +200,10 @@ async fn verify(
         );
     }
     if json {
-        println!("{}", to_json(&reports)?);
+        outln!("{}", to_json(&reports)?);
     } else {
         for report in &reports {
-            print!("{}", verify_text(report));
+            out!("{}", verify_text(report));
         }
     }
     let damaged: Vec<String> = reports
@@ -306,20 +306,20 @@ async fn show(
         }
     };
     if json {
-        println!("{}", to_json(&detail.metadata)?);
+        outln!("{}", to_json(&detail.metadata)?);
     } else {
-        print!("{}", describe(&detail));
+        out!("{}", describe(&detail));
     }
     Ok(())
 }
 
 fn print_list(rows: &[CheckpointSummary], json: bool) -> Result<(), Failure> {
     if json {
-        println!("{}", to_json(&rows)?);
+        outln!("{}", to_json(&rows)?);
         return Ok(());
     }
     if rows.is_empty() {
-        println!("no completed checkpoints");
+        outln!("no completed checkpoints");
         return Ok(());
     }
     let mut table = vec![cells(&[
@@ -356,15 +356,15 @@ fn print_list(rows: &[CheckpointSummary], json: bool) -> Result<(), Failure> {
             r.bytes.to_string(),
         ],
     }));
-    print!(
+    out!(
         "{}",
         render(&table, &[false, true, false, false, true, true, true])
     );
     // Why, below the table: the reasons are long.
     for r in rows {
         match (&r.damaged, &r.savepoint) {
-            (Some(why), Some(name)) => println!("damaged: savepoint {name} of {}: {why}", r.job),
-            (Some(why), None) => println!("damaged: checkpoint {} of {}: {why}", r.id, r.job),
+            (Some(why), Some(name)) => outln!("damaged: savepoint {name} of {}: {why}", r.job),
+            (Some(why), None) => outln!("damaged: checkpoint {} of {}: {why}", r.id, r.job),
             (None, _) => {}
         }
     }

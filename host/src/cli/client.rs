@@ -238,7 +238,7 @@ pub(super) async fn checkpoint_now(
         if host.json {
             return print_jobs(host, &[asked]);
         }
-        println!("checkpoint requested for {id}");
+        outln!("checkpoint requested for {id}");
         return Ok(());
     };
     if asked.partitions.is_some() {
@@ -271,7 +271,7 @@ pub(super) async fn checkpoint_now(
         return print_jobs(host, &[info]);
     }
     if !info.keeps_checkpoints {
-        println!(
+        outln!(
             "checkpoint {completed} of {id} completed; the job keeps no checkpoints (its job \
              file has no [checkpoints] section), so nothing was stored"
         );
@@ -292,7 +292,7 @@ pub(super) async fn checkpoint_now(
             String::new()
         }
     };
-    println!("checkpoint {completed} of {id} completed{size}");
+    outln!("checkpoint {completed} of {id} completed{size}");
     Ok(())
 }
 
@@ -336,7 +336,7 @@ async fn partition_checkpoints(
                     0 => String::new(),
                     k => format!("stage {k} "),
                 };
-                println!(
+                outln!(
                     "{stage}partition {}: checkpoint {} completed",
                     p.partition,
                     p.last_checkpoint
@@ -544,7 +544,7 @@ pub(super) async fn call<T: serde::de::DeserializeOwned>(
 
 pub(super) fn print_jobs(host: &HostArgs, jobs: &[JobInfo]) -> Result<(), Failure> {
     if host.json {
-        println!(
+        outln!(
             "{}",
             serde_json::to_string_pretty(jobs).map_err(Failure::failed)?
         );
@@ -556,7 +556,7 @@ pub(super) fn print_jobs(host: &HostArgs, jobs: &[JobInfo]) -> Result<(), Failur
     } else {
         ("", "")
     };
-    println!(
+    outln!(
         "{:<10} {:<20} {:<10} {:>12} {:>12} {:>11} {:<12} {:>8}",
         "ID",
         "NAME",
@@ -588,7 +588,7 @@ pub(super) fn print_jobs(host: &HostArgs, jobs: &[JobInfo]) -> Result<(), Failur
             partitions,
             lag
         );
-        println!("{}", line.trim_end());
+        outln!("{}", line.trim_end());
     }
     Ok(())
 }
@@ -617,13 +617,13 @@ fn owned_partitions(owned: &[PartitionInfo]) -> String {
 
 fn print_logs(host: &HostArgs, lines: &[LogLine]) -> Result<(), Failure> {
     if host.json {
-        println!(
+        outln!(
             "{}",
             serde_json::to_string_pretty(lines).map_err(Failure::failed)?
         );
     } else {
         for line in lines {
-            println!("{line}");
+            outln!("{line}");
         }
     }
     Ok(())
@@ -631,37 +631,43 @@ fn print_logs(host: &HostArgs, lines: &[LogLine]) -> Result<(), Failure> {
 
 fn print_job(host: &HostArgs, job: &JobInfo) -> Result<(), Failure> {
     if host.json {
-        println!(
+        outln!(
             "{}",
             serde_json::to_string_pretty(job).map_err(Failure::failed)?
         );
         return Ok(());
     }
-    println!("job         {} ({})", job.id, job.name);
-    println!("status      {}", job.status);
+    outln!("job         {} ({})", job.id, job.name);
+    outln!("status      {}", job.status);
     if let Some(error) = &job.error {
-        println!("error       {error}");
+        outln!("error       {error}");
     }
-    println!("source      {} records", job.source_records);
-    println!("sink        {} records", job.sink_records);
-    println!(
+    outln!("source      {} records", job.source_records);
+    outln!("sink        {} records", job.sink_records);
+    outln!(
         "checkpoints {} completed, last {}",
         job.checkpoints_completed,
         job.last_checkpoint
             .map_or_else(|| "-".into(), |c| c.to_string())
     );
-    println!(
+    outln!(
         "\n{:<20} {:>11} {:>12} {:>12}",
-        "OPERATOR", "PARALLELISM", "RECORDS IN", "RECORDS OUT"
+        "OPERATOR",
+        "PARALLELISM",
+        "RECORDS IN",
+        "RECORDS OUT"
     );
     for o in &job.operators {
-        println!(
+        outln!(
             "{:<20} {:>11} {:>12} {:>12}",
-            o.name, o.parallelism, o.records_in, o.records_out
+            o.name,
+            o.parallelism,
+            o.records_in,
+            o.records_out
         );
     }
     if let Some(owned) = &job.partitions {
-        println!(
+        outln!(
             "\npartitions owned by this host: {} (counts of each partition's whole history)",
             owned_partitions(owned)
         );
@@ -672,12 +678,17 @@ fn print_job(host: &HostArgs, job: &JobInfo) -> Result<(), Failure> {
             .max()
             .unwrap_or(0)
             .max(5);
-        println!(
+        outln!(
             "{:<width$} {:<10} {:>10} {:>12} {:>12} {:>11}",
-            "TOPIC", "PARTITION", "LAG", "RECORDS IN", "RECORDS OUT", "CHECKPOINT"
+            "TOPIC",
+            "PARTITION",
+            "LAG",
+            "RECORDS IN",
+            "RECORDS OUT",
+            "CHECKPOINT"
         );
         for p in owned {
-            println!(
+            outln!(
                 "{:<width$} {:<10} {:>10} {:>12} {:>12} {:>11}",
                 topic(p),
                 p.partition,
@@ -690,13 +701,16 @@ fn print_job(host: &HostArgs, job: &JobInfo) -> Result<(), Failure> {
         }
     }
     if !job.upgrades.is_empty() {
-        println!("\nversion {} (upgrades, oldest first)", job.version);
-        println!(
+        outln!("\nversion {} (upgrades, oldest first)", job.version);
+        outln!(
             "{:<8} {:<23} {:<12} {:<14} WHY",
-            "VERSION", "ASKED", "STATUS", "SAVEPOINT"
+            "VERSION",
+            "ASKED",
+            "STATUS",
+            "SAVEPOINT"
         );
         for u in &job.upgrades {
-            println!(
+            outln!(
                 "{:<8} {:<23} {:<12} {:<14} {}",
                 format!("{} -> {}", u.from, u.to),
                 crate::clock::utc(u.at_ms),

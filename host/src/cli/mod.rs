@@ -5,6 +5,9 @@
 //! 1 the job, build or check failed, 2 the input (job file, component, project, arguments) is
 //! unusable or a build tool is missing.
 
+#[macro_use]
+mod output;
+
 mod build;
 pub mod checkpoints;
 mod client;

@@ -23,13 +23,13 @@ pub(super) fn new(args: NewArgs) -> Result<(), Failure> {
         }
     })?;
     let files: Vec<String> = files.iter().map(|f| f.display().to_string()).collect();
-    println!(
+    outln!(
         "created the {} operator {}: {}",
         args.lang,
         args.name.display(),
         files.join(", ")
     );
-    println!(
+    outln!(
         "next: cd {} && weir build && weir run job.toml",
         args.name.display()
     );

@@ -9,9 +9,9 @@ use crate::job::stages::StagePlan;
 pub(super) fn plan(job: &Path) -> Result<(), Failure> {
     let spec = JobSpec::load(job).map_err(Failure::input)?;
     let plan = StagePlan::of(&spec);
-    print!("{}", plan.describe(&spec));
+    out!("{}", plan.describe(&spec));
     if plan.rekeys() {
-        println!(
+        outln!(
             "  each stage k > 0 runs as a consumer group of its own (`<group>.stage-<k>`), \
              with checkpoints under `<job>.stage-<k>` (stage 0 is the job's own); Weir creates \
              a missing topic, and runs the job whole when every stage would have one partition"

@@ -74,7 +74,7 @@ async fn create_served(host: String, id: &str, name: &str, which: Which) -> Resu
     };
     let path = format!("/v1/jobs/{id}/savepoints");
     let saved: SavepointInfo = call(&host, reqwest::Method::POST, &path, Some(&request)).await?;
-    println!("{}", saved_message(&saved));
+    outln!("{}", saved_message(&saved));
     Ok(())
 }
 
@@ -97,7 +97,7 @@ async fn create(store: &str, name: &str, which: Which, job: Option<&str>) -> Res
             | SaveError::Savepoint(SavepointError::Storage(e)) => target.unreadable(e),
             e => Failure::input(anyhow!("{}: {e}", target.url)),
         })?;
-    println!("{}", saved_message(&saved));
+    outln!("{}", saved_message(&saved));
     Ok(())
 }
 
@@ -108,7 +108,7 @@ pub(super) async fn delete(name: &str, store: &str, job: Option<&str>) -> Result
     let deleted = savepoint::delete(&target.store_of(&job), name)
         .await
         .map_err(|e| savepoint_failure(&target, e))?;
-    println!("deleted savepoint `{name}` of job `{job}` ({deleted} objects)");
+    outln!("deleted savepoint `{name}` of job `{job}` ({deleted} objects)");
     Ok(())
 }
 

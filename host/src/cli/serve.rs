@@ -49,7 +49,7 @@ pub(super) fn serve(args: ServeArgs) -> Result<(), Failure> {
     runtime
         .block_on(run_server(options, engine, |address| {
             // The first line of standard output, for scripts that started the host on port 0.
-            println!("listening on http://{address}");
+            outln!("listening on http://{address}");
             eprintln!("the web console: http://{address}/ (sign in with the token)");
         }))
         .map_err(Failure::failed)

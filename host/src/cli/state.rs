@@ -162,7 +162,7 @@ async fn run(common: &Common, query: &Query) -> Result<(), Failure> {
         })?;
     if common.json {
         let rows: Vec<JsonRow<'_>> = scan.rows.iter().map(Row::json).collect();
-        println!(
+        outln!(
             "{}",
             serde_json::to_string_pretty(&rows).map_err(Failure::failed)?
         );
@@ -170,7 +170,7 @@ async fn run(common: &Common, query: &Query) -> Result<(), Failure> {
             eprintln!("{}", truncation_note(query));
         }
     } else {
-        print!(
+        out!(
             "{}",
             describe(&job, &metadata, &operator.name, query, &scan)
         );

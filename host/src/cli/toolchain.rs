@@ -153,7 +153,7 @@ fn list() -> Result<(), Failure> {
                     .iter()
                     .map(|p| p.display().to_string())
                     .collect();
-                println!(
+                outln!(
                     "{:<7}{}  ({})",
                     toolchain.name(),
                     status.versions.join(", "),
@@ -161,12 +161,12 @@ fn list() -> Result<(), Failure> {
                 );
             }
             Some(why) => {
-                println!("{:<7}not installed: {why}", toolchain.name());
+                outln!("{:<7}not installed: {why}", toolchain.name());
             }
         }
     }
     if let Some(dir) = default_dir(&process_env) {
-        println!(
+        outln!(
             "(weir toolchain install puts toolchains in {})",
             dir.display()
         );

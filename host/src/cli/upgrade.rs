@@ -57,11 +57,11 @@ async fn run(args: UpgradeArgs) -> Result<(), Failure> {
         let at = check
             .checkpoint
             .map_or_else(String::new, |c| format!(", checked against checkpoint {c}"));
-        println!("upgrade of {} from version {}{at}:", check.job, check.from);
+        outln!("upgrade of {} from version {}{at}:", check.job, check.from);
         for line in &check.operators {
-            println!("  {line}");
+            outln!("  {line}");
         }
-        println!("nothing was changed: run the same command without --check to upgrade");
+        outln!("nothing was changed: run the same command without --check to upgrade");
         return Ok(());
     }
     let started: JobInfo = call(&args.host, reqwest::Method::POST, &path, Some(&request)).await?;

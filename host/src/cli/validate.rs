@@ -15,7 +15,7 @@ pub(super) fn validate(component: &Path) -> Result<(), Failure> {
     }
     let engine = super::engine()?;
     engine.load(component).map_err(Failure::failed)?;
-    println!(
+    outln!(
         "{}: implements weir:operator/operator ({PACKAGE})",
         component.display()
     );
