@@ -66,14 +66,14 @@ impl<'a> Reader<'a> {
         Ok(match initial & 0x1f {
             n @ 0..=23 => u64::from(n),
             24 => u64::from(self.byte()?),
-            25 => u64::from(u16::from_be_bytes(self.array()?)),
-            26 => u64::from(u32::from_be_bytes(self.array()?)),
-            27 => u64::from_be_bytes(self.array()?),
+            25 => u64::from(u16::from_be_bytes(self.fixed()?)),
+            26 => u64::from(u32::from_be_bytes(self.fixed()?)),
+            27 => u64::from_be_bytes(self.fixed()?),
             _ => return Err(format!("{what} of indefinite or reserved length")),
         })
     }
 
-    fn array<const N: usize>(&mut self) -> Result<[u8; N], String> {
+    fn fixed<const N: usize>(&mut self) -> Result<[u8; N], String> {
         let mut out = [0; N];
         out.copy_from_slice(self.take(N)?);
         Ok(out)
@@ -136,6 +136,20 @@ impl<'a> Reader<'a> {
         Ok(())
     }
 
+    /// An array, each element read by `element`.
+    fn array<T>(
+        &mut self,
+        what: &str,
+        mut element: impl FnMut(&mut Self) -> Result<T, String>,
+    ) -> Result<Vec<T>, String> {
+        let count = self.len(ARRAY, what)?;
+        let mut all = Vec::with_capacity(count);
+        for _ in 0..count {
+            all.push(element(self)?);
+        }
+        Ok(all)
+    }
+
     fn group_increment(&mut self) -> Result<GroupIncrement, String> {
         let (mut group, mut states) = (None, None);
         self.fields("a key group's section", |r, name| {
@@ -146,14 +160,7 @@ impl<'a> Reader<'a> {
                         u32::try_from(n).map_err(|_| format!("key group {n}"))?,
                     ));
                 }
-                b"states" => {
-                    let count = r.len(ARRAY, "the states")?;
-                    let mut all = Vec::with_capacity(count);
-                    for _ in 0..count {
-                        all.push(r.state_changes()?);
-                    }
-                    states = Some(all);
-                }
+                b"states" => states = Some(r.array("the states", Self::state_changes)?),
                 other => return Err(unknown("field", other, "a section")),
             }
             Ok(())
@@ -177,14 +184,7 @@ impl<'a> Reader<'a> {
                         other => return Err(unknown("state kind", other, "a state")),
                     })
                 }
-                b"changes" => {
-                    let count = r.len(ARRAY, "the changes")?;
-                    let mut all = Vec::with_capacity(count);
-                    for _ in 0..count {
-                        all.push(r.change()?);
-                    }
-                    changes = Some(all);
-                }
+                b"changes" => changes = Some(r.array("the changes", Self::change)?),
                 other => return Err(unknown("field", other, "a state's changes")),
             }
             Ok(())
@@ -203,27 +203,20 @@ impl<'a> Reader<'a> {
         let variant = self.name()?;
         let (mut key, mut value, mut cleared) = (None, None, false);
         let (mut entries, mut appended) = (Vec::new(), Vec::new());
+        let entry = |r: &mut Self| {
+            if r.len(ARRAY, "a map entry")? != 2 {
+                return Err("a map entry is a pair".to_owned());
+            }
+            Ok((r.byte_string()?, r.optional_byte_string()?))
+        };
         self.fields("a change", |r, field| {
             match (variant, field) {
                 (_, b"key") => key = Some(r.byte_string()?),
                 (b"Value", b"value") => value = r.optional_byte_string()?,
                 (b"Map" | b"List", b"cleared") => cleared = r.bool()?,
-                (b"Map", b"entries") => {
-                    let count = r.len(ARRAY, "a map's entries")?;
-                    entries.reserve(count);
-                    for _ in 0..count {
-                        if r.len(ARRAY, "a map entry")? != 2 {
-                            return Err("a map entry is a pair".into());
-                        }
-                        entries.push((r.byte_string()?, r.optional_byte_string()?));
-                    }
-                }
+                (b"Map", b"entries") => entries = r.array("a map's entries", entry)?,
                 (b"List", b"appended") => {
-                    let count = r.len(ARRAY, "a list's items")?;
-                    appended.reserve(count);
-                    for _ in 0..count {
-                        appended.push(r.byte_string()?);
-                    }
+                    appended = r.array("a list's items", Self::byte_string)?
                 }
                 (_, field) => return Err(unknown("field", field, "a change")),
             }

@@ -26,6 +26,9 @@ impl KeyedStateBackend {
     /// batch. Key groups outside this subtask's range are skipped, which is how a rescaled
     /// subtask takes only its share. Restored entries are not dirty: they are already in the
     /// chain. The next writes belong to the checkpoint after the newest one restored.
+    ///
+    /// It copies the increment's changes to apply them; a restore from storage hands its
+    /// decoded windows over instead (`checkpoint::storage::restore_chain`).
     pub fn restore(&mut self, increment: &Increment) -> Result<(), StateError> {
         let mut restoring = self.restoring()?;
         restoring.apply(increment.checkpoint, increment.groups.clone())
