@@ -71,7 +71,7 @@ impl Tables {
 }
 
 /// An entry payload type, tied to the [`Tables`] variant that holds it.
-trait Body: Sized + Default {
+pub(super) trait Body: Sized + Default {
     const KIND: StateKind;
     fn tables(tables: &Tables) -> Option<&Vec<KeyedTable<Self>>>;
     fn tables_mut(tables: &mut Tables) -> Option<&mut Vec<KeyedTable<Self>>>;
@@ -356,7 +356,7 @@ impl KeyedStateBackend {
     }
 
     #[inline]
-    fn table_mut<B: Body>(
+    pub(super) fn table_mut<B: Body>(
         &mut self,
         state: StateId,
         key: KeyRef<'_>,

@@ -20,6 +20,7 @@
 
 use std::collections::BTreeSet;
 
+use super::value::ValueBody;
 use super::{KeyRef, KeyedStateBackend, StateBytes, StateError, StateId, StateKind};
 use crate::partition::hash_key;
 
@@ -123,15 +124,46 @@ pub struct FiredTimer {
     pub tag: u32,
 }
 
+/// A key's place in the firing order: its earliest timer of a clock, then the key.
+///
+/// Ordered as (timestamp, key). `prefix` (the key's first eight bytes, big-endian, zero
+/// padded) orders like the key's bytes wherever it differs, so most comparisons in the index
+/// are two integer compares; only keys that share their first eight bytes compare bytes. The
+/// keys of a busy timestamp (every window of a second ends at once) would otherwise compare
+/// their bytes at every level of the tree.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+struct Head {
+    at: i64,
+    prefix: u64,
+    key: StateBytes,
+}
+
+impl Head {
+    fn new(at: i64, key: StateBytes) -> Self {
+        let mut first = [0u8; 8];
+        let n = key.len().min(8);
+        first[..n].copy_from_slice(&key[..n]);
+        Self {
+            at,
+            prefix: u64::from_be_bytes(first),
+            key,
+        }
+    }
+}
+
 /// The keys of a subtask that have timers, by clock, in the order their earliest timers fire:
 /// (timestamp, key).
 #[derive(Debug, Default)]
 pub(super) struct TimerIndex {
-    heads: [BTreeSet<(i64, StateBytes)>; 2],
+    heads: [BTreeSet<Head>; 2],
     /// Pending timers by clock.
     pending: [usize; 2],
     /// The state changed under the index (a restore, a roll-back): rebuild before use.
     stale: bool,
+    /// The timer state's id, once declared (saves a lookup by name per timer).
+    id: Option<StateId>,
+    /// Reused for the timer set a change writes.
+    scratch: Vec<u8>,
 }
 
 impl TimerIndex {
@@ -153,10 +185,10 @@ impl TimerIndex {
         let heads = &mut self.heads[domain.index()];
         let key = StateBytes::copy_from_slice(key);
         if let Some(at) = before {
-            heads.remove(&(at, key.clone()));
+            heads.remove(&Head::new(at, key.clone()));
         }
         if let Some(at) = after {
-            heads.insert((at, key));
+            heads.insert(Head::new(at, key));
         }
     }
 }
@@ -168,10 +200,23 @@ fn head(set: &[u8], domain: TimeDomain) -> Option<Timer> {
         .and_then(Timer::decode)
 }
 
+/// What a change of a key's timer set did: its earliest timer of the changed clock before and
+/// after, and what the change returns.
+struct SetChange<R> {
+    before: Option<i64>,
+    after: Option<i64>,
+    result: R,
+}
+
 impl KeyedStateBackend {
     /// The timer state's id, declared on first use (in any phase: it is the backend's own).
     pub fn timers_state(&mut self) -> Result<StateId, StateError> {
-        self.declare_new(TIMERS_STATE, StateKind::Value)
+        if let Some(id) = self.timers.id {
+            return Ok(id);
+        }
+        let id = self.declare_new(TIMERS_STATE, StateKind::Value)?;
+        self.timers.id = Some(id);
+        Ok(id)
     }
 
     /// Rebuilds the index from the state if it went stale.
@@ -179,8 +224,12 @@ impl KeyedStateBackend {
         if !self.timers.stale {
             return Ok(());
         }
-        let mut index = TimerIndex::default();
-        if let Some(id) = self.state_id(TIMERS_STATE) {
+        let mut index = TimerIndex {
+            id: self.state_id(TIMERS_STATE),
+            scratch: std::mem::take(&mut self.timers.scratch),
+            ..TimerIndex::default()
+        };
+        if let Some(id) = index.id {
             for (key, set) in self.value_entries(id)? {
                 let mut heads = [None, None];
                 for timer in decode_set(set)? {
@@ -190,7 +239,7 @@ impl KeyedStateBackend {
                 }
                 for (d, at) in heads.into_iter().enumerate() {
                     if let Some(at) = at {
-                        index.heads[d].insert((at, key.clone()));
+                        index.heads[d].insert(Head::new(at, key.clone()));
                     }
                 }
             }
@@ -199,26 +248,81 @@ impl KeyedStateBackend {
         Ok(())
     }
 
+    /// Changes `key`'s timer set with one lookup: `edit` reads the set (empty if the key has
+    /// none) and either writes the new set into its second argument and returns `Some`, or
+    /// returns `None` to leave it as it is. An empty new set removes the key's value. The
+    /// index is the caller's to update, from the returned heads of `domain`.
+    fn change_timer_set<R>(
+        &mut self,
+        key: KeyRef<'_>,
+        domain: TimeDomain,
+        edit: impl FnOnce(&[u8], &mut Vec<u8>) -> Option<R>,
+    ) -> Result<Option<SetChange<R>>, StateError> {
+        let id = self.timers_state()?;
+        let epoch = self.epoch;
+        let mut updated = std::mem::take(&mut self.timers.scratch);
+        updated.clear();
+        let table = self.table_mut::<ValueBody>(id, key)?;
+        let position = table.position(key.bytes, key.hash);
+        let set = position
+            .and_then(|p| table.entry_at(p))
+            .and_then(|e| e.body.as_deref())
+            .unwrap_or_default();
+        let before = head(set, domain).map(|t| t.at);
+        let Some(result) = edit(set, &mut updated) else {
+            self.timers.scratch = updated;
+            return Ok(None);
+        };
+        let weight_before = set.len() + if set.is_empty() { 0 } else { key.bytes.len() };
+        let entry = match position {
+            Some(p) => table.write_at(p, epoch),
+            None if updated.is_empty() => {
+                self.timers.scratch = updated;
+                return Ok(Some(SetChange {
+                    before,
+                    after: None,
+                    result,
+                }));
+            }
+            None => table.write(key.bytes, key.hash, epoch, Default::default),
+        };
+        let after = head(&updated, domain).map(|t| t.at);
+        if updated.is_empty() {
+            entry.body = None;
+        } else {
+            entry.body = Some(StateBytes::copy_from_slice(&updated));
+        }
+        let weight_after = if updated.is_empty() {
+            0
+        } else {
+            key.bytes.len() + updated.len()
+        };
+        self.live_bytes = self.live_bytes + weight_after - weight_before;
+        self.timers.scratch = updated;
+        Ok(Some(SetChange {
+            before,
+            after,
+            result,
+        }))
+    }
+
     /// Registers `timer` for `key`; returns false if it was registered already (one timer per
     /// key, domain, timestamp and tag).
     pub fn timer_register(&mut self, key: KeyRef<'_>, timer: Timer) -> Result<bool, StateError> {
         self.fresh_timer_index()?;
-        let id = self.timers_state()?;
         let encoded = timer.encode();
-        let set = self.value_get(id, key)?.unwrap_or_default();
-        let position = match binary_search(set, &encoded) {
-            Ok(_) => return Ok(false),
-            Err(position) => position,
+        let change = self.change_timer_set(key, timer.domain, |set, updated| {
+            let position = binary_search(set, &encoded).err()?;
+            updated.extend_from_slice(&set[..position]);
+            updated.extend_from_slice(&encoded);
+            updated.extend_from_slice(&set[position..]);
+            Some(())
+        })?;
+        let Some(change) = change else {
+            return Ok(false);
         };
-        let before = head(set, timer.domain).map(|t| t.at);
-        let mut updated = Vec::with_capacity(set.len() + TIMER_BYTES);
-        updated.extend_from_slice(&set[..position]);
-        updated.extend_from_slice(&encoded);
-        updated.extend_from_slice(&set[position..]);
-        let after = head(&updated, timer.domain).map(|t| t.at);
-        self.value_set(id, key, &updated)?;
         self.timers
-            .move_head(timer.domain, key.bytes, before, after);
+            .move_head(timer.domain, key.bytes, change.before, change.after);
         self.timers.pending[timer.domain.index()] += 1;
         Ok(true)
     }
@@ -226,30 +330,21 @@ impl KeyedStateBackend {
     /// Deletes `timer` of `key`; returns false if there was no such timer.
     pub fn timer_delete(&mut self, key: KeyRef<'_>, timer: Timer) -> Result<bool, StateError> {
         self.fresh_timer_index()?;
-        let Some(id) = self.state_id(TIMERS_STATE) else {
+        if self.state_id(TIMERS_STATE).is_none() {
             return Ok(false);
-        };
+        }
         let encoded = timer.encode();
-        let Some(set) = self.value_get(id, key)? else {
-            return Ok(false);
-        };
-        let Ok(position) = binary_search(set, &encoded) else {
-            return Ok(false);
-        };
-        let before = head(set, timer.domain).map(|t| t.at);
-        let after = if set.len() == TIMER_BYTES {
-            self.value_remove(id, key)?;
-            None
-        } else {
-            let mut updated = Vec::with_capacity(set.len() - TIMER_BYTES);
+        let change = self.change_timer_set(key, timer.domain, |set, updated| {
+            let position = binary_search(set, &encoded).ok()?;
             updated.extend_from_slice(&set[..position]);
             updated.extend_from_slice(&set[position + TIMER_BYTES..]);
-            let after = head(&updated, timer.domain).map(|t| t.at);
-            self.value_set(id, key, &updated)?;
-            after
+            Some(())
+        })?;
+        let Some(change) = change else {
+            return Ok(false);
         };
         self.timers
-            .move_head(timer.domain, key.bytes, before, after);
+            .move_head(timer.domain, key.bytes, change.before, change.after);
         self.timers.pending[timer.domain.index()] -= 1;
         Ok(true)
     }
@@ -257,7 +352,7 @@ impl KeyedStateBackend {
     /// The earliest timestamp of a pending timer of `domain`.
     pub fn next_timer(&mut self, domain: TimeDomain) -> Result<Option<i64>, StateError> {
         self.fresh_timer_index()?;
-        Ok(self.timers.heads[domain.index()].first().map(|(at, _)| *at))
+        Ok(self.timers.heads[domain.index()].first().map(|h| h.at))
     }
 
     /// Removes up to `most` timers of `domain` due at `upto` (timestamp at or before it), in
@@ -270,29 +365,38 @@ impl KeyedStateBackend {
     ) -> Result<Vec<FiredTimer>, StateError> {
         self.fresh_timer_index()?;
         let mut fired = Vec::new();
-        let id = self.timers_state()?;
+        let d = domain.index();
         while fired.len() < most {
-            let Some((at, key)) = self.timers.heads[domain.index()].first().cloned() else {
-                break;
-            };
-            if at > upto {
+            if self.timers.heads[d].first().is_none_or(|h| h.at > upto) {
                 break;
             }
+            let Some(Head { at, key, .. }) = self.timers.heads[d].pop_first() else {
+                break;
+            };
             let key_ref = KeyRef::new(&key, hash_key(&key));
-            let timer = self
-                .value_get(id, key_ref)?
-                .and_then(|set| head(set, domain))
-                .ok_or_else(|| {
-                    StateError::BadTimers("the index names a timer the state does not hold".into())
-                })?;
-            // Through the set, so the key is written and moves to its next timer in the index.
-            if !self.timer_delete(key_ref, timer)? {
-                // Firing it again would find it again: never ending.
+            // The key's earliest timer of the clock leaves its set: a write of the key.
+            let change = self.change_timer_set(key_ref, domain, |set, updated| {
+                let timer = head(set, domain).filter(|t| t.at == at)?;
+                let position = binary_search(set, &timer.encode()).ok()?;
+                updated.extend_from_slice(&set[..position]);
+                updated.extend_from_slice(&set[position + TIMER_BYTES..]);
+                Some(timer)
+            })?;
+            // Firing a timer the state does not hold would find it again: never ending.
+            let Some(SetChange {
+                after,
+                result: timer,
+                ..
+            }) = change
+            else {
                 return Err(StateError::BadTimers(
                     "the index names a timer the state does not hold".into(),
                 ));
+            };
+            if let Some(next) = after {
+                self.timers.heads[d].insert(Head::new(next, key.clone()));
             }
-            debug_assert_eq!(timer.at, at, "the index and the state agree");
+            self.timers.pending[d] -= 1;
             fired.push(FiredTimer {
                 key,
                 at: timer.at,
@@ -408,6 +512,57 @@ mod tests {
         assert_eq!(b.timers_of(key("a")), Ok(vec![]));
         assert_eq!(b.timers_pending(), Ok((0, 1)));
         assert_eq!(b.next_timer(TimeDomain::ProcessingTime), Ok(Some(1)));
+    }
+
+    #[test]
+    fn keys_sharing_their_first_bytes_or_holding_zeros_fire_in_byte_order() {
+        // The index orders by an eight-byte prefix before the bytes: keys that differ only
+        // past it, are prefixes of each other, or end in zero bytes must still fire in
+        // (timestamp, key bytes, tag) order.
+        let keys: Vec<Vec<u8>> = vec![
+            b"".to_vec(),
+            b"\0".to_vec(),
+            b"\0\0".to_vec(),
+            b"a".to_vec(),
+            b"a\0".to_vec(),
+            b"abcdefgh".to_vec(),
+            b"abcdefgh\0".to_vec(),
+            b"abcdefghij".to_vec(),
+            b"abcdefghi".to_vec(),
+            b"abcdefgg\xff\xff".to_vec(),
+            b"\xff".to_vec(),
+            vec![0x7f; 30],
+            vec![0x7f; 29],
+        ];
+        let mut b = backend();
+        let mut expected = Vec::new();
+        for (i, k) in keys.iter().enumerate() {
+            for (at, tag) in [(10 + (i as i64 % 3), 1), (10, 0), (40, 2)] {
+                let kr = KeyRef::new(k, hash_key(k));
+                if b.timer_register(kr, event(at, tag)).expect("register") {
+                    expected.push((at, k.clone(), tag));
+                }
+            }
+        }
+        expected.sort();
+        let mut fired = Vec::new();
+        // A few at a time, so that a key re-enters the index between takes.
+        loop {
+            let due = b
+                .take_due_timers(TimeDomain::EventTime, 100, 4)
+                .expect("due");
+            if due.is_empty() {
+                break;
+            }
+            fired.extend(due.into_iter().map(|f| (f.at, f.key.to_vec(), f.tag)));
+        }
+        assert_eq!(fired, expected);
+        assert_eq!(b.timers_pending(), Ok((0, 0)));
+        assert_eq!(
+            b.live_bytes(),
+            0,
+            "every set is gone, and its bytes with it"
+        );
     }
 
     #[test]
