@@ -13,6 +13,7 @@ use std::collections::btree_map;
 use std::ops::Bound;
 
 use super::StateBytes;
+use super::bytes::bytes_cmp;
 use super::map::MapValue;
 
 /// Entries a map holds in a sorted vector before it moves into a B-tree. Past about this
@@ -165,7 +166,7 @@ impl MapEntries {
 /// Where `key` is in the sorted `entries`, or where it would go.
 #[inline]
 fn search(entries: &[(StateBytes, MapValue)], key: &[u8]) -> Result<usize, usize> {
-    entries.binary_search_by(|(k, _)| (**k).cmp(key))
+    entries.binary_search_by(|(k, _)| bytes_cmp(k, key))
 }
 
 /// The entries of a [`MapEntries`], in key order.

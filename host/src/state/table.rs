@@ -3,6 +3,7 @@
 use hashbrown::HashTable;
 
 use super::StateBytes;
+use super::bytes::bytes_eq;
 
 use crate::ids::CheckpointId;
 use crate::partition::KeyHash;
@@ -71,7 +72,7 @@ impl<T> KeyedTable<T> {
         self.index
             .find(index_hash(hash32), |slot| {
                 let e = &entries[slot.position as usize];
-                slot.hash == hash32 && e.hash == hash && e.key[..] == *key
+                slot.hash == hash32 && e.hash == hash && bytes_eq(&e.key, key)
             })
             .map(|slot| slot.position as usize)
     }
@@ -179,7 +180,7 @@ impl<T> KeyedTable<T> {
         let hit = hint.filter(|&p| {
             self.entries
                 .get(p)
-                .is_some_and(|e| e.hash == hash && e.key[..] == *key)
+                .is_some_and(|e| e.hash == hash && bytes_eq(&e.key, key))
         });
         let Some(position) = hit else {
             return self.write(key, hash, epoch, make);
