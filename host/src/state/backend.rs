@@ -342,7 +342,7 @@ impl KeyedStateBackend {
     }
 
     #[inline]
-    fn table<B: Body>(
+    pub(super) fn table<B: Body>(
         &self,
         state: StateId,
         key: KeyRef<'_>,
