@@ -628,7 +628,7 @@ impl KeyedStateBackend {
 
 /// The bytes a value entry holds: its key and value, or nothing for a tombstone.
 #[inline]
-fn weight(body: &ValueBody, key: &[u8]) -> usize {
+pub(super) fn weight(body: &ValueBody, key: &[u8]) -> usize {
     body.as_ref().map_or(0, |v| key.len() + v.len())
 }
 

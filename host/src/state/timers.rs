@@ -20,6 +20,7 @@
 
 use std::collections::BTreeSet;
 
+use super::backend::weight;
 use super::value::ValueBody;
 use super::{KeyRef, KeyedStateBackend, StateBytes, StateError, StateId, StateKind};
 use crate::partition::hash_key;
@@ -273,30 +274,23 @@ impl KeyedStateBackend {
             self.timers.scratch = updated;
             return Ok(None);
         };
-        let weight_before = set.len() + if set.is_empty() { 0 } else { key.bytes.len() };
+        let after = head(&updated, domain).map(|t| t.at);
         let entry = match position {
             Some(p) => table.write_at(p, epoch),
+            // No set before and none after: nothing to write.
             None if updated.is_empty() => {
                 self.timers.scratch = updated;
                 return Ok(Some(SetChange {
                     before,
-                    after: None,
+                    after,
                     result,
                 }));
             }
             None => table.write(key.bytes, key.hash, epoch, Default::default),
         };
-        let after = head(&updated, domain).map(|t| t.at);
-        if updated.is_empty() {
-            entry.body = None;
-        } else {
-            entry.body = Some(StateBytes::copy_from_slice(&updated));
-        }
-        let weight_after = if updated.is_empty() {
-            0
-        } else {
-            key.bytes.len() + updated.len()
-        };
+        let weight_before = weight(&entry.body, key.bytes);
+        entry.body = (!updated.is_empty()).then(|| StateBytes::copy_from_slice(&updated));
+        let weight_after = weight(&entry.body, key.bytes);
         self.live_bytes = self.live_bytes + weight_after - weight_before;
         self.timers.scratch = updated;
         Ok(Some(SetChange {
