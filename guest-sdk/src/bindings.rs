@@ -1,4 +1,4 @@
-//! Raw bindings generated from `wit/operator.wit`: the one `generate!` call of the SDK.
+//! Raw bindings of `wit/operator.wit`, generated ahead of time (`bindings/operator.rs`).
 //!
 //! Operators never need these directly: the [`Operator`](crate::Operator) trait, the state
 //! handles and [`export_operator!`](crate::export_operator) wrap them. They are public because
@@ -9,13 +9,57 @@
 )]
 #![allow(
     missing_docs,
+    clippy::unwrap_used,
     reason = "generated code; the WIT file documents the contract"
 )]
 
-wit_bindgen::generate!({
-    path: "../wit",
-    world: "operator",
-    pub_export_macro: true,
-    export_macro_name: "__export_weir_operator",
-    default_bindings_module: "weir_guest::bindings",
-});
+// What `wit_bindgen::generate!({ path: "../wit", world: "operator", pub_export_macro: true,
+// export_macro_name: "__export_weir_operator", default_bindings_module: "weir_guest::bindings" })`
+// expands to, written by scripts/guest-bindings: a guest's build then needs wit-bindgen's small
+// runtime crate, not its code generator (`wit-bindgen`'s `macros` feature is off).
+include!("bindings/operator.rs");
+
+#[cfg(test)]
+mod tests {
+    /// The 64-bit FNV-1a hash, as tools/guest-bindings computes it.
+    fn fnv1a64(bytes: &[u8]) -> u64 {
+        bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, &b| {
+            (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
+        })
+    }
+
+    #[test]
+    fn bindings_match_the_wit() {
+        let wit = include_bytes!("../../wit/operator.wit");
+        let bindings = include_str!("bindings/operator.rs");
+        let recorded = bindings
+            .lines()
+            .find_map(|line| line.strip_prefix("// wit/operator.wit fnv1a64: "))
+            .expect("the bindings say which WIT they were generated from");
+        assert_eq!(
+            recorded,
+            format!("{:016x}", fnv1a64(wit)),
+            "wit/operator.wit changed since guest-sdk/src/bindings/operator.rs was generated: \
+             run scripts/guest-bindings"
+        );
+    }
+
+    #[test]
+    fn bindings_come_from_the_wit_bindgen_the_sdk_links() {
+        let lock = include_str!("../../Cargo.lock");
+        let locked = lock
+            .split("[[package]]")
+            .find(|package| package.contains("\nname = \"wit-bindgen\"\n"))
+            .and_then(|package| package.lines().find_map(|l| l.strip_prefix("version = ")))
+            .expect("wit-bindgen in Cargo.lock");
+        let generator = include_str!("../../tools/guest-bindings/Cargo.toml");
+        assert!(
+            generator.contains(&format!(
+                "wit-bindgen-rust = \"={}\"",
+                locked.trim_matches('"')
+            )),
+            "tools/guest-bindings pins another wit-bindgen-rust than the runtime in Cargo.lock \
+             ({locked}): align them and run scripts/guest-bindings"
+        );
+    }
+}

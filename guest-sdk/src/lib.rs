@@ -34,7 +34,8 @@
 //! - `export.rs`: the `processor` export that drives an operator through open, process and
 //!   close.
 //! - `codec.rs`: CBOR encoding of state; `error.rs`: [`Error`]; `log.rs`: logging to the host.
-//! - `bindings.rs`: the one `wit_bindgen::generate!` of `wit/operator.wit`.
+//! - `bindings.rs`: the bindings of `wit/operator.wit` (`bindings/operator.rs`, written by
+//!   `scripts/guest-bindings`: what `wit_bindgen::generate!` would expand to).
 //!
 //! # Example
 //!

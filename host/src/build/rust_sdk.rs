@@ -3,7 +3,7 @@
 //!
 //! A project made by `weir new --lang rust` depends on `weir-guest` by the path
 //! [`STAGED_SDK`], inside its staging folder: `weir new` and every `weir build` write the SDK
-//! of the `weir` binary there (with the WIT beside it, where the SDK's `generate!` looks), so
+//! of the `weir` binary there (its bindings are generated ahead, so it needs no WIT), so
 //! the project builds wherever the binary runs, with the SDK that matches the host that will
 //! check and run it. Files are rewritten only when their text changed, so Cargo's
 //! fingerprints (file times) stay valid and the SDK is not recompiled on every build.
@@ -14,16 +14,19 @@
 use std::path::Path;
 
 use super::BuildError;
-use super::staging::{STAGING_DIR, WIT};
 
 /// Where a project's `Cargo.toml` points `weir-guest` to take the staged SDK.
 pub const STAGED_SDK: &str = ".weir-build/rust/weir-guest";
 
 /// The SDK's sources, by path relative to its `src/`.
-const SOURCES: [(&str, &str); 23] = [
+const SOURCES: [(&str, &str); 24] = [
     (
         "bindings.rs",
         include_str!("../../../guest-sdk/src/bindings.rs"),
+    ),
+    (
+        "bindings/operator.rs",
+        include_str!("../../../guest-sdk/src/bindings/operator.rs"),
     ),
     ("codec.rs", include_str!("../../../guest-sdk/src/codec.rs")),
     (
@@ -122,15 +125,14 @@ pub(super) fn uses_staged_sdk(manifest: &Path) -> bool {
         .is_some_and(|path| Path::new(path) == Path::new(STAGED_SDK))
 }
 
-/// Writes the SDK and the WIT into the staging folder of the project in `project_dir`.
+/// Writes the SDK into the staging folder of the project in `project_dir`.
 pub(super) fn stage(project_dir: &Path) -> Result<(), BuildError> {
     let sdk = project_dir.join(STAGED_SDK);
     write_if_changed(&sdk.join("Cargo.toml"), &manifest())?;
     for (relative, text) in SOURCES {
         write_if_changed(&sdk.join("src").join(relative), text)?;
     }
-    let wit = project_dir.join(STAGING_DIR).join("rust/wit/operator.wit");
-    write_if_changed(&wit, WIT)
+    Ok(())
 }
 
 fn write_if_changed(path: &Path, text: &str) -> Result<(), BuildError> {
@@ -224,10 +226,13 @@ mod tests {
     fn every_source_of_the_sdk_is_embedded() {
         let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../guest-sdk/src");
         let mut found = Vec::new();
-        for dir in [src.clone(), src.join("state")] {
+        let mut dirs = vec![src.clone()];
+        while let Some(dir) = dirs.pop() {
             for entry in std::fs::read_dir(&dir).expect("read the SDK") {
                 let path = entry.expect("entry").path();
-                if path.extension().is_some_and(|e| e == "rs") {
+                if path.is_dir() {
+                    dirs.push(path);
+                } else if path.extension().is_some_and(|e| e == "rs") {
                     let relative = path.strip_prefix(&src).expect("inside src");
                     found.push(relative.to_string_lossy().replace('\\', "/"));
                 }
