@@ -449,6 +449,38 @@ fn a_failing_job_is_restarted_from_its_latest_checkpoint_as_often_as_allowed() {
     );
 }
 
+#[test]
+fn an_operator_that_cannot_open_fails_the_job_at_once_without_restarts() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    std::fs::write(dir.path().join("in.txt"), "a b\n").expect("write");
+    // A mode the operator does not know: its `open` fails on the config, as it would again on
+    // every restart.
+    let job = tokenize_then(
+        dir.path(),
+        "name = \"bad-config\"",
+        "victim",
+        "weir-test-faulty",
+        "config = { mode = \"no-such-mode\" }",
+        "[checkpoints]\ninterval_ms = 2\nrestart_attempts = 3",
+    );
+    let out = support::weir_logging(&["run", job.to_str().expect("utf-8")], "weir=info");
+    support::assert_clean_failure(
+        &out,
+        &[
+            "operator `victim` subtask",
+            "failed to open",
+            "no-such-mode",
+        ],
+    );
+    let err = stderr(&out);
+    assert_eq!(
+        err.matches("restarting from its latest checkpoint").count(),
+        0,
+        "{err}"
+    );
+    assert!(!err.contains("after 1 restart"), "{err}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rescaling_2_3_1_4_across_restores_gives_the_uninterrupted_output_with_one_deleter_each() {
     let dir = tempfile::tempdir().expect("tempdir");

@@ -17,6 +17,7 @@ use crate::checkpoint::start::StartError;
 use crate::checkpoint::{CheckpointError, CheckpointStore, JobStart, StartFrom};
 use crate::connectors::ConnectorError;
 use crate::engine::Engine;
+use crate::operator::FailureKind;
 
 /// Why a job could not run to its end.
 #[derive(Debug, thiserror::Error)]
@@ -119,6 +120,10 @@ async fn supervise(
         // Another process owns the output now: restarting would take it back.
         JobError::Sink(e) if e.is_taken_over() => false,
         JobError::Operator(e) if e.kind.is_limit() => on_limit == OnLimit::Restart,
+        // `open` sees the job file's config and the restored state, and a restart gives it
+        // the same again (no checkpoint completes while an operator cannot open): a bad
+        // config would fail `restart_attempts` more times before saying so.
+        JobError::Operator(e) if e.kind == FailureKind::Open => false,
         _ => true,
     };
     let mut restarts = 0;
