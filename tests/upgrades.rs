@@ -500,8 +500,11 @@ fn a_served_job_is_upgraded_keeping_its_state_and_a_version_that_fails_rolls_bac
     let checked = host.weir(&["upgrade", &id, path(&renamed), "--check"], Some(TOKEN));
     let said = stdout_of(&checked);
     assert!(
-        said.contains("`tally` (uid `count`): restores its state (states count) from checkpoint")
-            && said.contains("into the same component")
+        said.contains(", checked against checkpoint ")
+            && said.contains(
+                "`tally` (uid `count`): restores its state (states count) into the same component"
+            )
+            && !said.contains("from checkpoint")
             && said.contains("`count`: every subtask opened with its restored state (")
             && said.contains("`tokenize`: restores its state"),
         "{said}"

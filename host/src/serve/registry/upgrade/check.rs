@@ -287,7 +287,8 @@ fn restore_notes(spec: &JobSpec, start: &JobStart, uids: &[&str]) -> Vec<String>
     let Some(restored) = &start.restored else {
         return vec!["no completed checkpoint yet: the job takes one as it stops".into()];
     };
-    let checkpoint = restored.id;
+    // The checkpoint is named once, before the notes (the check's header, or each Kafka
+    // partition's place), not again in every line.
     let mut notes: Vec<String> = spec
         .operators
         .iter()
@@ -310,10 +311,7 @@ fn restore_notes(spec: &JobSpec, start: &JobStart, uids: &[&str]) -> Vec<String>
                 true => String::new(),
                 false => format!(" (states {})", states.join(", ")),
             };
-            format!(
-                "`{}`{uid}: restores its state{held} from checkpoint {checkpoint} into {code}",
-                op.name
-            )
+            format!("`{}`{uid}: restores its state{held} into {code}", op.name)
         })
         .collect();
     notes.extend(
