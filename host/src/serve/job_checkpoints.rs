@@ -108,6 +108,12 @@ impl JobCheckpoints {
                 Err(e @ StorageError::Metadata { .. }) => {
                     rows.push(damaged_row(&self.job, id.0, &e));
                 }
+                // Listed a moment ago: deleted since, by the running job's cleanup of the
+                // checkpoints it no longer retains.
+                Err(StorageError::Store {
+                    source: object_store::Error::NotFound { .. },
+                    ..
+                }) => continue,
                 Err(e) => return Err(e),
             }
         }
