@@ -23,7 +23,7 @@ use std::collections::BTreeSet;
 use super::backend::weight;
 use super::value::ValueBody;
 use super::{KeyRef, KeyedStateBackend, StateBytes, StateError, StateId, StateKind};
-use crate::partition::hash_key;
+use crate::partition::{KeyHash, hash_key};
 
 /// The reserved value state holding every key's timers. Operators cannot declare names that
 /// start with `@`.
@@ -131,16 +131,20 @@ pub struct FiredTimer {
 /// padded) orders like the key's bytes wherever it differs, so most comparisons in the index
 /// are two integer compares; only keys that share their first eight bytes compare bytes. The
 /// keys of a busy timestamp (every window of a second ends at once) would otherwise compare
-/// their bytes at every level of the tree.
+/// their bytes at every level of the tree. `hash` is the key's hash (a function of the key, so
+/// it never decides the order), kept so that firing, and warming before it, do not hash the
+/// key again.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
 struct Head {
     at: i64,
     prefix: u64,
     key: StateBytes,
+    /// The key's [`KeyHash`] (raw: a field of a derived order).
+    hash: u64,
 }
 
 impl Head {
-    fn new(at: i64, key: StateBytes) -> Self {
+    fn new(at: i64, key: StateBytes, hash: KeyHash) -> Self {
         let mut first = [0u8; 8];
         let n = key.len().min(8);
         first[..n].copy_from_slice(&key[..n]);
@@ -148,6 +152,7 @@ impl Head {
             at,
             prefix: u64::from_be_bytes(first),
             key,
+            hash: hash.0,
         }
     }
 }
@@ -176,7 +181,7 @@ impl TimerIndex {
     fn move_head(
         &mut self,
         domain: TimeDomain,
-        key: &[u8],
+        key: KeyRef<'_>,
         before: Option<i64>,
         after: Option<i64>,
     ) {
@@ -184,12 +189,12 @@ impl TimerIndex {
             return;
         }
         let heads = &mut self.heads[domain.index()];
-        let key = StateBytes::copy_from_slice(key);
+        let (hash, key) = (key.hash, StateBytes::copy_from_slice(key.bytes));
         if let Some(at) = before {
-            heads.remove(&Head::new(at, key.clone()));
+            heads.remove(&Head::new(at, key.clone(), hash));
         }
         if let Some(at) = after {
-            heads.insert(Head::new(at, key));
+            heads.insert(Head::new(at, key, hash));
         }
     }
 }
@@ -238,9 +243,10 @@ impl KeyedStateBackend {
                     index.pending[d] += 1;
                     heads[d].get_or_insert(timer.at);
                 }
+                let hash = hash_key(key.as_ref());
                 for (d, at) in heads.into_iter().enumerate() {
                     if let Some(at) = at {
-                        index.heads[d].insert(Head::new(at, key.clone()));
+                        index.heads[d].insert(Head::new(at, key.clone(), hash));
                     }
                 }
             }
@@ -316,7 +322,7 @@ impl KeyedStateBackend {
             return Ok(false);
         };
         self.timers
-            .move_head(timer.domain, key.bytes, change.before, change.after);
+            .move_head(timer.domain, key, change.before, change.after);
         self.timers.pending[timer.domain.index()] += 1;
         Ok(true)
     }
@@ -338,7 +344,7 @@ impl KeyedStateBackend {
             return Ok(false);
         };
         self.timers
-            .move_head(timer.domain, key.bytes, change.before, change.after);
+            .move_head(timer.domain, key, change.before, change.after);
         self.timers.pending[timer.domain.index()] -= 1;
         Ok(true)
     }
@@ -365,10 +371,10 @@ impl KeyedStateBackend {
             if self.timers.heads[d].first().is_none_or(|h| h.at > upto) {
                 break;
             }
-            let Some(Head { at, key, .. }) = self.timers.heads[d].pop_first() else {
+            let Some(Head { at, key, hash, .. }) = self.timers.heads[d].pop_first() else {
                 break;
             };
-            let key_ref = KeyRef::new(&key, hash_key(&key));
+            let key_ref = KeyRef::new(&key, KeyHash(hash));
             // The key's earliest timer of the clock leaves its set: a write of the key.
             let change = self.change_timer_set(key_ref, domain, |set, updated| {
                 let timer = head(set, domain).filter(|t| t.at == at)?;
@@ -389,7 +395,7 @@ impl KeyedStateBackend {
                 ));
             };
             if let Some(next) = after {
-                self.timers.heads[d].insert(Head::new(next, key.clone()));
+                self.timers.heads[d].insert(Head::new(next, key.clone(), KeyHash(hash)));
             }
             self.timers.pending[d] -= 1;
             fired.push(FiredTimer {
@@ -421,7 +427,7 @@ impl KeyedStateBackend {
             .take_while(|h| h.at <= upto)
             .take(most);
         for h in due {
-            let key = KeyRef::new(&h.key, hash_key(&h.key));
+            let key = KeyRef::new(&h.key, KeyHash(h.hash));
             touched ^= self.table::<ValueBody>(id, key)?.touch(key.hash);
         }
         std::hint::black_box(touched);
