@@ -8,7 +8,9 @@
 //! also reads the map's size (Python `len(map)`, JavaScript `map.size`).
 //!
 //! The batch tour (`tests/guests/batch-tour-*`) does the same for the batch API: a running sum
-//! per key read and written for the whole batch at once, and records emitted many at a time.
+//! per key read and written for the whole batch at once, records emitted many at a time, and
+//! map, list and timer state on the key `batch.focus` chose, the map read for the whole batch
+//! in one call (`get_many`).
 
 use crate::support;
 
@@ -147,19 +149,35 @@ fn numbers_input() -> String {
     text
 }
 
-/// The batch tour's output lines, sorted: `KEY|sum before|sum after` per record.
+/// The batch tour's output lines, sorted: `KEY|sum before|sum after|records of this NUMBER
+/// before|length of the history` per record (`-` for the last unless NUMBER is 0), then
+/// `KEY|end|final sum` per key, from its timer.
 fn batch_expected(text: &str) -> Vec<String> {
     let mut sums: HashMap<&str, i64> = HashMap::new();
+    let mut seen: HashMap<(&str, i64), u64> = HashMap::new();
+    let mut history: HashMap<&str, usize> = HashMap::new();
     let mut lines: Vec<String> = text
         .lines()
         .map(|line| {
             let (key, number) = line.split_once(' ').expect("KEY NUMBER");
+            let number = number.parse::<i64>().expect("a number");
             let sum = sums.entry(key).or_default();
             let before = *sum;
-            *sum += number.parse::<i64>().expect("a number");
-            format!("{key}|{before}|{sum}")
+            *sum += number;
+            let count = seen.entry((key, number)).or_default();
+            let prior = *count;
+            *count += 1;
+            let length = history.entry(key).or_default();
+            *length += 1;
+            let length = if number == 0 {
+                length.to_string()
+            } else {
+                "-".into()
+            };
+            format!("{key}|{before}|{sum}|{prior}|{length}")
         })
         .collect();
+    lines.extend(sums.iter().map(|(key, sum)| format!("{key}|end|{sum}")));
     lines.sort();
     lines
 }

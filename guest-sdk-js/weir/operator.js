@@ -19,7 +19,8 @@ export class Operator {
   // `processBatch(batch, out)`, if an operator defines it, is called once per batch instead of
   // `process` once per record: `batch` is a `Batch` (columns), the value state of all its keys
   // is read and written with `ValueState.getAll` and `setAll`, and `out.emitMany` emits many
-  // records in one call. Map and list state and timers need a record's key: use `process`.
+  // records in one call. Map and list state and timers act on the key chosen with
+  // `batch.focus(slot)`, and `MapState.getMany` reads the maps of many keys in one host call.
 
   /** Handles a `Timer` that fired; state acts on `timer.key` here. */
   onTimer(timer, out) {

@@ -102,7 +102,10 @@ export class Record {
  *   `valueEnds` (Uint32Array: record `i`'s key is `data[keyStart(i) .. keyEnds[i]]` with
  *   `keyStart(i)` = `valueEnds[i - 1]`, 0 for the first, and its value `data[keyEnds[i] ..
  *   valueEnds[i]]`), `flags` (Uint8Array: bit 0 set if the record has a key, bit 1 if it has
- *   a timestamp). */
+ *   a timestamp).
+ * - `focus(slot)`: the calls that act on one key (map and list state, timers, a value state's
+ *   `get` and `set`) act on the key of `slot` (`slots[i]` for record `i`) until the next
+ *   `focus`. `MapState.getMany(slots, keys)` reads many keys' maps in one host call. */
 export class Batch {
   constructor(data, keyEnds, valueEnds, flags, timestampHalves, slots, slotCount) {
     this.data = data;

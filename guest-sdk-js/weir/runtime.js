@@ -148,7 +148,7 @@ class Runtime {
   noSlot(name) {
     if (this.columns !== null) {
       return new WeirError(
-        `state \`${name}\`: in processBatch, read and write value state for all keys at once with getAll and setAll; map and list state and timers need process`,
+        `state \`${name}\`: in processBatch, read and write value state for all keys at once with getAll and setAll; for the calls that act on one key (map and list state, timers, value get and set), first choose the key with batch.focus(slot)`,
       );
     }
     return new WeirError(
@@ -533,8 +533,50 @@ export class MapState {
     return host(`map state \`${this.name}\`: reading its size`, () => stateApi.mapSize(this._id, slot));
   }
 
+  /** The values under `keys[i]` in the map of the key of `slots[i]` (`dflt` where there is
+   * none), as an array, in one host call: the map reads of a whole batch in `processBatch`
+   * (`slots` from `batch.slots`). Like `get`, it first sends the batch's pending writes. */
+  getMany(slots, keys, dflt = undefined) {
+    const n = slots.length;
+    if (keys.length !== n) {
+      throw new WeirError(
+        `map state \`${this.name}\`: getMany takes one key per slot, not ${keys.length} keys for ${n} slots`,
+      );
+    }
+    rt.flush();
+    const slotWords = Uint32Array.from(slots);
+    const encoded = new ByteBuffer(16 * n);
+    const ends = new Uint32Array(n);
+    for (let i = 0; i < n; i++) {
+      encodeInto(encoded, keys[i]);
+      ends[i] = encoded.len;
+    }
+    const found = host(`map state \`${this.name}\`: reading`, () =>
+      stateApi.mapGetMany(this._id, columnBytes(slotWords, n), {
+        data: encoded.view(),
+        ends: columnBytes(ends, n),
+      }),
+    );
+    const { items, present } = found;
+    const itemEnds = u32s(items.ends, "reply from the host");
+    if (itemEnds.length !== n || present.length !== n) {
+      throw new WeirError(`map state \`${this.name}\`: malformed reply from the host`);
+    }
+    const values = new Array(n);
+    let start = 0;
+    for (let i = 0; i < n; i++) {
+      values[i] = present[i] ? decode(items.data, start, itemEnds[i]) : dflt;
+      start = itemEnds[i];
+    }
+    return values;
+  }
+
   put(key, value) {
     rt.log(MAP_PUT, this._id, rt.slotFor(this.name), key, value);
+  }
+
+  _putAt(slot, key, value) {
+    rt.log(MAP_PUT, this._id, slot, key, value);
   }
 
   remove(key) {
@@ -605,6 +647,23 @@ export class VersionedMapState extends MapState {
   get(key, dflt = undefined) {
     const found = super.get(key, ABSENT);
     return found === ABSENT ? dflt : this._read(key, found);
+  }
+
+  getMany(slots, keys, dflt = undefined) {
+    const found = super.getMany(slots, keys, ABSENT);
+    for (let i = 0; i < found.length; i++) {
+      if (found[i] === ABSENT) {
+        found[i] = dflt;
+        continue;
+      }
+      let [version, value] = splitVersion(found[i]);
+      if (version !== this.version) {
+        value = migrated(this, version, value);
+        super._putAt(slots[i], keys[i], this.version > 1 ? { $version: this.version, $value: value } : value);
+      }
+      found[i] = value;
+    }
+    return found;
   }
 
   put(key, value) {
@@ -703,6 +762,21 @@ export class Timers {
     return Number(timeApi.processingTime());
   }
 }
+
+/** `batch.focus(slot)`: the calls that act on one key (map and list state, timers, a value
+ * state's `get` and `set`) act on the key of `slot` until the next `focus`. Defined here, as
+ * the key slot is this module's variable. */
+Batch.prototype.focus = function focus(slot) {
+  if (this !== rt.columns) {
+    throw new WeirError("batch.focus works on the batch of the processBatch call being run");
+  }
+  if (!Number.isInteger(slot) || slot < 0 || slot >= rt.slotCount) {
+    throw new WeirError(
+      `batch.focus(${String(slot)}): a slot is a number of batch.slots, from 0 to ${rt.slotCount - 1} in this batch`,
+    );
+  }
+  currentSlot = slot;
+};
 
 /** Whether every record's flags are `flag`. */
 function allFlagged(flags, n, flag) {

@@ -63,7 +63,8 @@ class Operator:
     #: instead of `process` once per record: `batch` is a `Batch` (columns), the value state
     #: of all its keys is read and written with `ValueState.get_all` and `set_all`, and
     #: `out.emit_columns` or `out.emit_many` emit many records at once. Map and list state and
-    #: timers need a record's key: use `process` for them.
+    #: timers act on the key chosen with `batch.focus(slot)`, and `MapState.get_many` reads
+    #: the maps of many keys in one host call.
     process_batch = None
 
     def on_timer(self, timer, out):

@@ -88,6 +88,11 @@ class Batch:
       bit 1 if it has a timestamp) and `timestamps` (memoryview of ints, milliseconds since
       the Unix epoch, 0 where a record has none).
 
+    - `focus(slot)`: the calls that act on one key (map and list state, timers, a value
+      state's `get` and `set`) act on the key of `slot` (`batch.slots[i]` for record `i`)
+      until the next `focus`. `MapState.get_many(slots, keys)` reads many keys' maps in one
+      host call.
+
     Valid during the `process_batch` call: copy what you keep (`bytes` slices are copies).
     """
 

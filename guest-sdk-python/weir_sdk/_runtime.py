@@ -17,7 +17,7 @@ from wit_world.imports import state as _state, time as _time, types as _types
 
 from ._codec import _WORDS, _decode, _encode
 from ._errors import WeirError
-from ._records import HAS_KEY, HAS_TIMESTAMP, NO_SLOT, Record, _blobs, _columns, _s64s, _u32s
+from ._records import HAS_KEY, HAS_TIMESTAMP, NO_SLOT, Batch, Record, _blobs, _columns, _s64s, _u32s
 from ._timer import Timer
 
 
@@ -156,8 +156,9 @@ class _Runtime:
         if self.batch is not None:
             return WeirError(
                 f"state `{name}`: in process_batch, read and write value state for all keys at "
-                "once with get_all (or get_by_slot) and set_all; map and list state and timers "
-                "need process"
+                "once with get_all (or get_by_slot) and set_all; for the calls that act on one "
+                "key (map and list state, timers, value get and set), first choose the key with "
+                "batch.focus(slot)"
             )
         if self.in_batch:
             return WeirError(
@@ -472,8 +473,37 @@ class MapState:
         # needs no record); `len(state)` says whether the record's map is empty.
         return True
 
+    def get_many(self, slots, keys, default=None):
+        """The values under `keys[i]` in the map of the key of `slots[i]` (`default` where
+        there is none), as a list, in one host call: the map reads of a whole batch in
+        `process_batch` (`slots` from `batch.slots`). Like `get`, it first sends the batch's
+        pending writes, so it sees them."""
+        if len(slots) != len(keys):
+            raise WeirError(
+                f"map state `{self.name}`: get_many takes one key per slot, not {len(keys)} "
+                f"keys for {len(slots)} slots"
+            )
+        _rt.flush()
+        encoded = [_encode(key) for key in keys]
+        try:
+            slot_bytes = array(_WORDS, slots).tobytes()
+        except (OverflowError, TypeError):
+            raise WeirError(f"map state `{self.name}`: get_many's slots are ints from batch.slots") from None
+        ends = array(_WORDS, accumulate(map(len, encoded))).tobytes()
+        try:
+            found = _state.map_get_many(self._id, slot_bytes, _types.Blobs(b"".join(encoded), ends))
+        except Err as e:
+            raise WeirError(f"map state `{self.name}`: reading: {e.value}") from None
+        return [
+            _decode(item) if present else default
+            for item, present in zip(_blobs(found.items), found.present)
+        ]
+
     def put(self, key, value):
         _rt.log(_MAP_PUT, self._id, _current_slot(self.name), _encode(key), _encode(value))
+
+    def _put_at(self, slot, key, value):
+        _rt.log(_MAP_PUT, self._id, slot, _encode(key), _encode(value))
 
     def remove(self, key):
         _rt.log(_MAP_REMOVE, self._id, _current_slot(self.name), _encode(key), None)
@@ -654,6 +684,24 @@ def _run(process, out, batch, key_slots):
             process(record, out)
             start = value_end
     _Batch.slots = None
+
+
+def _focus(batch, slot):
+    """`Batch.focus(slot)`: the calls that act on one key (map and list state, timers, a value
+    state's `get` and `set`) act on the key of `slot` until the next `focus`. Defined here, as
+    the key slot is this module's global."""
+    global _slot
+    if batch is not _rt.batch:
+        raise WeirError("batch.focus works on the batch of the process_batch call being run")
+    if type(slot) is not int or not 0 <= slot < _rt.slot_count:
+        raise WeirError(
+            f"batch.focus({slot!r}): a slot is an int of batch.slots, from 0 to "
+            f"{_rt.slot_count - 1} in this batch"
+        )
+    _slot = slot
+
+
+Batch.focus = _focus
 
 
 def _run_columns(process_batch, out, batch, key_slots):

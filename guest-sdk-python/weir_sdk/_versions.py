@@ -130,6 +130,18 @@ class VersionedMapState(_Versioned, MapState):
         found = super().get(key, _ABSENT)
         return default if found is _ABSENT else self._read(key, found)
 
+    def get_many(self, slots, keys, default=None):
+        found = super().get_many(slots, keys, _ABSENT)
+        for i, (slot, key, stored) in enumerate(zip(slots, keys, found)):
+            if stored is _ABSENT:
+                found[i] = default
+                continue
+            value, migrated = self._current(stored)
+            if migrated:
+                self._put_at(slot, key, self._wrapped(value))
+            found[i] = value
+        return found
+
     def put(self, key, value):
         super().put(key, self._wrapped(value))
 

@@ -132,13 +132,7 @@ impl wit::Host for GuestState {
     #[tracing::instrument(level = "trace", skip(self, slots), fields(slots = slots.len()))]
     fn read_values(&mut self, state: wit::StateId, slots: Vec<u8>) -> Result<wit::Values, String> {
         self.guest_state(state)?;
-        let slots = Numbers::<u32>::from_bytes(slots);
-        if !slots.is_whole() {
-            return Err(format!(
-                "the slots are {} bytes, not a whole number of 4-byte u32s",
-                slots.as_bytes().len()
-            ));
-        }
+        let slots = whole_u32s(slots, "the slots")?;
         for slot in slots.iter() {
             self.slots.key(slot)?;
         }
@@ -323,6 +317,57 @@ impl wit::Host for GuestState {
         }
     }
 
+    #[tracing::instrument(level = "trace", skip_all, fields(state, reads = slots.len() / 4))]
+    fn map_get_many(
+        &mut self,
+        state: wit::StateId,
+        slots: Vec<u8>,
+        map_keys: Blobs,
+    ) -> Result<wit::Values, String> {
+        self.guest_state(state)?;
+        let slots = whole_u32s(slots, "the slots")?;
+        let key_ends = whole_u32s(map_keys.ends, "the map keys' ends")?;
+        if key_ends.len() != slots.len() {
+            return Err(format!(
+                "{} slots and {} map keys: a read is one slot and one map key",
+                slots.len(),
+                key_ends.len()
+            ));
+        }
+        let mut data = Vec::new();
+        let mut ends = Numbers::<u32>::with_capacity(slots.len());
+        let mut present = Vec::with_capacity(slots.len());
+        let mut start = 0usize;
+        for (i, (slot, end)) in slots.iter().zip(key_ends.iter()).enumerate() {
+            let end = end as usize;
+            let map_key = map_keys.data.get(start..end).ok_or_else(|| {
+                format!(
+                    "map key {i} spans bytes {start}..{end} of the {} the map keys hold",
+                    map_keys.data.len()
+                )
+            })?;
+            start = end;
+            let key = self.slots.key(slot)?;
+            let map_key = self.stored_form(state, map_key)?;
+            let found = self
+                .backend
+                .map_get(StateId(state), key, &map_key)
+                .map_err(|e| self.describe(state, e))?;
+            if let Some(value) = found {
+                self.guest_form(state, value, &mut data)?;
+            }
+            present.push(u8::from(found.is_some()));
+            ends.push(data.len() as u32);
+        }
+        Ok(wit::Values {
+            items: Blobs {
+                data,
+                ends: ends.into_bytes(),
+            },
+            present,
+        })
+    }
+
     #[tracing::instrument(level = "trace", skip(self))]
     fn map_size(&mut self, state: wit::StateId, slot: u32) -> Result<u32, String> {
         self.guest_state(state)?;
@@ -379,6 +424,18 @@ impl wit::Host for GuestState {
         };
         self.blobs_to_guest(state, items.iter().map(|i| &i[..]))
     }
+}
+
+/// The WIT's `u32s` in `bytes`, or an error naming `what` when they are not whole words.
+fn whole_u32s(bytes: Vec<u8>, what: &str) -> Result<Numbers<u32>, String> {
+    let numbers = Numbers::<u32>::from_bytes(bytes);
+    if !numbers.is_whole() {
+        return Err(format!(
+            "{what} are {} bytes, not a whole number of 4-byte u32s",
+            numbers.as_bytes().len()
+        ));
+    }
+    Ok(numbers)
 }
 
 /// Byte strings gathered into the WIT's `blobs`.
@@ -599,6 +656,78 @@ mod tests {
         assert_eq!(guest.map_size(1, 1), Ok(1));
         assert!(guest.map_size(0, 0).is_err(), "a value state has no size");
         assert!(guest.map_size(1, 7).is_err(), "no such slot");
+    }
+
+    /// `blobs` of `items`, as a guest sends them.
+    fn blobs(items: &[&[u8]]) -> Blobs {
+        let mut blobs = BlobsBuilder::default();
+        for item in items {
+            blobs.push(item);
+        }
+        blobs.build()
+    }
+
+    fn slots(slots: &[u32]) -> Vec<u8> {
+        slots.iter().flat_map(|s| s.to_le_bytes()).collect()
+    }
+
+    #[test]
+    fn map_get_many_reads_each_slots_map_at_its_map_key() {
+        let mut guest = in_batch();
+        // map(a) = {k: x, l: yy}, map(b) = {k: zzz}.
+        let ops = log(&[[2, 1, 0, 1, 2], [2, 1, 0, 3, 5], [2, 1, 1, 6, 9]]);
+        guest.apply(ops, b"kxlyykzzz".to_vec()).expect("apply");
+        let read = guest
+            .map_get_many(
+                1,
+                slots(&[1, 0, 0, 0, 1]),
+                blobs(&[b"k", b"l", b"k", b"m", b"l"]),
+            )
+            .expect("read");
+        assert_eq!(read.present, [1, 1, 1, 0, 0]);
+        assert_eq!(read.items.data, b"zzzyyx");
+        assert_eq!(read.items.ends, slots(&[3, 5, 6, 6, 6]));
+        let none = guest.map_get_many(1, vec![], blobs(&[])).expect("no reads");
+        assert!(none.present.is_empty() && none.items.data.is_empty());
+
+        // A JSON guest's keys and values are converted both ways.
+        let seen = guest_declare_json(&mut guest, "seen", wit::StateKind::Map);
+        guest
+            .apply(log(&[[2, seen, 1, 2, 5]]), b"10\"x\"".to_vec())
+            .expect("apply");
+        let read = guest
+            .map_get_many(seen, slots(&[1, 0]), blobs(&[b"10", b"10"]))
+            .expect("read");
+        assert_eq!(
+            (read.present, read.items.data),
+            (vec![1, 0], b"\"x\"".to_vec())
+        );
+
+        let err = |guest: &mut GuestState, state, s: &[u32], keys: Blobs| {
+            guest
+                .map_get_many(state, slots(s), keys)
+                .expect_err("refused")
+        };
+        let e = err(&mut guest, 1, &[0, 1], blobs(&[b"k"]));
+        assert_eq!(
+            e,
+            "2 slots and 1 map keys: a read is one slot and one map key"
+        );
+        let e = err(&mut guest, 1, &[0, 7], blobs(&[b"k", b"k"]));
+        assert!(e.contains("key slot 7 does not exist"), "{e}");
+        let torn = Blobs {
+            data: b"k".to_vec(),
+            ends: slots(&[5]),
+        };
+        let e = err(&mut guest, 1, &[0], torn);
+        assert_eq!(e, "map key 0 spans bytes 0..5 of the 1 the map keys hold");
+        let e = guest
+            .map_get_many(1, vec![0; 3], blobs(&[b"k"]))
+            .expect_err("torn slots");
+        assert!(e.contains("3 bytes, not a whole number"), "{e}");
+        let e = err(&mut guest, seen, &[0], blobs(&[b"{oops"]));
+        assert!(e.starts_with("state `seen`: not JSON text"), "{e}");
+        assert!(err(&mut guest, 0, &[0], blobs(&[b"k"])).contains("state `v`"));
     }
 
     #[test]

@@ -1,13 +1,22 @@
 // The batch API of the JavaScript SDK, for tests/sdk_state.rs: the same logic as
 // ../batch-tour-python/operator.py (see its docstring), with `emitMany` of parallel arrays,
-// `getAll` and `setAll` (arrays indexed by `batch.slots`).
+// `getAll` and `setAll` (arrays indexed by `batch.slots`), `batch.focus` and `getMany`.
 
 import { Operator, WeirError, exportOperator, utf8Decode } from "./weir.js";
+
+/** When each key's timer is due: past every record, so it fires at the end of input. */
+const END = 1e12;
+const TAG = 7;
 
 class Tour extends Operator {
   open(ctx) {
     this.split = ctx.config.role === "split";
-    if (!this.split) this.sum = ctx.valueState("sum");
+    if (!this.split) {
+      this.sum = ctx.valueState("sum");
+      this.seen = ctx.mapState("seen");
+      this.history = ctx.listState("history");
+      this.timers = ctx.timers();
+    }
   }
 
   processBatch(batch, out) {
@@ -23,8 +32,12 @@ class Tour extends Operator {
       out.emitMany(keys, values);
       return;
     }
-    misuse(this.sum);
+    misuse(this, batch);
     const sums = this.sum.getAll(0);
+    const numbers = [];
+    for (let i = 0; i < batch.length; i++) numbers.push(Number(batch.valueStr(i)));
+    const prior = this.seen.getMany(batch.slots, numbers, 0);
+    const counts = new Map();
     const firstOf = new Map();
     const keys = batch.keys();
     const lines = [];
@@ -35,19 +48,50 @@ class Tour extends Operator {
       if (!firstOf.has(word)) firstOf.set(word, firstOf.size);
       if (firstOf.get(word) !== slot) throw new WeirError(`key ${word} has slot ${slot}`);
       const before = sums[slot];
-      const number = Number(batch.valueStr(i));
+      const number = numbers[i];
       if (number !== 0) sums[slot] = before + number;
-      lines.push(`${word}|${before}|${sums[slot]}`);
+      const pair = `${slot} ${number}`;
+      const seen = counts.has(pair) ? counts.get(pair) : prior[i];
+      counts.set(pair, seen + 1);
+      batch.focus(slot);
+      this.history.push(number);
+      this.timers.registerEventTime(END, TAG);
+      let history = "-";
+      if (number === 0) {
+        history = this.history.get().length;
+        // The map's writes go out after the loop: `get` still reads what was stored.
+        if (this.seen.get(number, 0) !== prior[i]) throw new WeirError(`get and getMany differ for ${word}`);
+      }
+      lines.push(`${word}|${before}|${sums[slot]}|${seen}|${history}`);
+    }
+    for (const [pair, seen] of counts) {
+      const [slot, number] = pair.split(" ").map(Number);
+      batch.focus(slot);
+      this.seen.put(number, seen);
     }
     this.sum.setAll(sums);
     out.emitMany(keys, lines);
   }
+
+  onTimer(timer, out) {
+    if (timer.tag !== TAG || timer.timestamp !== END || timer.domain !== "event") {
+      throw new WeirError(`unexpected timer ${timer.tag} at ${timer.timestamp}`);
+    }
+    const key = timer.keyStr();
+    out.emit(key, `${key}|end|${this.sum.get(0)}`);
+  }
 }
 
-/** The per-record state calls and arrays of the wrong length are refused, saying why. */
-function misuse(state) {
+/** Per-key calls before `focus`, slots and arrays not of this batch are refused, saying why. */
+function misuse(tour, batch) {
+  const state = tour.sum;
   const cases = [
-    [() => state.get(), "in processBatch, read and write value state"],
+    [() => state.get(), "first choose the key with batch.focus(slot)"],
+    [() => tour.seen.put(1, 1), "first choose the key with batch.focus(slot)"],
+    [() => tour.timers.registerEventTime(END, TAG), "batch.focus(slot)"],
+    [() => batch.focus(10000), "a slot is a number of batch.slots"],
+    [() => tour.seen.getMany([0], []), "one key per slot"],
+    [() => tour.seen.getMany([10000], [1]), "key slot 10000 does not exist"],
     [() => state.setAll(new Array(10000).fill(0)), "one value per key of the batch"],
   ];
   for (const [call, needs] of cases) {
