@@ -9,8 +9,8 @@ use crate::bindings::exports::weir::operator::processor::{
 };
 use crate::bindings::weir::operator::types::TimeDomain as WitDomain;
 use crate::numbers::{S64s, U32s};
-use crate::record::BatchRecords;
-use crate::state::batch::{self, NO_SLOT};
+use crate::record::{BatchRecords, HAS_TIMESTAMP};
+use crate::state::batch::{self, ColumnsOf, NO_SLOT};
 use crate::state::host::blob;
 use crate::{Emitter, Error, OpenContext, Operator, Result, TimeDomain, Timer};
 
@@ -133,6 +133,7 @@ fn process<T: Operator>(
         .map_err(|error| Failed::outside_records(error.context("malformed batch")))?;
     let slot_count = slot_count(key_slots, records.len()).map_err(Failed::outside_records)?;
     let scope = batch::begin(slot_count).map_err(Failed::outside_records)?;
+    keep_record_columns(batch, key_slots).map_err(Failed::outside_records)?;
     for (index, (record, slot)) in (0u32..).zip(records.zip(key_slots.iter())) {
         batch::set_current_slot(slot);
         let record = match record {
@@ -186,6 +187,17 @@ fn on_timers<T: Operator>(
         WitDomain::EventTime => TimeDomain::EventTime,
         WitDomain::ProcessingTime => TimeDomain::ProcessingTime,
     };
+    batch::with_runtime(|runtime| {
+        let columns = &mut runtime.columns;
+        if columns.wanted {
+            columns.start(ColumnsOf::Timers(domain));
+            columns.slots.extend(key_slots.iter());
+            columns.timestamps.extend(timestamps.iter().map(Some));
+            columns.tags.extend(tags.iter());
+        }
+        Ok(())
+    })
+    .map_err(Failed::outside_records)?;
     let columns = key_slots.iter().zip(timestamps.iter()).zip(tags.iter());
     for (index, ((slot, timestamp), tag)) in columns.enumerate() {
         batch::set_current_slot(slot);
@@ -209,6 +221,27 @@ fn on_timers<T: Operator>(
         return Err(Failed::outside_records(error));
     }
     out.take_batch().map_err(Failed::outside_records)
+}
+
+/// Keeps the batch's key slots and timestamps in the runtime, if a library asked for them.
+fn keep_record_columns(batch: &Batch, key_slots: U32s<'_>) -> Result<()> {
+    batch::with_runtime(|runtime| {
+        let columns = &mut runtime.columns;
+        if !columns.wanted {
+            return Ok(());
+        }
+        columns.start(ColumnsOf::Records);
+        columns.slots.extend(key_slots.iter());
+        let timestamps = S64s::new(&batch.timestamps, "timestamps")?;
+        let stamped = batch.flags.iter().map(|f| f & HAS_TIMESTAMP != 0);
+        columns.timestamps.extend(
+            timestamps
+                .iter()
+                .zip(stamped)
+                .map(|(ts, stamped)| stamped.then_some(ts)),
+        );
+        Ok(())
+    })
 }
 
 /// The number of distinct keys of a batch, checking that `key_slots` is what the WIT says:

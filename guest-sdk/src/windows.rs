@@ -71,6 +71,7 @@ use std::ops::Add;
 
 use serde::{Serialize, de::DeserializeOwned};
 
+use crate::state::batch::{self, ColumnsOf};
 use crate::{Emitter, Error, MapState, OpenContext, Record, Result, TimeDomain, Timer, Timers};
 
 /// The lowest timer tag the windows library uses.
@@ -259,6 +260,44 @@ pub struct Windows<A: Aggregate> {
     timers: Timers,
     fire_tag: u32,
     dropped_late: u64,
+    ahead: ReadAhead<A::Acc>,
+}
+
+/// The stored entries of the windows a batch's records (or its fired timers) reach: read for
+/// the whole batch in one host call (`map-get-many`) at the set's first use in the batch, and
+/// kept up to date with the set's own writes, so a record costs no host call to read its
+/// windows. The map state `window:{name}` is the set's alone, so nothing else writes there.
+/// Sessions read a key's whole map and do not read ahead.
+struct ReadAhead<A> {
+    /// The batch they were read for ([`batch::generation`]); 0 before the first.
+    generation: u64,
+    /// `((slot, start), entry)`, sorted; `None` where the key has no window at that start.
+    entries: Vec<(WindowAt, Option<Entry<A>>)>,
+}
+
+/// A window of a batch's key: its key slot and its start.
+type WindowAt = (u32, i64);
+
+impl<A> ReadAhead<A> {
+    fn new() -> Self {
+        Self {
+            generation: 0,
+            entries: Vec::new(),
+        }
+    }
+
+    /// The entry of the window of `slot` at `start`, if it was read ahead.
+    fn get_mut(&mut self, slot: u32, start: i64) -> Option<&mut Option<Entry<A>>> {
+        let generation = batch::generation();
+        if self.generation != generation {
+            return None;
+        }
+        let index = self
+            .entries
+            .binary_search_by_key(&(slot, start), |(at, _)| *at)
+            .ok()?;
+        Some(&mut self.entries[index].1)
+    }
 }
 
 /// Whether the window ending at `end` is due to fire at watermark `wm`.
@@ -317,6 +356,12 @@ impl<A: Aggregate> Windows<A> {
     }
 
     fn new(ctx: &mut OpenContext, name: &str, kind: WindowKind, aggregate: A) -> Result<Self> {
+        if !matches!(kind, WindowKind::Session { .. }) {
+            batch::with_runtime(|runtime| {
+                runtime.columns.wanted = true;
+                Ok(())
+            })?;
+        }
         Ok(Self {
             kind,
             aggregate,
@@ -325,6 +370,7 @@ impl<A: Aggregate> Windows<A> {
             timers: ctx.timers(),
             fire_tag: TAG_BASE | (hash15(name) << 1),
             dropped_late: 0,
+            ahead: ReadAhead::new(),
         })
     }
 
@@ -355,7 +401,7 @@ impl<A: Aggregate> Windows<A> {
 
     /// The key's open windows among those starting at `starts` (all of them if `None`),
     /// ordered by start.
-    fn load(&self, starts: Option<&[i64]>) -> Result<Vec<Open<A::Acc>>> {
+    fn load(&mut self, starts: Option<&[i64]>) -> Result<Vec<Open<A::Acc>>> {
         let open = |(start, (end, acc, fired)): (i64, Entry<A::Acc>)| Open {
             start,
             end,
@@ -365,9 +411,15 @@ impl<A: Aggregate> Windows<A> {
         let mut windows: Vec<_> = match starts {
             None => self.open.entries()?.into_iter().map(open).collect(),
             Some(starts) => {
+                self.read_ahead()?;
+                let slot = batch::current_slot(self.open.name())?;
                 let mut windows = Vec::with_capacity(starts.len());
                 for &start in starts {
-                    if let Some(entry) = self.open.get(&start)? {
+                    let entry = match self.ahead.get_mut(slot, start) {
+                        Some(entry) => entry.clone(),
+                        None => self.open.get(&start)?,
+                    };
+                    if let Some(entry) = entry {
                         windows.push(open((start, entry)));
                     }
                 }
@@ -378,17 +430,72 @@ impl<A: Aggregate> Windows<A> {
         Ok(windows)
     }
 
+    /// Reads the entries of every window the batch's records or fired timers reach, once per
+    /// batch (see [`ReadAhead`]).
+    fn read_ahead(&mut self) -> Result<()> {
+        let generation = batch::generation();
+        if self.ahead.generation == generation {
+            return Ok(());
+        }
+        self.ahead.generation = generation;
+        self.ahead.entries.clear();
+        let wm = self.timers.watermark();
+        let mut reads = Vec::new();
+        batch::with_runtime(|runtime| {
+            let columns = &runtime.columns;
+            let rows = columns.slots.iter().zip(&columns.timestamps);
+            match columns.of {
+                ColumnsOf::Records => {
+                    for (&slot, &ts) in rows {
+                        if let (true, Some(ts)) = (slot != batch::NO_SLOT, ts) {
+                            self.each_start(ts, |start| {
+                                if !self.is_late(start + self.size_ms(), wm) {
+                                    reads.push((slot, start));
+                                }
+                            });
+                        }
+                    }
+                }
+                ColumnsOf::Timers(TimeDomain::EventTime) => {
+                    for ((&slot, &ts), &tag) in rows.zip(&columns.tags) {
+                        let start = ts.and_then(|ts| self.timer_window_start(tag, ts));
+                        if let Some(start) = start {
+                            reads.push((slot, start));
+                        }
+                    }
+                }
+                ColumnsOf::Timers(TimeDomain::ProcessingTime) => {}
+            }
+            Ok(())
+        })?;
+        reads.sort_unstable();
+        reads.dedup();
+        if reads.is_empty() {
+            return Ok(());
+        }
+        let found = self.open.get_many(&reads)?;
+        self.ahead.entries = reads.into_iter().zip(found).collect();
+        Ok(())
+    }
+
     /// Writes back the windows [`Self::load`] returned (`loaded`: their starts) as `open`
     /// holds them now: gone, changed or new.
-    fn store(&self, loaded: &[i64], open: &[Open<A::Acc>]) -> Result<()> {
+    fn store(&mut self, loaded: &[i64], open: &[Open<A::Acc>]) -> Result<()> {
+        let slot = batch::current_slot(self.open.name())?;
         for start in loaded {
             if !open.iter().any(|w| w.start == *start) {
                 self.open.remove(start)?;
+                if let Some(entry) = self.ahead.get_mut(slot, *start) {
+                    *entry = None;
+                }
             }
         }
         for w in open {
-            self.open
-                .insert(&w.start, &(w.end, w.acc.clone(), w.fired))?;
+            let entry = (w.end, w.acc.clone(), w.fired);
+            self.open.insert(&w.start, &entry)?;
+            if let Some(ahead) = self.ahead.get_mut(slot, w.start) {
+                *ahead = Some(entry);
+            }
         }
         Ok(())
     }
@@ -403,16 +510,40 @@ impl<A: Aggregate> Windows<A> {
 
     /// The starts of the windows `ts` belongs to, for tumbling and sliding windows.
     fn starts_of(&self, ts: i64) -> Vec<i64> {
+        let mut starts = Vec::new();
+        self.each_start(ts, |start| starts.push(start));
+        starts
+    }
+
+    /// Calls `f` with the start of every window `ts` belongs to (latest first), for tumbling
+    /// and sliding windows.
+    fn each_start(&self, ts: i64, mut f: impl FnMut(i64)) {
         match self.kind {
-            WindowKind::Tumbling { size_ms } => vec![ts - ts.rem_euclid(size_ms)],
+            WindowKind::Tumbling { size_ms } => f(ts - ts.rem_euclid(size_ms)),
             WindowKind::Sliding { size_ms, slide_ms } => {
-                let last = ts - ts.rem_euclid(slide_ms);
-                (0..)
-                    .map(|i| last - i * slide_ms)
-                    .take_while(|start| start + size_ms > ts)
-                    .collect()
+                let mut start = ts - ts.rem_euclid(slide_ms);
+                while start + size_ms > ts {
+                    f(start);
+                    start -= slide_ms;
+                }
             }
-            WindowKind::Session { .. } => Vec::new(),
+            WindowKind::Session { .. } => {}
+        }
+    }
+
+    /// The start of the window an event-time timer of this set at `ts` is for (its firing,
+    /// or its end of lateness), for tumbling and sliding windows; `None` for other timers.
+    fn timer_window_start(&self, tag: u32, ts: i64) -> Option<i64> {
+        let end = if tag == self.fire_tag {
+            ts + 1
+        } else if tag == self.cleanup_tag() {
+            ts + 1 - self.lateness_ms
+        } else {
+            return None;
+        };
+        match self.kind {
+            WindowKind::Session { .. } => None,
+            _ => Some(end - self.size_ms()),
         }
     }
 
@@ -638,13 +769,9 @@ impl<A: Aggregate> Windows<A> {
         }
         let fire = timer.tag == self.fire_tag;
         // The window the timer is for: known by its start, but for sessions.
-        let starts = match self.kind {
-            WindowKind::Session { .. } => None,
-            _ => {
-                let end = timer.timestamp + 1 - if fire { 0 } else { self.lateness_ms };
-                Some([end - self.size_ms()])
-            }
-        };
+        let starts = self
+            .timer_window_start(timer.tag, timer.timestamp)
+            .map(|start| [start]);
         let mut open = self.load(starts.as_ref().map(|s| &s[..]))?;
         let loaded: Vec<i64> = open.iter().map(|w| w.start).collect();
         if fire {
@@ -833,5 +960,96 @@ mod tests {
         h.advance(Some(i64::MAX));
         assert_eq!(h.fired, [(0, 14, 3), (20, 25, 1)]);
         assert_eq!(h.pending(), 0);
+    }
+
+    /// Sliding windows of 10 ms every 5 ms per key, emitting `start:count` when one fires.
+    struct SlidingCounts {
+        windows: Windows<Count>,
+    }
+
+    fn emit_count(w: Window<'_, u64>, out: &mut Emitter) -> Result<()> {
+        out.emit(Some(w.key), format!("{}:{}", w.start, w.result).as_bytes());
+        Ok(())
+    }
+
+    impl crate::Operator for SlidingCounts {
+        fn open(ctx: &mut OpenContext) -> Result<Self> {
+            Ok(Self {
+                windows: Windows::sliding(ctx, "s", 10, 5, Count)?,
+            })
+        }
+
+        fn process(&mut self, record: &Record<'_>, out: &mut Emitter) -> Result<()> {
+            self.windows.add(record, (), out, emit_count).map(drop)
+        }
+
+        fn on_timer(&mut self, timer: &Timer<'_>, out: &mut Emitter) -> Result<()> {
+            self.windows.on_timer(timer, out, emit_count).map(drop)
+        }
+    }
+
+    #[test]
+    fn a_batch_reads_its_windows_in_one_host_call_and_sees_its_own_writes() {
+        use crate::bindings::exports::weir::operator::processor::{FiredTimers, Guest};
+        use crate::bindings::weir::operator::types::{Blobs, TimeDomain as WitDomain};
+        use crate::numbers::column;
+        type Exported = crate::export::Exports<SlidingCounts>;
+
+        let host = FakeHost::install();
+        let context = Context {
+            operator_name: "w".into(),
+            subtask: 0,
+            parallelism: 1,
+            config: "{}".into(),
+        };
+        Exported::open(context).expect("open");
+        // Keys a (slot 0) and b (slot 1); a's records at 1 and 3 share both their windows.
+        let records = |records: &[(&str, i64)]| {
+            let mut out = Emitter::new();
+            for &(key, ts) in records {
+                out.emit_with_timestamp(Some(key.as_bytes()), b"", Some(ts));
+            }
+            let slots = records.iter().map(|(key, _)| u32::from(*key == "b"));
+            (out.take_batch().expect("batch"), column(slots))
+        };
+        let (batch, slots) = records(&[("a", 1), ("b", 2), ("a", 3), ("a", 12)]);
+        Exported::process(batch, slots).expect("process");
+        let calls = host.calls();
+        assert_eq!((calls.map_get_many, calls.map_get), (1, 0));
+        let (batch, slots) = records(&[("a", 4), ("b", 7)]);
+        Exported::process(batch, slots).expect("process");
+        assert_eq!((host.calls().map_get_many, host.calls().map_get), (2, 0));
+
+        // The watermark passes 9: the windows [-5, 5) and [0, 10) of both keys fire.
+        let due: Vec<(u32, i64, u32)> = (host.0.borrow().timers.iter())
+            .filter(|t| t.2 <= 9)
+            .map(|&(slot, _, ts, tag)| (slot, ts, tag))
+            .collect();
+        assert_eq!(due.len(), 4);
+        let mut keys = Emitter::new();
+        for (slot, _, _) in &due {
+            keys.emit(None, if *slot == 0 { b"a" } else { b"b" });
+        }
+        let keys = keys.take_batch().expect("keys");
+        let timers = FiredTimers {
+            domain: WitDomain::EventTime,
+            keys: Blobs {
+                data: keys.data,
+                ends: keys.value_ends,
+            },
+            key_slots: column(due.iter().map(|t| t.0)),
+            timestamps: column(due.iter().map(|t| t.1)),
+            tags: column(due.iter().map(|t| t.2)),
+            watermark: Some(9),
+        };
+        let fired = Exported::on_timers(timers).expect("timers");
+        let mut fired: Vec<&[u8]> = crate::record::BatchRecords::new(&fired)
+            .expect("batch")
+            .map(|r| r.expect("record").value)
+            .collect();
+        fired.sort();
+        // a: 1, 3, 4 in [-5, 5) and [0, 10); b: 2 in [-5, 5), 2 and 7 in [0, 10).
+        assert_eq!(fired, [&b"-5:1"[..], b"-5:3", b"0:2", b"0:3"]);
+        assert_eq!((host.calls().map_get_many, host.calls().map_get), (3, 0));
     }
 }

@@ -78,6 +78,43 @@ pub(crate) struct Runtime {
     slot_count: u32,
     /// The watermark, read at most once per batch (a batch of timers brings it along).
     pub(crate) watermark: Option<Option<i64>>,
+    /// The batch's key slots and timestamps, for the libraries that read ahead.
+    pub(crate) columns: Columns,
+}
+
+/// The key slots and timestamps of the batch being processed, or of the timers firing, kept
+/// once some library asked for them in `open` ([`crate::windows`], which reads the entries
+/// of a whole batch's windows in one host call); an operator without one keeps nothing.
+#[derive(Debug, Default)]
+pub(crate) struct Columns {
+    /// Whether a library asked for them.
+    pub(crate) wanted: bool,
+    /// The current call: records, or the timers of one clock.
+    pub(crate) of: ColumnsOf,
+    /// Per record (or timer), its key slot.
+    pub(crate) slots: Vec<u32>,
+    /// Per record, its timestamp if it has one; per timer, its timestamp.
+    pub(crate) timestamps: Vec<Option<i64>>,
+    /// Per timer, its tag (empty for records).
+    pub(crate) tags: Vec<u32>,
+}
+
+/// What [`Columns`] describe.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) enum ColumnsOf {
+    #[default]
+    Records,
+    Timers(crate::TimeDomain),
+}
+
+impl Columns {
+    /// Empties the columns for a call of `of`.
+    pub(crate) fn start(&mut self, of: ColumnsOf) {
+        self.of = of;
+        self.slots.clear();
+        self.timestamps.clear();
+        self.tags.clear();
+    }
 }
 
 impl Runtime {
@@ -91,6 +128,7 @@ impl Runtime {
             all_slots: Vec::new(),
             slot_count: 0,
             watermark: None,
+            columns: Columns::default(),
         }
     }
 
@@ -329,6 +367,7 @@ pub(crate) fn reset_declarations() -> Result<()> {
     with_runtime(|runtime| {
         runtime.abort_batch();
         runtime.values.clear();
+        runtime.columns = Columns::default();
         Ok(())
     })
 }

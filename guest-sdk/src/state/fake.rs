@@ -19,6 +19,7 @@ pub(crate) struct Calls {
     pub(crate) read_values: usize,
     pub(crate) apply: usize,
     pub(crate) map_get: usize,
+    pub(crate) map_get_many: usize,
     pub(crate) map_size: usize,
     pub(crate) map_entries: usize,
     pub(crate) list_read: usize,
@@ -126,6 +127,38 @@ impl StateHost for FakeHost {
             }
         }
         Ok(())
+    }
+
+    fn map_get_many(
+        &mut self,
+        state: StateId,
+        slots: &[u8],
+        map_keys: &Blobs,
+    ) -> Result<Values, String> {
+        let mut store = self.0.borrow_mut();
+        store.calls.map_get_many += 1;
+        let slots = U32s::new(slots, "slots").map_err(String::from)?;
+        let ends = U32s::new(&map_keys.ends, "map key ends").map_err(String::from)?;
+        if slots.len() != ends.len() {
+            return Err(format!("{} slots and {} map keys", slots.len(), ends.len()));
+        }
+        let mut start = 0;
+        let mut found = Vec::new();
+        for (slot, end) in slots.iter().zip(ends.iter()) {
+            let key = &map_keys.data[start..end as usize];
+            start = end as usize;
+            found.push(
+                store
+                    .maps
+                    .get(&(state, slot))
+                    .and_then(|map| map.get(key))
+                    .cloned(),
+            );
+        }
+        Ok(Values {
+            present: found.iter().map(|v| u8::from(v.is_some())).collect(),
+            items: blobs(found.iter().map(|v| v.as_deref().unwrap_or_default())),
+        })
     }
 
     fn map_get(

@@ -21,6 +21,13 @@ pub(crate) trait StateHost {
         slot: u32,
         map_key: &[u8],
     ) -> Result<Option<Vec<u8>>, String>;
+    /// `slots` is the WIT's `u32s`; `map_keys` one map key per slot.
+    fn map_get_many(
+        &mut self,
+        state: StateId,
+        slots: &[u8],
+        map_keys: &Blobs,
+    ) -> Result<Values, String>;
     fn map_size(&mut self, state: StateId, slot: u32) -> Result<u32, String>;
     fn map_entries(
         &mut self,
@@ -60,6 +67,15 @@ impl StateHost for WitHost {
         map_key: &[u8],
     ) -> Result<Option<Vec<u8>>, String> {
         wit::map_get(state, slot, map_key)
+    }
+
+    fn map_get_many(
+        &mut self,
+        state: StateId,
+        slots: &[u8],
+        map_keys: &Blobs,
+    ) -> Result<Values, String> {
+        wit::map_get_many(state, slots, map_keys)
     }
 
     fn map_size(&mut self, state: StateId, slot: u32) -> Result<u32, String> {

@@ -184,6 +184,69 @@ impl<K: Serialize + DeserializeOwned, V: Serialize + DeserializeOwned> MapState<
         Ok(keys)
     }
 
+    /// The values under `key` in the map of slot `slot`'s key, for every `(slot, key)` of
+    /// `reads`, in one host call: the reads of a whole batch. Sends the queued writes first
+    /// if some are to this map of one of those keys, as [`Self::get`] does. A value of an
+    /// older version is migrated and written back, as [`Self::get`] does.
+    pub(crate) fn get_many(&self, reads: &[(u32, K)]) -> Result<Vec<Option<V>>> {
+        let values = batch::with_runtime(|runtime| {
+            if reads
+                .iter()
+                .any(|(slot, _)| runtime.log.writes_to(self.id, *slot))
+            {
+                runtime.log.flush(runtime.host.as_mut())?;
+            }
+            let mut slots = Vec::with_capacity(reads.len() * 4);
+            let mut keys = Blobs {
+                data: Vec::with_capacity(reads.len() * 8),
+                ends: Vec::with_capacity(reads.len() * 4),
+            };
+            for (slot, key) in reads {
+                slots.extend_from_slice(&slot.to_le_bytes());
+                codec::encode_into(key, &mut keys.data)?;
+                keys.ends
+                    .extend_from_slice(&(keys.data.len() as u32).to_le_bytes());
+            }
+            runtime
+                .host
+                .map_get_many(self.id, &slots, &keys)
+                .map_err(|e| Error::new(format!("reading: {e}")))
+        })
+        .map_err(|e| e.context(format_args!("map state `{}`", self.name)))?;
+        if host::blob_count(&values.items)? != reads.len() || values.present.len() != reads.len() {
+            return Err(Error::new(format!(
+                "map state `{}`: malformed reply from the host: not one value per read",
+                self.name
+            )));
+        }
+        let mut found = Vec::with_capacity(reads.len());
+        for (index, (slot, key)) in reads.iter().enumerate() {
+            if values.present[index] == 0 {
+                found.push(None);
+                continue;
+            }
+            let (value, migrated) = self.decode(host::blob(&values.items, index)?)?;
+            if migrated {
+                self.insert_at(*slot, key, &value)?;
+            }
+            found.push(Some(value));
+        }
+        Ok(found)
+    }
+
+    /// [`Self::insert`] into the map of slot `slot`'s key.
+    fn insert_at(&self, slot: u32, key: &K, value: &V) -> Result<()> {
+        self.write_at(
+            slot,
+            OpKind::MapPut,
+            Some(&mut |data: &mut Vec<u8>| codec::encode_into(key, data)),
+            Some(&mut |data: &mut Vec<u8>| {
+                write_head(self.versioning.version, data);
+                codec::encode_into(value, data)
+            }),
+        )
+    }
+
     fn get_raw(runtime: &mut Runtime, id: StateId, slot: u32, key: &K) -> Result<Option<Vec<u8>>> {
         runtime.scratch.clear();
         codec::encode_into(key, &mut runtime.scratch)?;
@@ -239,6 +302,16 @@ impl<K: Serialize + DeserializeOwned, V: Serialize + DeserializeOwned> MapState<
         value: Option<WriteBytes<'_>>,
     ) -> Result<()> {
         let slot = batch::current_slot(&self.name)?;
+        self.write_at(slot, kind, key, value)
+    }
+
+    fn write_at(
+        &self,
+        slot: u32,
+        kind: OpKind,
+        key: Option<WriteBytes<'_>>,
+        value: Option<WriteBytes<'_>>,
+    ) -> Result<()> {
         batch::with_runtime(|runtime| runtime.log.push(kind, self.id, slot, key, value))
             .map_err(|e| e.context(format_args!("map state `{}`", self.name)))
     }
