@@ -367,7 +367,7 @@ fn run_clean(job: &Path, dir: &Path) -> Vec<String> {
 }
 
 #[test]
-fn page_counts_in_rust_and_javascript_equal_the_expectation() {
+fn page_counts_in_rust_javascript_and_python_equal_the_expectation() {
     let seed = seed();
     let clicks = clicks(20_000, seed);
     let expected = expected_page_counts(&clicks);
@@ -383,6 +383,7 @@ fn page_counts_in_rust_and_javascript_equal_the_expectation() {
     let operators = [
         component("weir-example-page-counts"),
         built_operator(&support::repo().join("tests/guests/windows-js")),
+        built_operator(&support::repo().join("tests/guests/windows-python")),
     ];
     for operator in operators {
         let dir = tempfile::tempdir().expect("tempdir");

@@ -96,7 +96,7 @@ from ._guest_log import _count_dropped_late, debug, error, info, trace, warn
 from ._records import HAS_KEY, HAS_TIMESTAMP, NO_SLOT, Batch, Record
 from ._emitter import Emitter
 from ._timer import Timer
-from ._runtime import ListState, MapState, Timers, ValueState
+from ._runtime import ListState, MapState, Timers, ValueState, _batch_rows, _key_slot
 from ._operator import OpenContext, Operator
 from ._failures import _failure, _message
 from ._export import export

@@ -69,12 +69,18 @@ class _Runtime:
         self.touched = []
         # The watermark, read from the host at most once per batch.
         self.watermark = _UNREAD
+        # Counts the batches (records or timers), so a library's per-batch cache can tell
+        # whether it is the current batch's.
+        self.generation = 0
+        # The current batch's rows, for the libraries that read ahead (`_batch_rows`).
+        self.rows = None
 
     def begin(self, slot_count, watermark=None, batch=None):
         if self.slot_count != slot_count:
             self.slot_count = slot_count
             self.all_slots = array(_WORDS, range(slot_count)).tobytes()
         self.in_batch = True
+        self.generation += 1
         self.batch = batch
         self.distinct = None
         self.slot_of = None
@@ -150,6 +156,7 @@ class _Runtime:
         self.batch = None
         self.distinct = None
         self.slot_of = None
+        self.rows = None
         _slot = NO_SLOT
 
     def no_slot(self, name):
@@ -169,6 +176,19 @@ class _Runtime:
             f"state `{name}`: state can only be read or written while processing a record, "
             "not in open or close"
         )
+
+
+def _batch_rows():
+    """For the libraries that read a whole batch's state ahead (`weir_sdk.windows`): the
+    batch's number and its rows, `("records", slots, timestamps, flags)` or `("timers", slots,
+    timestamps, tags, domain)` (sequences, item `i` for record or timer `i`), or None outside
+    a batch."""
+    return _rt.generation, _rt.rows
+
+
+def _key_slot():
+    """The key slot state calls act on now (`NO_SLOT` where there is none)."""
+    return _slot
 
 
 # Markers in a value cache: not read yet, and no value.
@@ -653,6 +673,7 @@ def _run(process, out, batch, key_slots):
     flags, timestamps, key_slots = columns.flags, columns.timestamps, columns.slots
     n = len(flags)
     _rt.begin(_slot_count(key_slots, n))
+    _rt.rows = ("records", key_slots, timestamps, flags)
     record = Record()
     record._data = data
     start = 0
@@ -709,6 +730,7 @@ def _run_columns(process_batch, out, batch, key_slots):
     _Batch.slots = None
     columns = _columns(batch, key_slots)
     _rt.begin(_slot_count(columns.slots, len(columns)), batch=columns)
+    _rt.rows = ("records", columns.slots, columns.timestamps, columns.flags)
     process_batch(columns, out)
 
 
@@ -724,7 +746,9 @@ def _run_timers(on_timer, out, timers):
         raise WeirError("malformed timers: lists of different lengths")
     _rt.begin(_slot_count(key_slots, n), timers.watermark)
     domain = "event" if timers.domain == _types.TimeDomain.EVENT_TIME else "processing"
-    slots = _Batch.slots = iter(key_slots.tolist())
+    slot_list = key_slots.tolist()
+    _rt.rows = ("timers", slot_list, timestamps, tags, domain)
+    slots = _Batch.slots = iter(slot_list)
     _Batch.records = n
     keys = _blobs(timers.keys)
     for key, timestamp, tag, _slot in zip(keys, timestamps, tags, slots):

@@ -56,10 +56,11 @@ sessions (`fn(earlier_session, later_session)`), and its accumulator is the valu
 first value of a window is its accumulator). Results are JSON values: a tuple comes back as a
 list.
 
-Cost per record: a tumbling window is one map `get` and one `put` (plus one or two
-timer registrations for the window's first record); a sliding window is that per window of the
-record; a session reads the sessions of the record's key (one `items`). A timer of a tumbling
-or sliding window reads one map entry; of a session, the sessions of its key.
+Cost per record: a tumbling window is one map `put` (plus one or two timer registrations for
+the window's first record); a sliding window is that per window of the record. Tumbling and
+sliding windows read the entries of all the windows a batch's records (or its fired timers)
+reach in one host call (`MapState.get_many`), at their first use in the batch. A session
+reads the sessions of the record's key (one `items`), and a session's timer those of its key.
 
 State and timers, for those who read checkpoints or mix their own timers in: a window set
 named `name` keeps a map state `window:{name}`, one per key, from the window's start (19
@@ -77,7 +78,7 @@ alike are refused in `open` (rename one).
 import builtins
 import operator as _op
 
-from . import WeirError, _count_dropped_late
+from . import WeirError, _batch_rows, _count_dropped_late, _key_slot
 
 __all__ = [
     "TAG_BASE",
@@ -99,6 +100,8 @@ TAG_BASE = 0xFFFF0000
 
 #: `MapState.get`'s default for a window without state.
 _MISSING = object()
+#: A window the read-ahead does not know.
+_UNKNOWN = object()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -305,6 +308,51 @@ class _AlignedWindows(Windows):
         super().__init__(ctx, name, aggregate, on_fire, allowed_lateness_ms)
         self.size_ms = size_ms
         self.slide_ms = slide_ms
+        # The read-ahead: {(key slot, start): entry or _MISSING} of the windows the batch's
+        # records (or fired timers) reach, read in one `get_many` at the set's first use in
+        # the batch (`_generation`), and kept up to date with the set's own writes (the map
+        # state is the set's alone), so a record reads its windows without a host call. Each
+        # read would otherwise also send the writes queued before it: two calls a record.
+        self._ahead = None
+        self._generation = None
+
+    def _read_ahead(self):
+        """The read-ahead of the current batch (None outside a batch)."""
+        generation, rows = _batch_rows()
+        if generation == self._generation:
+            return self._ahead
+        self._generation = generation
+        self._ahead = None
+        if rows is None:
+            return None
+        size, slide, lateness = self.size_ms, self.slide_ms, self.allowed_lateness_ms
+        at = {}
+        if rows[0] == "records":
+            _, slots, timestamps, flags = rows
+            watermark = self._timers.watermark()
+            for slot, ts, f in zip(slots, timestamps, flags):
+                if f != 3:  # a record needs a key and a timestamp (flags 1 | 2)
+                    continue
+                start = ts - ts % slide
+                while start > ts - size:
+                    if watermark is None or watermark < start + size - 1 + lateness:
+                        at[slot, start] = None
+                    start -= slide
+        elif rows[4] == "event":
+            _, slots, timestamps, tags, _ = rows
+            fire_tag = self.fire_tag
+            for slot, ts, tag in zip(slots, timestamps, tags):
+                if tag == fire_tag:
+                    at[slot, ts + 1 - size] = None
+        windows = list(at)
+        if not windows:
+            self._ahead = {}
+            return self._ahead
+        found = self._state.get_many(
+            [w[0] for w in windows], [window_key(w[1]) for w in windows], _MISSING
+        )
+        self._ahead = dict(zip(windows, found))
+        return self._ahead
 
     def add(self, record, out):
         ts = self._timestamp(record)
@@ -334,43 +382,63 @@ class _AlignedWindows(Windows):
             return False
         return True
 
+    def _entry(self, start):
+        """The current key's window at `start` (`_MISSING` if none), with where the read-ahead
+        keeps it: (entry, read-ahead or None, its place there)."""
+        ahead = self._read_ahead()
+        if ahead is not None:
+            at = (_key_slot(), start)
+            entry = ahead.get(at, _UNKNOWN)
+            if entry is not _UNKNOWN:
+                return entry, ahead, at
+        else:
+            at = None
+        return self._state.get(window_key(start), _MISSING), ahead, at
+
+    def _put(self, start, entry, ahead, at):
+        self._state.put(window_key(start), entry)
+        if ahead is not None:
+            ahead[at] = entry
+
     def _add(self, key, start, end, value, watermark, out):
-        state = self._state
-        map_key = window_key(start)
-        entry = state.get(map_key, _MISSING)
+        entry, ahead, at = self._entry(start)
         if entry is _MISSING:
             if watermark is None or watermark < end - 1:
-                state.put(map_key, [value, 0])
+                self._put(start, [value, 0], ahead, at)
                 self._register(end, True)
             else:
                 # A new window, already due but within the lateness: it fires now.
-                state.put(map_key, [value, 1])
+                self._put(start, [value, 1], ahead, at)
                 self._register(end, False)
                 self._on_fire(key, start, end, value, out)
         else:
             acc = self._combine(entry[0], value)
             fired = entry[1]
-            state.put(map_key, [acc, fired])
+            self._put(start, [acc, fired], ahead, at)
             if fired:
                 self._on_fire(key, start, end, acc, out)
 
     def _fire_timer(self, key, timestamp, out):
         end = timestamp + 1
         start = end - self.size_ms
-        state = self._state
-        map_key = window_key(start)
-        entry = state.get(map_key, _MISSING)
+        entry, ahead, at = self._entry(start)
         if entry is _MISSING or entry[1]:
             return
         acc = entry[0]
         if self.allowed_lateness_ms:
-            state.put(map_key, [acc, 1])
+            self._put(start, [acc, 1], ahead, at)
         else:
-            state.remove(map_key)
+            self._state.remove(window_key(start))
+            if ahead is not None:
+                ahead[at] = _MISSING
         self._on_fire(key, start, end, acc, out)
 
     def _cleanup_timer(self, timestamp):
-        self._state.remove(window_key(timestamp + 1 - self.allowed_lateness_ms - self.size_ms))
+        start = timestamp + 1 - self.allowed_lateness_ms - self.size_ms
+        self._state.remove(window_key(start))
+        ahead = self._read_ahead()
+        if ahead is not None:
+            ahead[_key_slot(), start] = _MISSING
 
 
 class _SessionWindows(Windows):
