@@ -80,7 +80,7 @@
 // `watermark`); from records `key`, `timestamp` and `valueJson()`; from timers `key`,
 // `timestamp`, `tag` and `domain`.
 
-import { WeirError, countDroppedLate, utf8Decode, utf8Encode } from "./weir.js";
+import { WeirError, batchRows, countDroppedLate, keySlot, s64At, utf8Decode, utf8Encode } from "./weir.js";
 
 /** The first timer tag reserved for windows; the operator's own timers keep below it. */
 export const TAG_BASE = 0xffff0000;
@@ -296,6 +296,76 @@ class AlignedWindows extends Windows {
     super(ctx, name, options);
     this.sizeMs = sizeMs;
     this.slideMs = slideMs;
+    // The read-ahead: Map from `slot start` to the entry (or null: none) of the windows the
+    // batch's records (or fired timers) reach, read in one `getMany` at the set's first use in
+    // the batch (`_generation`), and kept up to date with the set's own writes (the map state
+    // is the set's alone), so a record reads its windows without a host call. Each read would
+    // otherwise also send the writes queued before it: two calls a record.
+    this._ahead = null;
+    this._generation = -1;
+  }
+
+  /** The read-ahead of the current batch (null outside a batch). */
+  _readAhead() {
+    const [generation, rows] = batchRows();
+    if (generation === this._generation) return this._ahead;
+    this._generation = generation;
+    this._ahead = null;
+    if (rows === null) return null;
+    const size = this.sizeMs;
+    const slide = this.slideMs;
+    const lateness = this.allowedLatenessMs;
+    const slots = [];
+    const starts = [];
+    const seen = new Set();
+    const want = (slot, start) => {
+      const at = `${slot} ${start}`;
+      if (!seen.has(at)) {
+        seen.add(at);
+        slots.push(slot);
+        starts.push(start);
+      }
+    };
+    if (!rows.timers) {
+      const watermark = this._timers.watermark() ?? null;
+      for (let i = 0; i < rows.slots.length; i++) {
+        if (rows.flags[i] !== 3) continue; // a record needs a key and a timestamp (flags 1 | 2)
+        const ts = s64At(rows.timestamps, i);
+        const rem = ts % slide;
+        for (let start = rem < 0 ? ts - rem - slide : ts - rem; start > ts - size; start -= slide) {
+          if (watermark === null || watermark < start + size - 1 + lateness) want(rows.slots[i], start);
+        }
+      }
+    } else if (rows.clock === "event") {
+      for (let i = 0; i < rows.slots.length; i++) {
+        if (rows.tags[i] === this.fireTag) want(rows.slots[i], s64At(rows.timestamps, i) + 1 - size);
+      }
+    }
+    const ahead = new Map();
+    if (slots.length > 0) {
+      const found = this._state.getMany(slots, starts.map(windowKey), null);
+      for (let i = 0; i < slots.length; i++) ahead.set(`${slots[i]} ${starts[i]}`, found[i]);
+    }
+    this._ahead = ahead;
+    return ahead;
+  }
+
+  /** The current key's window at `start` (undefined if none), and its place in the
+   * read-ahead (null when there is none). */
+  _entry(start) {
+    const ahead = this._readAhead();
+    if (ahead !== null) {
+      const at = `${keySlot()} ${start}`;
+      const entry = ahead.get(at);
+      if (entry !== undefined) return [entry === null ? undefined : entry, at];
+      return [this._state.get(windowKey(start)), at];
+    }
+    return [this._state.get(windowKey(start)), null];
+  }
+
+  _put(start, entry, at) {
+    this._state.put(windowKey(start), entry);
+    if (at !== null) this._ahead.set(at, entry);
   }
 
   add(record, out) {
@@ -335,23 +405,21 @@ class AlignedWindows extends Windows {
   }
 
   _add(key, start, end, value, watermark, out) {
-    const state = this._state;
-    const mapKey = windowKey(start);
-    const entry = state.get(mapKey);
+    const [entry, at] = this._entry(start);
     if (entry === undefined) {
       if (watermark === null || watermark < end - 1) {
-        state.put(mapKey, [value, 0]);
+        this._put(start, [value, 0], at);
         this._register(end, true);
       } else {
         // A new window, already due but within the lateness: it fires now.
-        state.put(mapKey, [value, 1]);
+        this._put(start, [value, 1], at);
         this._register(end, false);
         this._onFire(key, start, end, value, out);
       }
     } else {
       const acc = this._combine(entry[0], value);
       const fired = entry[1];
-      state.put(mapKey, [acc, fired]);
+      this._put(start, [acc, fired], at);
       if (fired) this._onFire(key, start, end, acc, out);
     }
   }
@@ -359,18 +427,22 @@ class AlignedWindows extends Windows {
   _fireTimer(key, timestamp, out) {
     const end = timestamp + 1;
     const start = end - this.sizeMs;
-    const state = this._state;
-    const mapKey = windowKey(start);
-    const entry = state.get(mapKey);
+    const [entry, at] = this._entry(start);
     if (entry === undefined || entry[1]) return;
     const acc = entry[0];
-    if (this.allowedLatenessMs) state.put(mapKey, [acc, 1]);
-    else state.remove(mapKey);
+    if (this.allowedLatenessMs) {
+      this._put(start, [acc, 1], at);
+    } else {
+      this._state.remove(windowKey(start));
+      if (at !== null) this._ahead.set(at, null);
+    }
     this._onFire(key, start, end, acc, out);
   }
 
   _cleanupTimer(timestamp) {
-    this._state.remove(windowKey(timestamp + 1 - this.allowedLatenessMs - this.sizeMs));
+    const start = timestamp + 1 - this.allowedLatenessMs - this.sizeMs;
+    this._state.remove(windowKey(start));
+    if (this._readAhead() !== null) this._ahead.set(`${keySlot()} ${start}`, null);
   }
 }
 

@@ -5,7 +5,9 @@
 // exits non-zero on a failure. `weir.js` imports the component's bindings
 // (`weir:operator/...`), which exist only inside a component: a module loader hook (Node's
 // `module.register`) gives `windows.js` a stub `./weir.js` with the few exports it uses
-// (`WeirError`, `utf8Encode`, `utf8Decode`, `countDroppedLate`), and loads `windows.js` as an ES module. The SDK
+// (`WeirError`, `utf8Encode`, `utf8Decode`, `countDroppedLate`; `batchRows`, `keySlot` and
+// `s64At` as outside a batch, so the windows read each entry as they need it), and loads
+// `windows.js` as an ES module. The SDK
 // pieces windows use are faked: a context whose map states keep JSON text per key and honour a
 // current key, a timer registry in which the test moves the watermark and which calls
 // `onTimer` for the due timers in (timestamp, key, tag) order, and an emitter that keeps what
@@ -21,6 +23,10 @@ export class WeirError extends Error {}
 export let droppedLateCounted = 0;
 export function countDroppedLate(records) { droppedLateCounted += records; }
 export function utf8Encode(text) { return new TextEncoder().encode(text); }
+// Outside a batch of the real runtime: the windows read each entry as they need it.
+export function batchRows() { return [0, null]; }
+export function keySlot() { return 0; }
+export function s64At(halves, i) { return (halves[2 * i + 1] | 0) * 4294967296 + halves[2 * i]; }
 export function utf8Decode(bytes, start = 0, end = bytes.length) {
   return new TextDecoder("utf-8", { fatal: true }).decode(bytes.subarray(start, end));
 }

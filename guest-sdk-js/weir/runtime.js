@@ -85,9 +85,15 @@ class Runtime {
     this.touched = [];
     /** The watermark, read from the host at most once per batch (UNREAD until then). */
     this.watermark = undefined;
+    /** Counts the batches (records or timers), so a library's per-batch cache can tell
+     * whether it is the current batch's. */
+    this.generation = 0;
+    /** The current batch's rows, for the libraries that read ahead (`batchRows`). */
+    this.rows = null;
   }
 
   begin(slotCount, watermark = UNREAD, columns = null) {
+    this.generation++;
     this.watermark = watermark;
     this.slotCount = slotCount;
     this.columns = columns;
@@ -142,6 +148,7 @@ class Runtime {
   end() {
     this.inBatch = false;
     this.columns = null;
+    this.rows = null;
     currentSlot = NO_SLOT;
   }
 
@@ -166,6 +173,19 @@ class Runtime {
 }
 
 export const rt = new Runtime();
+
+/** For the libraries that read a whole batch's state ahead (`windows.js`): the batch's number
+ * and its rows, `{ timers: false, slots, timestamps, flags }` or `{ timers: true, slots,
+ * timestamps, tags, clock }` (`slots`, `flags` and `tags` typed arrays; `timestamps` the
+ * halves `s64At` reads), or null outside a batch. */
+export function batchRows() {
+  return [rt.generation, rt.rows];
+}
+
+/** The key slot state calls act on now (`NO_SLOT` where there is none). */
+export function keySlot() {
+  return currentSlot;
+}
 
 // Markers in a value cache: not read yet, and no value.
 const UNREAD = Symbol("unread");
@@ -815,14 +835,17 @@ export function runBatch(operator, batchApi, out, batch, keySlots) {
       throw new WeirError("malformed batch: columns of different lengths");
     }
     const slots = slotCount(keySlots, n);
+    const rows = { timers: false, slots: keySlots, timestamps, flags };
     if (batchApi) {
       const columns = new Batch(data, keyEnds, valueEnds, flags, timestamps, keySlots, slots);
       rt.begin(slots, UNREAD, columns);
+      rt.rows = rows;
       operator.processBatch(columns, out);
       rt.finish();
       return out._take();
     }
     rt.begin(slots);
+    rt.rows = rows;
     const record = new Record();
     record._data = data;
     record._buffer = data.buffer;
@@ -892,6 +915,7 @@ export function runTimers(operator, out, timers) {
     const w = watermark === undefined || watermark === null ? null : Number(watermark);
     rt.begin(slotCount(keySlots, n), w);
     const clock = domain === "event-time" ? "event" : "processing";
+    rt.rows = { timers: true, slots: keySlots, timestamps, tags, clock };
     let start = 0;
     for (i = 0; i < n; i++) {
       const end = keyEnds[i];
