@@ -273,6 +273,9 @@ struct ReadAhead<A> {
     generation: u64,
     /// `((slot, start), entry)`, sorted; `None` where the key has no window at that start.
     entries: Vec<(WindowAt, Option<Entry<A>>)>,
+    /// Where each slot's entries begin in `entries` (and, one past the last slot, where they
+    /// end): a slot's few windows are found without a search through the whole batch's.
+    slot_starts: Vec<u32>,
 }
 
 /// A window of a batch's key: its key slot and its start.
@@ -283,20 +286,33 @@ impl<A> ReadAhead<A> {
         Self {
             generation: 0,
             entries: Vec::new(),
+            slot_starts: Vec::new(),
         }
+    }
+
+    /// Keeps `entries` (sorted by window) as the batch's read-ahead.
+    fn fill(&mut self, entries: Vec<(WindowAt, Option<Entry<A>>)>) {
+        self.slot_starts.clear();
+        for (index, ((slot, _), _)) in entries.iter().enumerate() {
+            while self.slot_starts.len() <= *slot as usize {
+                self.slot_starts.push(index as u32);
+            }
+        }
+        self.slot_starts.push(entries.len() as u32);
+        self.entries = entries;
     }
 
     /// The entry of the window of `slot` at `start`, if it was read ahead.
     fn get_mut(&mut self, slot: u32, start: i64) -> Option<&mut Option<Entry<A>>> {
-        let generation = batch::generation();
-        if self.generation != generation {
+        if self.generation != batch::generation() {
             return None;
         }
-        let index = self
-            .entries
-            .binary_search_by_key(&(slot, start), |(at, _)| *at)
-            .ok()?;
-        Some(&mut self.entries[index].1)
+        let from = *self.slot_starts.get(slot as usize)? as usize;
+        let to = *self.slot_starts.get(slot as usize + 1)? as usize;
+        self.entries[from..to]
+            .iter_mut()
+            .find(|((_, at), _)| *at == start)
+            .map(|(_, entry)| entry)
     }
 }
 
@@ -438,7 +454,7 @@ impl<A: Aggregate> Windows<A> {
             return Ok(());
         }
         self.ahead.generation = generation;
-        self.ahead.entries.clear();
+        self.ahead.fill(Vec::new());
         let wm = self.timers.watermark();
         let mut reads = Vec::new();
         batch::with_runtime(|runtime| {
@@ -474,7 +490,7 @@ impl<A: Aggregate> Windows<A> {
             return Ok(());
         }
         let found = self.open.get_many(&reads)?;
-        self.ahead.entries = reads.into_iter().zip(found).collect();
+        self.ahead.fill(reads.into_iter().zip(found).collect());
         Ok(())
     }
 
