@@ -58,10 +58,12 @@
 // sessions (`fn(earlierSession, laterSession)`), and its accumulator is the value itself (the
 // first value of a window is its accumulator).
 //
-// Cost per record: a tumbling window is one map `get` and one `put` (plus one or two
-// timer registrations for the window's first record); a sliding window is that per window of the
-// record; a session reads the sessions of the record's key (one `entries`). A timer of a
-// tumbling or sliding window reads one map entry; of a session, the sessions of its key.
+// Cost per record: a tumbling window is one map `put` (plus one or two timer registrations for
+// the window's first record); a sliding window is that per window of the record. Tumbling and
+// sliding windows read the entries of all the windows a batch's records (or its fired timers)
+// reach in one host call (`MapState.getMany`), at their first use in the batch. A session
+// reads the sessions of the record's key (one `entries`), and a session's timer those of its
+// key.
 //
 // State and timers, for those who read checkpoints or mix their own timers in: the same as
 // the Python SDK's `weir_sdk.windows`. A window set named `name` keeps a map state

@@ -62,10 +62,11 @@
 //! below `0xFFFF_0000`; [`Windows::on_timer`] returns `false` for timers that are not the
 //! set's.
 //!
-//! Cost: a record reads the entries of its windows, one host call per window (one window for
-//! tumbling windows, `size / slide` for sliding ones) or one for all the key's sessions, and
-//! its writes go out with the batch's other writes, in one call per batch. Each window costs
-//! one timer (two with lateness).
+//! Cost: tumbling and sliding windows read the entries of every window a batch's records (or
+//! its fired timers) reach in one host call (`map-get-many`), at the set's first use in the
+//! batch, and keep them up to date with their own writes; a session reads all the key's
+//! sessions, one host call per record. Writes go out with the batch's other writes, in one
+//! call per batch. Each window costs one timer (two with lateness).
 
 use std::ops::Add;
 
