@@ -105,7 +105,8 @@ export class Record {
  *   a timestamp).
  * - `focus(slot)`: the calls that act on one key (map and list state, timers, a value state's
  *   `get` and `set`) act on the key of `slot` (`slots[i]` for record `i`) until the next
- *   `focus`. `MapState.getMany(slots, keys)` reads many keys' maps in one host call. */
+ *   `focus`. `MapState.getMany(slots, keys)` and `ListState.getMany(slots)` read many keys'
+ *   maps and lists in one host call. */
 export class Batch {
   constructor(data, keyEnds, valueEnds, flags, timestampHalves, slots, slotCount) {
     this.data = data;

@@ -723,6 +723,39 @@ export class ListState {
     }
     return out;
   }
+
+  /** The lists of the keys of `slots` (from `batch.slots`), each oldest first, as an array of
+   * arrays, in one host call: the list reads of a whole batch in `processBatch`. Like `get`,
+   * it first sends the batch's pending writes. */
+  getMany(slots) {
+    rt.flush();
+    const n = slots.length;
+    const slotWords = Uint32Array.from(slots);
+    const lists = host(`list state \`${this.name}\`: reading`, () =>
+      stateApi.listReadMany(this._id, columnBytes(slotWords, n)),
+    );
+    const counts = u32s(lists.counts, "reply from the host");
+    const ends = u32s(lists.items.ends, "reply from the host");
+    if (counts.length !== n) throw new WeirError(`list state \`${this.name}\`: malformed reply from the host`);
+    const out = new Array(n);
+    let item = 0;
+    let start = 0;
+    for (let i = 0; i < n; i++) {
+      const list = new Array(counts[i]);
+      for (let j = 0; j < counts[i]; j++, item++) {
+        if (item >= ends.length) throw new WeirError(`list state \`${this.name}\`: malformed reply from the host`);
+        list[j] = decode(lists.items.data, start, ends[item]);
+        start = ends[item];
+      }
+      out[i] = list;
+    }
+    return out;
+  }
+
+  _rewriteAt(slot, items) {
+    rt.log(LIST_CLEAR, this._id, slot, undefined, undefined);
+    for (const item of items) rt.log(LIST_APPEND, this._id, slot, undefined, item);
+  }
 }
 
 /** A timer's 12 bytes in an `apply` log: its timestamp (s64), then its tag (u32). */
@@ -964,5 +997,22 @@ export class VersionedListState extends ListState {
       for (const item of items) this.push(item);
     }
     return items;
+  }
+
+  getMany(slots) {
+    const wrap = (item) => (this.version > 1 ? { $version: this.version, $value: item } : item);
+    return super.getMany(slots).map((stored, i) => {
+      let migratedAny = false;
+      const items = stored.map((s) => {
+        let [version, item] = splitVersion(s);
+        if (version !== this.version) {
+          item = migrated(this, version, item);
+          migratedAny = true;
+        }
+        return item;
+      });
+      if (migratedAny) this._rewriteAt(slots[i], items.map(wrap));
+      return items;
+    });
   }
 }

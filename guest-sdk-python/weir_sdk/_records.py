@@ -90,8 +90,8 @@ class Batch:
 
     - `focus(slot)`: the calls that act on one key (map and list state, timers, a value
       state's `get` and `set`) act on the key of `slot` (`batch.slots[i]` for record `i`)
-      until the next `focus`. `MapState.get_many(slots, keys)` reads many keys' maps in one
-      host call.
+      until the next `focus`. `MapState.get_many(slots, keys)` and `ListState.get_many(slots)`
+      read many keys' maps and lists in one host call.
 
     Valid during the `process_batch` call: copy what you keep (`bytes` slices are copies).
     """

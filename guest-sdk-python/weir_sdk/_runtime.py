@@ -580,6 +580,32 @@ class ListState:
             raise WeirError(f"list state `{self.name}`: reading: {e.value}") from None
         return [_decode(item) for item in _blobs(blobs)]
 
+    def get_many(self, slots):
+        """The lists of the keys of `slots` (from `batch.slots`), each oldest first, as a list
+        of lists, in one host call: the list reads of a whole batch in `process_batch`. Like
+        `get`, it first sends the batch's pending writes, so it sees them."""
+        _rt.flush()
+        try:
+            slot_bytes = array(_WORDS, slots).tobytes()
+        except (OverflowError, TypeError):
+            raise WeirError(f"list state `{self.name}`: get_many's slots are ints from batch.slots") from None
+        try:
+            lists = _state.list_read_many(self._id, slot_bytes)
+        except Err as e:
+            raise WeirError(f"list state `{self.name}`: reading: {e.value}") from None
+        items = list(map(_decode, _blobs(lists.items)))
+        counts = _u32s(lists.counts, "reply from the host")
+        if len(counts) != len(slots) or sum(counts) != len(items):
+            raise WeirError(f"list state `{self.name}`: malformed reply from the host")
+        ends = list(accumulate(counts))
+        return [items[end - n : end] for n, end in zip(counts, ends)]
+
+    def _rewrite_at(self, slot, items):
+        """Replaces the list of `slot`'s key with `items` (encoded as they are)."""
+        _rt.log(_LIST_CLEAR, self._id, slot, None, None)
+        for item in items:
+            _rt.log(_LIST_APPEND, self._id, slot, None, _encode(item))
+
 
 class Timers:
     """Timers of the current key: `ctx.timers()` in `open`.

@@ -171,3 +171,13 @@ class VersionedListState(_Versioned, ListState):
             for item in items:
                 self.append(item)
         return items
+
+    def get_many(self, slots):
+        lists = []
+        for slot, stored in zip(slots, super().get_many(slots)):
+            read = [self._current(item) for item in stored]
+            items = [item for item, _ in read]
+            if any(migrated for _, migrated in read):
+                self._rewrite_at(slot, [self._wrapped(item) for item in items])
+            lists.append(items)
+        return lists

@@ -414,6 +414,34 @@ impl wit::Host for GuestState {
         })
     }
 
+    #[tracing::instrument(level = "trace", skip_all, fields(state, slots = slots.len() / 4))]
+    fn list_read_many(
+        &mut self,
+        state: wit::StateId,
+        slots: Vec<u8>,
+    ) -> Result<wit::Lists, String> {
+        self.guest_state(state)?;
+        let slots = whole_u32s(slots, "the slots")?;
+        let mut items = BlobsBuilder::default();
+        let mut counts = Numbers::<u32>::with_capacity(slots.len());
+        for slot in slots.iter() {
+            let key = self.slots.key(slot)?;
+            let list = self
+                .backend
+                .list_items(StateId(state), key)
+                .map_err(|e| self.describe(state, e))?;
+            for item in list.iter() {
+                self.guest_form(state, item, &mut items.data)?;
+                items.ends.push(items.data.len() as u32);
+            }
+            counts.push(list.len() as u32);
+        }
+        Ok(wit::Lists {
+            items: items.build(),
+            counts: counts.into_bytes(),
+        })
+    }
+
     #[tracing::instrument(level = "trace", skip(self))]
     fn list_read(&mut self, state: wit::StateId, slot: u32) -> Result<Blobs, String> {
         self.guest_state(state)?;
@@ -728,6 +756,40 @@ mod tests {
         let e = err(&mut guest, seen, &[0], blobs(&[b"{oops"]));
         assert!(e.starts_with("state `seen`: not JSON text"), "{e}");
         assert!(err(&mut guest, 0, &[0], blobs(&[b"k"])).contains("state `v`"));
+    }
+
+    #[test]
+    fn list_read_many_reads_the_lists_of_the_slots_one_after_the_other() {
+        let mut guest = in_batch();
+        let list = guest
+            .declare("l".into(), wit::StateKind::List, wit::Encoding::Cbor)
+            .expect("declare");
+        // list(a) = [x, yy], list(b) = [].
+        let ops = log(&[[5, list, 0, 0, 1], [5, list, 0, 1, 3]]);
+        guest.apply(ops, b"xyy".to_vec()).expect("apply");
+        let read = guest.list_read_many(list, slots(&[1, 0, 0])).expect("read");
+        assert_eq!(read.counts, slots(&[0, 2, 2]));
+        assert_eq!(read.items.data, b"xyyxyy");
+        assert_eq!(read.items.ends, slots(&[1, 3, 4, 6]));
+
+        let json = guest_declare_json(&mut guest, "j", wit::StateKind::List);
+        guest
+            .apply(log(&[[5, json, 1, 0, 3]]), b"\"z\"".to_vec())
+            .expect("apply");
+        let read = guest.list_read_many(json, slots(&[1])).expect("read");
+        assert_eq!(
+            (read.counts, read.items.data),
+            (slots(&[1]), b"\"z\"".to_vec())
+        );
+
+        let e = guest
+            .list_read_many(list, slots(&[2]))
+            .expect_err("no slot 2");
+        assert!(e.contains("key slot 2 does not exist"), "{e}");
+        let e = guest.list_read_many(list, vec![0; 5]).expect_err("torn");
+        assert!(e.contains("5 bytes, not a whole number"), "{e}");
+        let e = guest.list_read_many(1, slots(&[0])).expect_err("a map");
+        assert!(e.starts_with("state `m`"), "{e}");
     }
 
     #[test]

@@ -37,6 +37,7 @@ class Tour extends Operator {
     const numbers = [];
     for (let i = 0; i < batch.length; i++) numbers.push(Number(batch.valueStr(i)));
     const prior = this.seen.getMany(batch.slots, numbers, 0);
+    const lengths = this.history.getMany([...Array(batch.slotCount).keys()]).map((items) => items.length);
     const counts = new Map();
     const firstOf = new Map();
     const keys = batch.keys();
@@ -55,10 +56,12 @@ class Tour extends Operator {
       counts.set(pair, seen + 1);
       batch.focus(slot);
       this.history.push(number);
+      lengths[slot]++;
       this.timers.registerEventTime(END, TAG);
       let history = "-";
       if (number === 0) {
-        history = this.history.get().length;
+        history = lengths[slot];
+        if (this.history.get().length !== history) throw new WeirError(`get and getMany differ for ${word}'s list`);
         // The map's writes go out after the loop: `get` still reads what was stored.
         if (this.seen.get(number, 0) !== prior[i]) throw new WeirError(`get and getMany differ for ${word}`);
       }

@@ -10,8 +10,9 @@ write.
 
 The other state kinds, through `batch.focus(slot)` and `MapState.get_many`: the map state
 `seen` counts, per key, the records of each NUMBER (read for the whole batch with one
-`get_many`, written back per key); the list state `history` gets every NUMBER appended, and
-a record whose NUMBER is 0 reads the list back; every record registers the event-time timer
+`get_many`, written back per key); the list state `history` gets every NUMBER appended (its
+lengths read for the whole batch with one `get_many`), and a record whose NUMBER is 0 reads
+the list back; every record registers the event-time timer
 `END` (tag 7) of its key, so each key's timer fires once, at the end of input, and emits
 `KEY|end|final sum`. So a record's line is `KEY|sum before|sum after|records of this NUMBER
 before|length of the history` (`-` for the last unless NUMBER is 0).
@@ -48,6 +49,7 @@ class Tour(weir_sdk.Operator):
         order = list(sums)
         numbers = [int(value) for value in values]
         prior = self.seen.get_many(batch.slots, numbers, 0)
+        lengths = [len(items) for items in self.history.get_many(list(range(len(order))))]
         counts = {}
         lines = []
         for i, (key, number, slot) in enumerate(zip(keys, numbers, batch.slots)):
@@ -60,10 +62,12 @@ class Tour(weir_sdk.Operator):
             counts[slot, number] = seen + 1
             batch.focus(slot)
             self.history.append(number)
+            lengths[slot] += 1
             self.timers.register_event_time(END, TAG)
             history = "-"
             if number == 0:
-                history = len(self.history.get())
+                history = lengths[slot]
+                assert len(self.history.get()) == history, (key, self.history.get(), history)
                 # The map's writes go out after the loop: `get` still reads what was stored.
                 assert self.seen.get(number, 0) == prior[i], (key, self.seen.get(number), prior[i])
             line = f"{key.decode()}|{before}|{sums[key]}|{seen}|{history}"

@@ -2,7 +2,7 @@
 // ../state-tour-python/operator.py, whose docstring describes it (the counters of
 // `role = "count-v1"` and `"count-v2"`, and their map-state and list-state forms, too).
 
-import { Operator, exportOperator } from "./weir.js";
+import { Operator, exportOperator, keySlot } from "./weir.js";
 
 function countFromV1(version, old) {
   if (version !== 1) throw new Error(`no migration from version ${version}`);
@@ -17,7 +17,9 @@ class MapEntry {
   }
 
   get(dflt) {
-    return this.map.get("n", dflt);
+    // Through `getMany` (for the record's own slot), so that a versioned map's batch read
+    // migrates what it reads as `get` does.
+    return this.map.getMany([keySlot()], ["n"], dflt)[0];
   }
 
   set(value) {
@@ -32,7 +34,8 @@ class ListItem {
   }
 
   get(dflt) {
-    const items = this.list.get();
+    // Through `getMany`, as `MapEntry.get`.
+    const items = this.list.getMany([keySlot()])[0];
     return items.length > 0 ? items[items.length - 1] : dflt;
   }
 

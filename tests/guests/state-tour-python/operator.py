@@ -38,7 +38,9 @@ class MapEntry:
         self.map = map_state
 
     def get(self, default):
-        return self.map.get("n", default)
+        # Through `get_many` (for the record's own slot), so that a versioned map's batch read
+        # migrates what it reads as `get` does.
+        return self.map.get_many([weir_sdk._key_slot()], ["n"], default)[0]
 
     def set(self, value):
         self.map.put("n", value)
@@ -51,7 +53,8 @@ class ListItem:
         self.list = list_state
 
     def get(self, default):
-        items = self.list.get()
+        # Through `get_many`, as `MapEntry.get`.
+        items = self.list.get_many([weir_sdk._key_slot()])[0]
         return items[-1] if items else default
 
     def set(self, value):
