@@ -81,7 +81,33 @@ impl Machine {
         ] {
             command.env_remove(tool);
         }
+        without_test_env(&mut command);
         command.output().expect("the installed weir runs")
+    }
+}
+
+/// Removes from `command`'s environment what Cargo sets for the test process (`CARGO_PKG_NAME`
+/// and the other package variables, `CARGO_MANIFEST_DIR`, `OUT_DIR`, ...): a user's shell has
+/// none of them. Build scripts watch some (ring's, through `cc`, watches `CARGO_PKG_NAME` and
+/// `OUT_DIR`): a `cargo` run with them set sees them changed and rebuilds ring, rustls,
+/// reqwest, object_store and weir-host in the workspace's target folder, here and again in the
+/// next build from a shell (the doc tests' step of `scripts/test`), 20 s each time.
+fn without_test_env(command: &mut Command) {
+    for (name, _) in std::env::vars_os() {
+        let set_for_tests = name.to_str().is_some_and(|name| {
+            [
+                "CARGO_PKG_",
+                "CARGO_MANIFEST_",
+                "CARGO_BIN_",
+                "CARGO_CRATE_",
+            ]
+            .iter()
+            .any(|prefix| name.starts_with(prefix))
+                || ["OUT_DIR", "CARGO_PRIMARY_PACKAGE", "CARGO_TARGET_TMPDIR"].contains(&name)
+        });
+        if set_for_tests {
+            command.env_remove(name);
+        }
     }
 }
 
@@ -110,14 +136,15 @@ fn succeeded(what: &str, out: &Output) {
 fn an_installed_weir_installs_its_toolchains_and_builds_every_language_outside_the_checkout() {
     let machine = Machine::new();
     let root = machine.bin.parent().expect("root");
-    let install = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()))
+    let mut install = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()));
+    install
         .args(["install", "--debug", "--locked", "--offline", "--path"])
         .arg(repo().join("host"))
         .arg("--root")
         .arg(root)
-        .env("CARGO_TARGET_DIR", repo().join("target"))
-        .output()
-        .expect("cargo runs");
+        .env("CARGO_TARGET_DIR", repo().join("target"));
+    without_test_env(&mut install);
+    let install = install.output().expect("cargo runs");
     succeeded("cargo install --path host", &install);
     assert!(machine.bin.join("weir").is_file());
 
