@@ -187,6 +187,12 @@ export function keySlot() {
   return currentSlot;
 }
 
+/** `slots` (numbers of `batch.slots`) as the WIT's `u32s`, for a `getMany`. */
+function slotColumn(slots) {
+  const words = Uint32Array.from(slots);
+  return columnBytes(words, words.length);
+}
+
 // Markers in a value cache: not read yet, and no value.
 const UNREAD = Symbol("unread");
 const ABSENT = Symbol("absent");
@@ -564,7 +570,6 @@ export class MapState {
       );
     }
     rt.flush();
-    const slotWords = Uint32Array.from(slots);
     const encoded = new ByteBuffer(16 * n);
     const ends = new Uint32Array(n);
     for (let i = 0; i < n; i++) {
@@ -572,7 +577,7 @@ export class MapState {
       ends[i] = encoded.len;
     }
     const found = host(`map state \`${this.name}\`: reading`, () =>
-      stateApi.mapGetMany(this._id, columnBytes(slotWords, n), {
+      stateApi.mapGetMany(this._id, slotColumn(slots), {
         data: encoded.view(),
         ends: columnBytes(ends, n),
       }),
@@ -730,9 +735,8 @@ export class ListState {
   getMany(slots) {
     rt.flush();
     const n = slots.length;
-    const slotWords = Uint32Array.from(slots);
     const lists = host(`list state \`${this.name}\`: reading`, () =>
-      stateApi.listReadMany(this._id, columnBytes(slotWords, n)),
+      stateApi.listReadMany(this._id, slotColumn(slots)),
     );
     const counts = u32s(lists.counts, "reply from the host");
     const ends = u32s(lists.items.ends, "reply from the host");

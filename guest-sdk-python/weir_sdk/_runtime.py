@@ -191,6 +191,14 @@ def _key_slot():
     return _slot
 
 
+def _slot_column(state, slots):
+    """`slots` (ints of `batch.slots`) as the WIT's `u32s`, for a `get_many` of `state`."""
+    try:
+        return array(_WORDS, slots).tobytes()
+    except (OverflowError, TypeError):
+        raise WeirError(f"{state}: get_many's slots are ints from batch.slots") from None
+
+
 # Markers in a value cache: not read yet, and no value.
 _UNREAD = object()
 _ABSENT = object()
@@ -504,11 +512,8 @@ class MapState:
                 f"keys for {len(slots)} slots"
             )
         _rt.flush()
+        slot_bytes = _slot_column(f"map state `{self.name}`", slots)
         encoded = [_encode(key) for key in keys]
-        try:
-            slot_bytes = array(_WORDS, slots).tobytes()
-        except (OverflowError, TypeError):
-            raise WeirError(f"map state `{self.name}`: get_many's slots are ints from batch.slots") from None
         ends = array(_WORDS, accumulate(map(len, encoded))).tobytes()
         try:
             found = _state.map_get_many(self._id, slot_bytes, _types.Blobs(b"".join(encoded), ends))
@@ -585,10 +590,7 @@ class ListState:
         of lists, in one host call: the list reads of a whole batch in `process_batch`. Like
         `get`, it first sends the batch's pending writes, so it sees them."""
         _rt.flush()
-        try:
-            slot_bytes = array(_WORDS, slots).tobytes()
-        except (OverflowError, TypeError):
-            raise WeirError(f"list state `{self.name}`: get_many's slots are ints from batch.slots") from None
+        slot_bytes = _slot_column(f"list state `{self.name}`", slots)
         try:
             lists = _state.list_read_many(self._id, slot_bytes)
         except Err as e:
