@@ -25,7 +25,7 @@ use super::map::MapBody;
 use super::table::KeyedTable;
 use super::value::ValueBody;
 use crate::ids::CheckpointId;
-use crate::partition::KeyHash;
+use crate::partition::hash_key;
 
 /// The keys one increment of the chain wrote with content, and how far re-writing got.
 #[derive(Debug)]
@@ -36,12 +36,13 @@ pub(super) struct AgedIncrement {
     pub(super) cursor: usize,
 }
 
-/// A key of an increment: where its entry is (state, key-group offset) and the key.
+/// A key of an increment: where its entry is (state, key-group offset) and the key. Its hash
+/// is computed again when the key is re-written: a chain holds an aged key per key of each
+/// increment, and only the budget's few are looked up per checkpoint.
 #[derive(Debug)]
 pub(super) struct AgedKey {
     pub(super) state: u32,
     pub(super) offset: u32,
-    pub(super) hash: KeyHash,
     pub(super) key: StateBytes,
 }
 
@@ -158,13 +159,14 @@ fn rewrite_in<T>(
     live: impl FnOnce(&T, CheckpointId) -> Option<usize>,
     then: impl FnOnce(&mut T),
 ) -> usize {
-    let Some(entry) = table.get(&aged.key, aged.hash) else {
+    let hash = hash_key(&aged.key);
+    let Some(entry) = table.get(&aged.key, hash) else {
         return 0;
     };
     let Some(cost) = live(&entry.body, entry.written_in) else {
         return 0;
     };
-    if let Some(entry) = table.write_existing(&aged.key, aged.hash, epoch) {
+    if let Some(entry) = table.write_existing(&aged.key, hash, epoch) {
         then(&mut entry.body);
     }
     cost

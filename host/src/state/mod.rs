@@ -19,7 +19,8 @@
 //! Layout:
 //! - [`backend`]: [`KeyedStateBackend`], the per-subtask registry of states and the only entry
 //!   point; it refuses keys outside the subtask's key groups.
-//! - [`table`]: [`table::KeyedTable`], one (state, key group) hash table with its dirty list.
+//! - [`table`]: [`table::KeyedTable`], one (state, key group) hash table with its dirty list;
+//!   [`chunked`]: the vector its entries live in, in chunks (at most one chunk of slack).
 //! - [`value`], [`map`], [`list`]: what an entry holds for each kind of state;
 //!   [`map_entries`]: a map's entries, small ones in a sorted vector.
 //! - [`bytes`]: [`StateBytes`], how keys and values are held.
@@ -39,6 +40,7 @@
 mod aging;
 pub(crate) mod backend;
 pub(crate) mod bytes;
+mod chunked;
 pub mod encoding;
 pub(crate) mod inspect;
 pub(crate) mod list;

@@ -19,7 +19,7 @@ use super::table::KeyedTable;
 use super::value::ValueBody;
 use super::{KeyedStateBackend, StateBytes, StateError, StateKind};
 use crate::ids::CheckpointId;
-use crate::partition::{KeyHash, hash_key};
+use crate::partition::hash_key;
 
 impl KeyedStateBackend {
     /// Applies one whole increment of a chain, oldest first: [`Self::restoring`] with one
@@ -173,11 +173,10 @@ impl GroupWork<'_> {
             table.presize(changes.changes.len());
             let kind = changes.kind;
             for change in changes.changes {
-                if let Some((key, hash)) = apply(table, checkpoint, change, kind)? {
+                if let Some(key) = apply(table, checkpoint, change, kind)? {
                     aged.push(AgedKey {
                         state: id,
                         offset: offset as u32,
-                        hash,
                         key,
                     });
                 }
@@ -285,14 +284,14 @@ fn apply(
     checkpoint: CheckpointId,
     change: Change,
     kind: StateKind,
-) -> Result<Option<(StateBytes, KeyHash)>, StateError> {
+) -> Result<Option<StateBytes>, StateError> {
     match (table, change) {
         (TableMut::Value(table), Change::Value { key, value }) => {
             let hash = hash_key(&key);
             match value {
                 Some(value) => {
                     table.restore(&key, hash, checkpoint, || None).body = Some(value);
-                    Ok(Some((key, hash)))
+                    Ok(Some(key))
                 }
                 None => {
                     table.remove(&key, hash);
@@ -335,7 +334,7 @@ fn apply(
                 table.remove(&key, hash);
                 return Ok(None);
             }
-            Ok(Some((key, hash)))
+            Ok(Some(key))
         }
         (
             TableMut::List(table),
@@ -359,7 +358,7 @@ fn apply(
                 table.remove(&key, hash);
                 return Ok(None);
             }
-            Ok(Some((key, hash)))
+            Ok(Some(key))
         }
         (table, _) => Err(StateError::WrongKind {
             name: format!("(a {kind} change)"),

@@ -4,16 +4,18 @@ use hashbrown::HashTable;
 
 use super::StateBytes;
 use super::bytes::bytes_eq;
+use super::chunked::ChunkedVec;
 
 use crate::ids::CheckpointId;
-use crate::partition::KeyHash;
+use crate::partition::{KeyHash, hash_key};
 
-/// One key's entry: the key, its hash, when it was last written, and the kind's payload.
+/// One key's entry: the key, when it was last written, and the kind's payload.
+///
+/// The key's hash is not kept: the index holds the 32 bits it needs, and the rare paths that
+/// need the whole hash (a removal, a full snapshot's ages) hash the key again.
 #[derive(Debug)]
 pub(crate) struct Entry<T> {
     pub key: StateBytes,
-    /// The stable key hash; kept so the table can grow without rehashing keys.
-    pub hash: KeyHash,
     /// The checkpoint whose increment will hold (or holds) this entry's latest write.
     pub written_in: CheckpointId,
     pub body: T,
@@ -21,13 +23,14 @@ pub(crate) struct Entry<T> {
 
 /// The entries of one state in one key group, and the keys written since the last snapshot.
 ///
-/// Entries live densely in a vector; the hash table holds only their positions (4 bytes a
-/// bucket). With many keys, a lookup then costs one cache miss (the entry) instead of two (a
-/// bucket far away in a half-empty table of large buckets, then the entry's data), and the
-/// index of a large state stays small enough to sit in cache.
+/// Entries live densely in a chunked vector (no more than one chunk of unused room); the hash
+/// table holds only their positions and hashes (8 bytes a bucket). With many keys, a lookup
+/// then costs one cache miss (the entry) instead of two (a bucket far away in a half-empty
+/// table of large buckets, then the entry's data), and the index of a large state stays small
+/// enough to sit in cache.
 #[derive(Debug)]
 pub(crate) struct KeyedTable<T> {
-    entries: Vec<Entry<T>>,
+    entries: ChunkedVec<Entry<T>>,
     /// Positions in `entries`, with the entry's hash, so that growing the index never
     /// reads the entries.
     index: HashTable<Slot>,
@@ -56,7 +59,7 @@ fn index_hash(hash32: u32) -> u64 {
 impl<T> Default for KeyedTable<T> {
     fn default() -> Self {
         Self {
-            entries: Vec::new(),
+            entries: ChunkedVec::default(),
             index: HashTable::new(),
             dirty: Vec::new(),
         }
@@ -65,14 +68,14 @@ impl<T> Default for KeyedTable<T> {
 
 impl<T> KeyedTable<T> {
     /// Where `key`'s entry is, if it exists.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn position(&self, key: &[u8], hash: KeyHash) -> Option<usize> {
         let entries = &self.entries;
         let hash32 = hash.table_hash() as u32;
         self.index
             .find(index_hash(hash32), |slot| {
                 let e = &entries[slot.position as usize];
-                slot.hash == hash32 && e.hash == hash && bytes_eq(&e.key, key)
+                slot.hash == hash32 && bytes_eq(&e.key, key)
             })
             .map(|slot| slot.position as usize)
     }
@@ -82,14 +85,14 @@ impl<T> KeyedTable<T> {
     /// it lets the processor fetch many entries from memory at once instead of one after the
     /// other. Returns a value derived from the load, for the caller to pass to
     /// [`std::hint::black_box`] so that the load is not optimised away.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn touch(&self, hash: KeyHash) -> u64 {
-        self.touch_with(hash, |e| e.hash.0)
+        self.touch_with(hash, |e| e.written_in.0)
     }
 
     /// [`KeyedTable::touch`], reading what `read` reads of the entry (a map's first entry,
     /// which lies elsewhere in memory, say).
-    #[inline]
+    #[inline(always)]
     pub(crate) fn touch_with(&self, hash: KeyHash, read: impl Fn(&Entry<T>) -> u64) -> u64 {
         let hash32 = hash.table_hash() as u32;
         self.index
@@ -146,10 +149,8 @@ impl<T> KeyedTable<T> {
         written_in: CheckpointId,
         body: T,
     ) -> usize {
-        let position = self.entries.len();
-        self.entries.push(Entry {
+        let position = self.entries.push(Entry {
             key: StateBytes::copy_from_slice(key),
-            hash,
             written_in,
             body,
         });
@@ -177,11 +178,7 @@ impl<T> KeyedTable<T> {
         epoch: CheckpointId,
         make: impl FnOnce() -> T,
     ) -> &mut Entry<T> {
-        let hit = hint.filter(|&p| {
-            self.entries
-                .get(p)
-                .is_some_and(|e| e.hash == hash && bytes_eq(&e.key, key))
-        });
+        let hit = hint.filter(|&p| self.entries.get(p).is_some_and(|e| bytes_eq(&e.key, key)));
         let Some(position) = hit else {
             return self.write(key, hash, epoch, make);
         };
@@ -261,7 +258,7 @@ impl<T> KeyedTable<T> {
         }
         let removed = self.entries.swap_remove(position);
         if let Some(moved) = self.entries.get(position) {
-            let moved32 = moved.hash.table_hash() as u32;
+            let moved32 = hash_key(&moved.key).table_hash() as u32;
             let last = self.entries.len() as u32;
             if let Some(slot) = self
                 .index
@@ -277,7 +274,7 @@ impl<T> KeyedTable<T> {
     /// a full snapshot brings. (A later increment's changes are mostly to keys already here,
     /// so a table with entries grows as it goes.)
     pub(crate) fn presize(&mut self, entries: usize) {
-        if self.entries.is_empty() {
+        if self.entries.len() == 0 {
             self.entries.reserve(entries);
             self.index.reserve(entries, |s| index_hash(s.hash));
         }
@@ -301,7 +298,6 @@ impl<T> KeyedTable<T> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::partition::hash_key;
 
     #[test]
     fn repeated_writes_mark_a_key_dirty_once_per_epoch() {

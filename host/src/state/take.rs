@@ -9,7 +9,7 @@ use super::table::KeyedTable;
 use super::value::ValueBody;
 use super::{KeyedStateBackend, StateBytes, StateKind};
 use crate::ids::CheckpointId;
-use crate::partition::{KeyGroupRange, KeyHash, hash_key};
+use crate::partition::{KeyGroupRange, hash_key};
 
 impl KeyedStateBackend {
     /// Takes the changes since the previous snapshot as the increment of the current epoch's
@@ -39,10 +39,9 @@ impl KeyedStateBackend {
                     .into_iter()
                     .enumerate()
                     .map(|(offset, (changes, live))| {
-                        aged.extend(live.into_iter().map(|(key, hash)| AgedKey {
+                        aged.extend(live.into_iter().map(|key| AgedKey {
                             state: index as u32,
                             offset: offset as u32,
-                            hash,
                             key,
                         }));
                         changes
@@ -169,7 +168,7 @@ fn full_lists(table: &KeyedTable<ListBody>) -> Vec<Change> {
 
 /// What a table's dirty entries give a snapshot: their changes, and the keys that still have
 /// content (the increment holds their latest version).
-type Taken = (Vec<Change>, Vec<(StateBytes, KeyHash)>);
+type Taken = (Vec<Change>, Vec<StateBytes>);
 
 /// Walks the dirty entries of `table` in memory order, turning each into a [`Change`] with
 /// `change`, which also says whether the entry can leave the table (a tombstone, an emptied
@@ -186,12 +185,12 @@ fn take_changes<T>(
         let Some(entry) = table.entry_at_mut(position as usize) else {
             continue;
         };
-        let (key, hash) = (entry.key.clone(), entry.hash);
+        let key = entry.key.clone();
         let (c, remove) = change(key.clone(), &mut entry.body);
         if remove {
             removed.push(key);
         } else {
-            live.push((key, hash));
+            live.push(key);
         }
         changes.push(c);
     }
@@ -264,7 +263,6 @@ impl KeyedStateBackend {
                 out.extend(table.iter().filter(|e| live(&e.body)).map(|e| AgedKey {
                     state: state as u32,
                     offset: offset as u32,
-                    hash: e.hash,
                     key: e.key.clone(),
                 }));
             }
