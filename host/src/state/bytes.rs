@@ -45,6 +45,17 @@ impl StateBytes {
         }
     }
 
+    /// Reads a long value's first byte, which starts loading its allocation (and the
+    /// reference count beside it) into cache; an inline value is already where its entry is.
+    /// Returns what it read, for the caller to pass to [`std::hint::black_box`].
+    #[inline]
+    pub(crate) fn touch(&self) -> u64 {
+        match self {
+            Self::Inline { .. } => 0,
+            Self::Shared(bytes) => bytes.first().map_or(0, |&b| u64::from(b)),
+        }
+    }
+
     /// The bytes as a shared buffer (copies an inline value; shares a long one).
     pub fn to_bytes(&self) -> Bytes {
         match self {

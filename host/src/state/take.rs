@@ -170,18 +170,36 @@ fn full_lists(table: &KeyedTable<ListBody>) -> Vec<Change> {
 /// content (the increment holds their latest version).
 type Taken = (Vec<Change>, Vec<StateBytes>);
 
+/// Dirty entries whose out-of-line contents are loaded into cache at once, ahead of pinning
+/// them.
+const TOUCH_AHEAD: usize = 32;
+
 /// Walks the dirty entries of `table` in memory order, turning each into a [`Change`] with
 /// `change`, which also says whether the entry can leave the table (a tombstone, an emptied
 /// map or list). Removals happen after the walk, since a removal moves another entry.
+///
+/// Pinning a long value bumps its reference count, which lies in the value's own allocation,
+/// somewhere in memory: one cache miss per key, one after the other. Every [`TOUCH_AHEAD`]
+/// keys, `touch` first reads what the next ones hold out of line, so that those misses
+/// overlap (as [`KeyedStateBackend::warm`] does for a batch's lookups).
 fn take_changes<T>(
     table: &mut KeyedTable<T>,
+    touch: impl Fn(&T) -> u64,
     mut change: impl FnMut(StateBytes, &mut T) -> (Change, bool),
 ) -> Taken {
     let dirty = table.take_dirty();
     let mut changes = Vec::with_capacity(dirty.len());
     let mut live = Vec::with_capacity(dirty.len());
     let mut removed = Vec::new();
-    for position in dirty {
+    for (i, &position) in dirty.iter().enumerate() {
+        if i % TOUCH_AHEAD == 0 {
+            let touched = dirty[i..]
+                .iter()
+                .take(TOUCH_AHEAD)
+                .filter_map(|&p| table.entry_at(p as usize))
+                .fold(0, |acc, e| acc ^ touch(&e.body));
+            std::hint::black_box(touched);
+        }
         let Some(entry) = table.entry_at_mut(position as usize) else {
             continue;
         };
@@ -201,7 +219,8 @@ fn take_changes<T>(
 }
 
 fn take_values(table: &mut KeyedTable<ValueBody>) -> Taken {
-    take_changes(table, |key, value| {
+    let touch = |value: &ValueBody| value.as_ref().map_or(0, StateBytes::touch);
+    take_changes(table, touch, |key, value| {
         let value = value.clone();
         // A tombstone goes into the increment; the table no longer needs it.
         let remove = value.is_none();
@@ -210,44 +229,52 @@ fn take_values(table: &mut KeyedTable<ValueBody>) -> Taken {
 }
 
 fn take_maps(table: &mut KeyedTable<MapBody>) -> Taken {
-    take_changes(table, |key, map| {
-        // A changed key that is gone was put and removed since the last snapshot: the
-        // chain never held it (`MapValue::persisted`).
-        let entries = std::mem::take(&mut map.changed)
-            .into_iter()
-            .filter_map(|map_key| {
-                let slot = map.entries.get_mut(&map_key[..])?;
-                slot.persisted = slot.value.is_some();
-                let value = slot.value.clone();
-                Some((map_key, value))
-            })
-            .collect();
-        let cleared = std::mem::take(&mut map.cleared);
-        map.entries.retain(|_, v| v.value.is_some());
-        let change = Change::Map {
-            key,
-            cleared,
-            entries,
-        };
-        (change, map.entries.is_empty())
-    })
+    take_changes(
+        table,
+        |map| map.entries.touch(),
+        |key, map| {
+            // A changed key that is gone was put and removed since the last snapshot: the
+            // chain never held it (`MapValue::persisted`).
+            let entries = std::mem::take(&mut map.changed)
+                .into_iter()
+                .filter_map(|map_key| {
+                    let slot = map.entries.get_mut(&map_key[..])?;
+                    slot.persisted = slot.value.is_some();
+                    let value = slot.value.clone();
+                    Some((map_key, value))
+                })
+                .collect();
+            let cleared = std::mem::take(&mut map.cleared);
+            map.entries.retain(|_, v| v.value.is_some());
+            let change = Change::Map {
+                key,
+                cleared,
+                entries,
+            };
+            (change, map.entries.is_empty())
+        },
+    )
 }
 
 fn take_lists(table: &mut KeyedTable<ListBody>, checkpoint: CheckpointId) -> Taken {
-    take_changes(table, |key, list| {
-        let appended = list.items[list.persisted..].to_vec();
-        if list.persisted == 0 && !appended.is_empty() {
-            list.oldest = checkpoint;
-        }
-        list.persisted = list.items.len();
-        let cleared = std::mem::take(&mut list.cleared);
-        let change = Change::List {
-            key,
-            cleared,
-            appended,
-        };
-        (change, list.items.is_empty())
-    })
+    take_changes(
+        table,
+        |_| 0,
+        |key, list| {
+            let appended = list.items[list.persisted..].to_vec();
+            if list.persisted == 0 && !appended.is_empty() {
+                list.oldest = checkpoint;
+            }
+            list.persisted = list.items.len();
+            let cleared = std::mem::take(&mut list.cleared);
+            let change = Change::List {
+                key,
+                cleared,
+                appended,
+            };
+            (change, list.items.is_empty())
+        },
+    )
 }
 
 impl KeyedStateBackend {
