@@ -21,32 +21,26 @@ impl KeyedStateBackend {
     pub fn snapshot(&mut self) -> Increment {
         let checkpoint = self.epoch;
         let range = self.range();
-        let mut aged = Vec::new();
+        // One vector sized once: at a million dirty keys, growing it by doubling cost more
+        // than filling it (copies and fresh pages).
+        let mut aged = Vec::with_capacity(self.stats().dirty_keys);
         let per_state: Vec<_> = self
             .states
             .iter_mut()
             .enumerate()
             .map(|(index, state)| {
-                let taken: Vec<Taken> = match &mut state.tables {
-                    Tables::Value(tables) => tables.iter_mut().map(take_values).collect(),
-                    Tables::Map(tables) => tables.iter_mut().map(take_maps).collect(),
-                    Tables::List(tables) => tables
-                        .iter_mut()
-                        .map(|t| take_lists(t, checkpoint))
+                let aged = &mut aged;
+                let per_group: Vec<Vec<Change>> = match &mut state.tables {
+                    Tables::Value(tables) => (tables.iter_mut().enumerate())
+                        .map(|(offset, t)| take_values(t, Aged::at(aged, index, offset)))
+                        .collect(),
+                    Tables::Map(tables) => (tables.iter_mut().enumerate())
+                        .map(|(offset, t)| take_maps(t, Aged::at(aged, index, offset)))
+                        .collect(),
+                    Tables::List(tables) => (tables.iter_mut().enumerate())
+                        .map(|(offset, t)| take_lists(t, Aged::at(aged, index, offset), checkpoint))
                         .collect(),
                 };
-                let per_group = taken
-                    .into_iter()
-                    .enumerate()
-                    .map(|(offset, (changes, live))| {
-                        aged.extend(live.into_iter().map(|key| AgedKey {
-                            state: index as u32,
-                            offset: offset as u32,
-                            key,
-                        }));
-                        changes
-                    })
-                    .collect();
                 (state.name.clone(), state.tables.kind(), per_group)
             })
             .collect();
@@ -166,9 +160,23 @@ fn full_lists(table: &KeyedTable<ListBody>) -> Vec<Change> {
         .collect()
 }
 
-/// What a table's dirty entries give a snapshot: their changes, and the keys that still have
-/// content (the increment holds their latest version).
-type Taken = (Vec<Change>, Vec<StateBytes>);
+/// Where a table's keys that still have content after a snapshot go (the increment holds
+/// their latest version): the aged keys of the increment, with the table's place.
+struct Aged<'a> {
+    keys: &'a mut Vec<AgedKey>,
+    state: u32,
+    offset: u32,
+}
+
+impl<'a> Aged<'a> {
+    fn at(keys: &'a mut Vec<AgedKey>, state: usize, offset: usize) -> Self {
+        Self {
+            keys,
+            state: state as u32,
+            offset: offset as u32,
+        }
+    }
+}
 
 /// Dirty entries whose out-of-line contents are loaded into cache at once, ahead of pinning
 /// them.
@@ -184,12 +192,12 @@ const TOUCH_AHEAD: usize = 32;
 /// overlap (as [`KeyedStateBackend::warm`] does for a batch's lookups).
 fn take_changes<T>(
     table: &mut KeyedTable<T>,
+    aged: Aged<'_>,
     touch: impl Fn(&T) -> u64,
     mut change: impl FnMut(StateBytes, &mut T) -> (Change, bool),
-) -> Taken {
+) -> Vec<Change> {
     let dirty = table.take_dirty();
     let mut changes = Vec::with_capacity(dirty.len());
-    let mut live = Vec::with_capacity(dirty.len());
     let mut removed = Vec::new();
     for (i, &position) in dirty.iter().enumerate() {
         if i % TOUCH_AHEAD == 0 {
@@ -208,19 +216,23 @@ fn take_changes<T>(
         if remove {
             removed.push(key);
         } else {
-            live.push(key);
+            aged.keys.push(AgedKey {
+                state: aged.state,
+                offset: aged.offset,
+                key,
+            });
         }
         changes.push(c);
     }
     for key in removed {
         table.remove(&key, hash_key(&key));
     }
-    (changes, live)
+    changes
 }
 
-fn take_values(table: &mut KeyedTable<ValueBody>) -> Taken {
+fn take_values(table: &mut KeyedTable<ValueBody>, aged: Aged<'_>) -> Vec<Change> {
     let touch = |value: &ValueBody| value.as_ref().map_or(0, StateBytes::touch);
-    take_changes(table, touch, |key, value| {
+    take_changes(table, aged, touch, |key, value| {
         let value = value.clone();
         // A tombstone goes into the increment; the table no longer needs it.
         let remove = value.is_none();
@@ -228,9 +240,10 @@ fn take_values(table: &mut KeyedTable<ValueBody>) -> Taken {
     })
 }
 
-fn take_maps(table: &mut KeyedTable<MapBody>) -> Taken {
+fn take_maps(table: &mut KeyedTable<MapBody>, aged: Aged<'_>) -> Vec<Change> {
     take_changes(
         table,
+        aged,
         |map| map.entries.touch(),
         |key, map| {
             // A changed key that is gone was put and removed since the last snapshot: the
@@ -256,9 +269,14 @@ fn take_maps(table: &mut KeyedTable<MapBody>) -> Taken {
     )
 }
 
-fn take_lists(table: &mut KeyedTable<ListBody>, checkpoint: CheckpointId) -> Taken {
+fn take_lists(
+    table: &mut KeyedTable<ListBody>,
+    aged: Aged<'_>,
+    checkpoint: CheckpointId,
+) -> Vec<Change> {
     take_changes(
         table,
+        aged,
         |_| 0,
         |key, list| {
             let appended = list.items[list.persisted..].to_vec();
