@@ -9,6 +9,11 @@
 //! applied on every core): its throughput, and its peak memory over the memory of the state
 //! it rebuilt (allocator-counted).
 //!
+//! Between the two, the synchronous pause at a quarter of a state four times as large dirty
+//! (`sync_pause_ms_1m_dirty` at the default size: 1 M dirty keys of 4 M), and the rate of
+//! writes to that state while a checkpoint of every two million writes (one million keys) is
+//! taken, encoded and written beside them, against the same writes without checkpoints (issue 32, point 3).
+//!
 //! `cargo bench -p weir-host --bench checkpoint [-- KEYS]`
 
 mod counting;
@@ -101,6 +106,9 @@ fn main() {
         }
     }
 
+    drop(backend);
+    pause_at_scale(&runtime, &store, &prefix, keys);
+
     let before = counting::live();
     counting::reset_peak();
     let started = Instant::now();
@@ -130,5 +138,108 @@ fn main() {
     println!(
         "bench: restore_peak_over_state_ratio = {:.3} ratio",
         peak as f64 / state as f64
+    );
+}
+
+/// Writes `dirty` keys spread over the whole key space of `keys`, marked with `round`.
+fn rewrite_spread(
+    backend: &mut KeyedStateBackend,
+    state: weir_host::state::StateId,
+    keys: u64,
+    dirty: u64,
+    round: u64,
+) {
+    let stride = (keys / dirty.max(1)).max(1);
+    for n in 0..dirty {
+        // Shifted by the round, so that successive rounds dirty other keys.
+        write(backend, state, (n * stride + round) % keys, round);
+    }
+}
+
+/// The pause of a snapshot with `keys` dirty keys in a state of 4 × `keys`, then the write
+/// rate with and without a checkpoint every 2 × `keys` writes (each of `keys` keys written
+/// twice: at one write per dirty key, encoding and writing an increment take longer than the
+/// writes between checkpoints, and the rate would measure the upload instead).
+fn pause_at_scale(
+    runtime: &tokio::runtime::Runtime,
+    store: &std::sync::Arc<dyn object_store::ObjectStore>,
+    prefix: &object_store::path::Path,
+    keys: u64,
+) {
+    let total = 4 * keys;
+    let groups = KeyGroups::default();
+    let range = groups.range_of(SubtaskIndex(0), 1);
+    let mut backend = KeyedStateBackend::new(groups, range);
+    let state = backend
+        .declare("profile", StateKind::Value)
+        .expect("declare");
+    for i in 0..total {
+        write(&mut backend, state, i, 0);
+    }
+    drop(backend.snapshot());
+    rewrite_spread(&mut backend, state, total, keys, 1);
+    let started = Instant::now();
+    let increment = backend.snapshot();
+    let pause = started.elapsed();
+    eprintln!(
+        "{} dirty keys of {total}: pause {:.2} ms",
+        increment.changes(),
+        ms(pause)
+    );
+    drop(increment);
+    let label = if keys == 1_000_000 {
+        "1m_dirty".to_string()
+    } else {
+        format!("{keys}_of_{total}")
+    };
+    println!("bench: sync_pause_ms_{label} = {:.2} ms", ms(pause));
+
+    let rounds = 4;
+    let mut rate = |checkpoints: bool, first_round: u64| {
+        let started = Instant::now();
+        let mut upload: Option<tokio::task::JoinHandle<()>> = None;
+        for round in first_round..first_round + rounds {
+            for _ in 0..2 {
+                rewrite_spread(&mut backend, state, total, keys, round);
+            }
+            if checkpoints {
+                // As a subtask does: the previous checkpoint's upload must have ended; this
+                // one's encoding and writing run beside the next writes.
+                if let Some(previous) = upload.take() {
+                    runtime.block_on(previous).expect("upload");
+                }
+                let increment = backend.snapshot();
+                let (store, path) = (store.clone(), prefix.clone().join(format!("r{round}")));
+                upload = Some(runtime.spawn(async move {
+                    put_increment(store.as_ref(), &path, &increment)
+                        .await
+                        .expect("put increment");
+                }));
+            }
+        }
+        let elapsed = started.elapsed();
+        if let Some(last) = upload {
+            runtime.block_on(last).expect("upload");
+        }
+        // Untimed: without it, the next run's first checkpoint would take this run's writes.
+        drop(backend.snapshot());
+        (rounds * 2 * keys) as f64 / elapsed.as_secs_f64()
+    };
+    // A first run with checkpoints warms what they allocate (the first ones in a process
+    // fault in fresh pages); then alternated, so that a slow phase of the machine hits both.
+    rate(true, 2);
+    let (without_1, with_1) = (rate(false, 2 + rounds), rate(true, 2 + 2 * rounds));
+    let (with_2, without_2) = (rate(true, 2 + 3 * rounds), rate(false, 2 + 4 * rounds));
+    let (with, without) = ((with_1 + with_2) / 2.0, (without_1 + without_2) / 2.0);
+    eprintln!(
+        "writes to {total} keys: {without_1:.0}, {without_2:.0} records/s without checkpoints, \
+         {with_1:.0}, {with_2:.0} with one every {} writes",
+        2 * keys
+    );
+    println!("bench: records_per_sec_without = {without:.0} records/s");
+    println!("bench: records_per_sec_during_checkpoints = {with:.0} records/s");
+    println!(
+        "bench: during_checkpoints_ratio = {:.3} ratio",
+        with / without
     );
 }
