@@ -25,7 +25,7 @@ use profiles::{VALUE_LEN, write};
 use weir_host::checkpoint::storage::{open_store, put_increment, restore_chain};
 use weir_host::ids::SubtaskIndex;
 use weir_host::partition::KeyGroups;
-use weir_host::state::{KeyedStateBackend, StateKind};
+use weir_host::state::{KeyedStateBackend, StateId, StateKind};
 
 fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1e3
@@ -45,13 +45,7 @@ fn main() {
         open_store(&format!("file://{}/store", dir.path().display())).expect("store");
     let groups = KeyGroups::default();
     let range = groups.range_of(SubtaskIndex(0), 1);
-    let mut backend = KeyedStateBackend::new(groups, range);
-    let state = backend
-        .declare("profile", StateKind::Value)
-        .expect("declare");
-    for i in 0..keys {
-        write(&mut backend, state, i, 0);
-    }
+    let (mut backend, state) = profiles(keys);
     eprintln!("checkpoint: {keys} keys, {VALUE_LEN}-byte values, one subtask, file:// store");
 
     let started = Instant::now();
@@ -141,10 +135,23 @@ fn main() {
     );
 }
 
+/// One subtask's backend (every key group) holding `keys` profiles, written once.
+fn profiles(keys: u64) -> (KeyedStateBackend, StateId) {
+    let groups = KeyGroups::default();
+    let mut backend = KeyedStateBackend::new(groups, groups.range_of(SubtaskIndex(0), 1));
+    let state = backend
+        .declare("profile", StateKind::Value)
+        .expect("declare");
+    for i in 0..keys {
+        write(&mut backend, state, i, 0);
+    }
+    (backend, state)
+}
+
 /// Writes `dirty` keys spread over the whole key space of `keys`, marked with `round`.
 fn rewrite_spread(
     backend: &mut KeyedStateBackend,
-    state: weir_host::state::StateId,
+    state: StateId,
     keys: u64,
     dirty: u64,
     round: u64,
@@ -167,15 +174,7 @@ fn pause_at_scale(
     keys: u64,
 ) {
     let total = 4 * keys;
-    let groups = KeyGroups::default();
-    let range = groups.range_of(SubtaskIndex(0), 1);
-    let mut backend = KeyedStateBackend::new(groups, range);
-    let state = backend
-        .declare("profile", StateKind::Value)
-        .expect("declare");
-    for i in 0..total {
-        write(&mut backend, state, i, 0);
-    }
+    let (mut backend, state) = profiles(total);
     drop(backend.snapshot());
     rewrite_spread(&mut backend, state, total, keys, 1);
     let started = Instant::now();
