@@ -14,7 +14,8 @@
 //! writes to that state while a checkpoint of every two million writes (one million keys) is
 //! taken, encoded and written beside them, against the same writes without checkpoints (issue 32, point 3).
 //!
-//! `cargo bench -p weir-host --bench checkpoint [-- KEYS]`
+//! `cargo bench -p weir-host --bench checkpoint [-- KEYS [restore]]` (`restore`: only the
+//! full snapshot, then its restore five times, for profiling it)
 
 mod counting;
 mod profiles;
@@ -36,6 +37,7 @@ fn main() {
         .skip(1)
         .find_map(|a| a.parse().ok())
         .unwrap_or(1_000_000);
+    let restore_only = std::env::args().skip(1).any(|a| a == "restore");
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -43,8 +45,6 @@ fn main() {
     let dir = tempfile::tempdir().expect("tempdir");
     let (store, prefix) =
         open_store(&format!("file://{}/store", dir.path().display())).expect("store");
-    let groups = KeyGroups::default();
-    let range = groups.range_of(SubtaskIndex(0), 1);
     let (mut backend, state) = profiles(keys);
     eprintln!("checkpoint: {keys} keys, {VALUE_LEN}-byte values, one subtask, file:// store");
 
@@ -56,6 +56,13 @@ fn main() {
         .block_on(put_increment(store.as_ref(), &full_path, &full))
         .expect("put full");
     let full_total = started.elapsed();
+    if restore_only {
+        drop((backend, full));
+        for _ in 0..RESTORE_ROUNDS {
+            restore(&runtime, store.as_ref(), &full_path, full_bytes, keys);
+        }
+        return;
+    }
     drop(full);
     eprintln!(
         "full snapshot: {full_bytes} bytes, pause {:.1} ms, total {:.1} ms",
@@ -103,14 +110,28 @@ fn main() {
     drop(backend);
     pause_at_scale(&runtime, &store, &prefix, keys);
 
+    restore(&runtime, store.as_ref(), &full_path, full_bytes, keys);
+}
+
+/// Restores the full artifact at `path` (`bytes` long, `keys` keys) into an empty backend and
+/// prints the throughput and the peak memory over the restored state's.
+fn restore(
+    runtime: &tokio::runtime::Runtime,
+    store: &dyn object_store::ObjectStore,
+    path: &object_store::path::Path,
+    bytes: u64,
+    keys: u64,
+) {
+    let groups = KeyGroups::default();
+    let range = groups.range_of(SubtaskIndex(0), 1);
     let before = counting::live();
     counting::reset_peak();
     let started = Instant::now();
     let mut restored = KeyedStateBackend::new(groups, range);
     runtime
         .block_on(restore_chain(
-            store.as_ref(),
-            std::slice::from_ref(&full_path),
+            store,
+            std::slice::from_ref(path),
             range,
             &mut restored,
         ))
@@ -127,13 +148,16 @@ fn main() {
     );
     println!(
         "bench: restore_mb_per_sec = {:.0} MB/s",
-        full_bytes as f64 / 1e6 / elapsed.as_secs_f64()
+        bytes as f64 / 1e6 / elapsed.as_secs_f64()
     );
     println!(
         "bench: restore_peak_over_state_ratio = {:.3} ratio",
         peak as f64 / state as f64
     );
 }
+
+/// Restores `-- KEYS restore` runs, for profiling the restore alone.
+const RESTORE_ROUNDS: usize = 5;
 
 /// One subtask's backend (every key group) holding `keys` profiles, written once.
 fn profiles(keys: u64) -> (KeyedStateBackend, StateId) {
