@@ -159,12 +159,13 @@ struct GroupWork<'t> {
 impl GroupWork<'_> {
     /// Applies the group's changes; returns the keys left with content.
     fn apply(self, checkpoint: CheckpointId) -> Result<Vec<AgedKey>, StateError> {
+        // Sized once: a batch's keys are a million at times.
+        let mut aged = Vec::with_capacity(self.weight());
         let GroupWork {
             offset,
             states,
             mut tables,
         } = self;
-        let mut aged = Vec::new();
         for (id, changes) in states {
             let Some(table) = tables.iter_mut().find(|(t, _)| *t == id).map(|(_, t)| t) else {
                 // Declared before the tables were lent out: every state has a table here.
@@ -204,7 +205,7 @@ fn apply_side_by_side(
         .min(total / MIN_CHANGES_PER_SHARE)
         .max(1);
     if shares == 1 {
-        let mut aged = Vec::new();
+        let mut aged = Vec::with_capacity(total);
         for group in work {
             aged.extend(group.apply(checkpoint)?);
         }
@@ -230,7 +231,7 @@ fn apply_side_by_side(
             .into_iter()
             .map(|run| {
                 scope.spawn(move || {
-                    let mut aged = Vec::new();
+                    let mut aged = Vec::with_capacity(run.iter().map(GroupWork::weight).sum());
                     for group in run {
                         aged.extend(group.apply(checkpoint)?);
                     }
@@ -238,7 +239,7 @@ fn apply_side_by_side(
                 })
             })
             .collect();
-        let mut aged = Vec::new();
+        let mut aged = Vec::with_capacity(total);
         for handle in handles {
             match handle.join() {
                 Ok(share) => aged.extend(share?),

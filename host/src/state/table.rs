@@ -149,11 +149,19 @@ impl<T> KeyedTable<T> {
         written_in: CheckpointId,
         body: T,
     ) -> usize {
-        let position = self.entries.push(Entry {
+        let entry = Entry {
             key: StateBytes::copy_from_slice(key),
             written_in,
             body,
-        });
+        };
+        self.insert_entry(entry, hash)
+    }
+
+    /// Appends `entry`, whose key hashes to `hash` and is not in the table, and indexes it;
+    /// returns its position.
+    #[inline]
+    fn insert_entry(&mut self, entry: Entry<T>, hash: KeyHash) -> usize {
+        let position = self.entries.push(entry);
         let hash32 = hash.table_hash() as u32;
         // More than 4 G keys in one key group of one subtask is beyond any memory.
         let slot = Slot {
@@ -232,14 +240,28 @@ impl<T> KeyedTable<T> {
     }
 
     /// Puts an entry restored from a snapshot: not dirty, written in `written_in`.
+    ///
+    /// The key is the decoded one: a new entry takes a copy of its handle (a long key's
+    /// reference count, a short one's 24 bytes), not of its bytes.
+    #[inline]
     pub(crate) fn restore(
         &mut self,
-        key: &[u8],
+        key: &StateBytes,
         hash: KeyHash,
         written_in: CheckpointId,
         make: impl FnOnce() -> T,
     ) -> &mut Entry<T> {
-        let position = self.position_or_insert(key, hash, written_in, make);
+        let position = match self.position(key, hash) {
+            Some(position) => position,
+            None => self.insert_entry(
+                Entry {
+                    key: key.clone(),
+                    written_in,
+                    body: make(),
+                },
+                hash,
+            ),
+        };
         let entry = &mut self.entries[position];
         entry.written_in = written_in;
         entry
