@@ -10,6 +10,10 @@
 //!
 //! `cargo bench -p weir-host --bench chains [-- KEYS]`
 
+/// The `weir` binary's allocator: the host runs in this process.
+#[global_allocator]
+static ALLOCATOR: weir_host::HostAllocator = weir_host::HostAllocator;
+
 mod profiles;
 
 use std::time::Instant;

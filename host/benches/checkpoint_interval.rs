@@ -13,6 +13,10 @@
 //!
 //! `cargo bench -p weir-host --bench checkpoint_interval [-- LINES]`
 
+/// The `weir` binary's allocator: the host runs in this process.
+#[global_allocator]
+static ALLOCATOR: weir_host::HostAllocator = weir_host::HostAllocator;
+
 #[path = "../../tests/support/mod.rs"]
 mod support;
 

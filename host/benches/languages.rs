@@ -21,6 +21,10 @@
 //!
 //! `cargo bench -p weir-host --bench languages`
 
+/// The `weir` binary's allocator: the host runs in this process.
+#[global_allocator]
+static ALLOCATOR: weir_host::HostAllocator = weir_host::HostAllocator;
+
 mod keyed;
 #[path = "../../tests/support/mod.rs"]
 mod support;

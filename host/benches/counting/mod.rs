@@ -4,11 +4,13 @@
 
 #![allow(dead_code)]
 
-use std::alloc::{GlobalAlloc, Layout, System};
+use std::alloc::{GlobalAlloc, Layout};
 use std::cell::Cell;
 use std::sync::atomic::{AtomicIsize, Ordering};
 
-/// Forwards to the system allocator, counting.
+use weir_host::HostAllocator;
+
+/// Forwards to the `weir` binary's allocator, counting.
 pub struct Counting;
 
 static LIVE: AtomicIsize = AtomicIsize::new(0);
@@ -54,25 +56,25 @@ fn flush() {
     count(UNCOUNTED.try_with(|u| u.replace(0)).unwrap_or(0));
 }
 
-// SAFETY: every call is forwarded to the system allocator unchanged; only counters are kept.
+// SAFETY: every call is forwarded to the host's allocator unchanged; only counters are kept.
 #[allow(unsafe_code)]
 unsafe impl GlobalAlloc for Counting {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
         grew(layout.size() as isize);
         // SAFETY: the caller's layout, as GlobalAlloc::alloc requires.
-        unsafe { System.alloc(layout) }
+        unsafe { HostAllocator.alloc(layout) }
     }
 
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
         grew(-(layout.size() as isize));
-        // SAFETY: ptr was allocated by System.alloc with this layout.
-        unsafe { System.dealloc(ptr, layout) }
+        // SAFETY: ptr was allocated by HostAllocator.alloc with this layout.
+        unsafe { HostAllocator.dealloc(ptr, layout) }
     }
 
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
         grew(new_size as isize - layout.size() as isize);
         // SAFETY: forwarded as received.
-        unsafe { System.realloc(ptr, layout, new_size) }
+        unsafe { HostAllocator.realloc(ptr, layout, new_size) }
     }
 }
 
