@@ -142,7 +142,8 @@ pub use engine::{ComponentCache, Engine, EngineOptions};
 pub use job::{JobError, JobSpec, RunOptions, RunSummary, SpecError, run_job};
 /// The allocator the `weir` binary runs on, and the benches that measure the host in their
 /// own process (a library does not choose its users' allocator). The state backend allocates
-/// a long key or value per entry, a window and a timer per fired window: against glibc's
-/// malloc, restores ran 15 – 25 % faster, one-second windows 9 – 15 % and timer firing about
-/// 23 % (docs/performance.md, "Allocator"), for about 7 % more peak memory.
+/// a long key or value per entry, a window and a timer per fired window, and every value of
+/// a restore: against glibc's malloc, restores, one-second windows and timer firing measured
+/// a tenth to a quarter faster, for about 7 % more peak memory (docs/performance.md, "The
+/// allocator").
 pub use mimalloc::MiMalloc as HostAllocator;
