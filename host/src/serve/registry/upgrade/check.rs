@@ -29,9 +29,10 @@ pub(super) struct Checked {
 /// Checks that the latest checkpoint in `store` restores into `spec`, dropping only the
 /// state `allowed` names; with `open`, opens every subtask offline and restores into it.
 ///
-/// The job may run on while it is checked (a Kafka job's partitions do): a checkpoint that
-/// completes meanwhile can retire artifacts of the one being read, so a restore that fails
-/// is tried again at the newer checkpoint, and only one that fails at the newest is an error.
+/// The job may run on while it is checked (a Kafka job's partitions do, and so does a job
+/// whose failed upgrade rolled back): a checkpoint that completes meanwhile can retire the
+/// one being read, its metadata or its artifacts, so a plan or a restore that fails is tried
+/// again at the newer checkpoint, and only one that fails at the newest is an error.
 pub(super) async fn latest(
     spec: &JobSpec,
     store: CheckpointStore,
@@ -45,9 +46,13 @@ pub(super) async fn latest(
     let mut failed = None;
     for tries in 1.. {
         let latest = StartFrom::Restore(RestoreFrom::Latest);
-        let start = JobStart::plan(&store, &spec.name, &latest, &[])
-            .await
-            .map_err(|e| format!("cannot restore the latest checkpoint: {e}"))?;
+        let start = match JobStart::plan(&store, &spec.name, &latest, &[]).await {
+            Ok(start) => start,
+            // The checkpoint listed as the latest can be retired before its metadata is
+            // read, when newer ones complete meanwhile: list again.
+            Err(_) if tries < TRIES => continue,
+            Err(e) => return Err(format!("cannot restore the latest checkpoint: {e}")),
+        };
         let at = start.restored.as_ref().map(|m| m.id);
         if let Some((_, e)) = failed.take_if(|(before, _)| *before == at) {
             return Err(e);
