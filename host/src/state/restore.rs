@@ -157,10 +157,8 @@ struct GroupWork<'t> {
 }
 
 impl GroupWork<'_> {
-    /// Applies the group's changes; returns the keys left with content.
-    fn apply(self, checkpoint: CheckpointId) -> Result<Vec<AgedKey>, StateError> {
-        // Sized once: a batch's keys are a million at times.
-        let mut aged = Vec::with_capacity(self.weight());
+    /// Applies the group's changes; the keys left with content join `aged`.
+    fn apply(self, checkpoint: CheckpointId, aged: &mut Vec<AgedKey>) -> Result<(), StateError> {
         let GroupWork {
             offset,
             states,
@@ -183,7 +181,7 @@ impl GroupWork<'_> {
                 }
             }
         }
-        Ok(aged)
+        Ok(())
     }
 
     /// Roughly how much work the group is: its changes.
@@ -205,11 +203,7 @@ fn apply_side_by_side(
         .min(total / MIN_CHANGES_PER_SHARE)
         .max(1);
     if shares == 1 {
-        let mut aged = Vec::with_capacity(total);
-        for group in work {
-            aged.extend(group.apply(checkpoint)?);
-        }
-        return Ok(aged);
+        return apply_run(work, checkpoint);
     }
     // Consecutive runs of groups of about equal weight, so that the aged keys keep the
     // increment's order.
@@ -229,15 +223,7 @@ fn apply_side_by_side(
     std::thread::scope(|scope| {
         let handles: Vec<_> = runs
             .into_iter()
-            .map(|run| {
-                scope.spawn(move || {
-                    let mut aged = Vec::with_capacity(run.iter().map(GroupWork::weight).sum());
-                    for group in run {
-                        aged.extend(group.apply(checkpoint)?);
-                    }
-                    Ok::<_, StateError>(aged)
-                })
-            })
+            .map(|run| scope.spawn(move || apply_run(run, checkpoint)))
             .collect();
         let mut aged = Vec::with_capacity(total);
         for handle in handles {
@@ -248,6 +234,19 @@ fn apply_side_by_side(
         }
         Ok(aged)
     })
+}
+
+/// Applies a run of groups in order; returns the keys left with content, in a vector sized
+/// once (a batch's keys are a million at times).
+fn apply_run(
+    run: Vec<GroupWork<'_>>,
+    checkpoint: CheckpointId,
+) -> Result<Vec<AgedKey>, StateError> {
+    let mut aged = Vec::with_capacity(run.iter().map(GroupWork::weight).sum());
+    for group in run {
+        group.apply(checkpoint, &mut aged)?;
+    }
+    Ok(aged)
 }
 
 /// Below this many changes a batch is applied on the calling thread: a thread costs more.
