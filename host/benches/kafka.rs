@@ -15,9 +15,7 @@
 //!
 //! `cargo bench -p weir-host --bench kafka`
 
-/// The `weir` binary's allocator: the host runs in this process.
-#[global_allocator]
-static ALLOCATOR: weir_host::HostAllocator = weir_host::HostAllocator;
+mod host_allocator;
 
 #[path = "../../tests/support/mod.rs"]
 mod support;

@@ -21,9 +21,7 @@
 //!
 //! `cargo bench -p weir-host --bench languages`
 
-/// The `weir` binary's allocator: the host runs in this process.
-#[global_allocator]
-static ALLOCATOR: weir_host::HostAllocator = weir_host::HostAllocator;
+mod host_allocator;
 
 mod keyed;
 #[path = "../../tests/support/mod.rs"]

@@ -8,9 +8,7 @@
 //! `cargo bench -p weir-host --bench soak -- MINUTES` (WEIR_MOTO_SERVER set, as
 //! `scripts/soak` does; WEIR_TEST_SEED replays a run).
 
-/// The `weir` binary's allocator: the host runs in this process.
-#[global_allocator]
-static ALLOCATOR: weir_host::HostAllocator = weir_host::HostAllocator;
+mod host_allocator;
 
 #[path = "../../tests/support/mod.rs"]
 mod support;
