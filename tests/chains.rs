@@ -103,6 +103,8 @@ fn cold_keys_drain_from_old_increments_and_every_retained_checkpoint_restores() 
         }
         let id = CheckpointId(c);
         checkpoints.snapshot(&mut backend, id, Default::default());
+        // As a subtask does between batches, until the snapshot is pinned and uploading.
+        checkpoints.settle(&mut backend);
         let handle = match acks.blocking_recv().expect("ack") {
             Ack::Subtask {
                 checkpoint, result, ..

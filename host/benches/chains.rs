@@ -76,6 +76,7 @@ fn run(keys: u64, label: &str, policy: ChainPolicy) -> Figures {
     let mut snapshot = |backend: &mut KeyedStateBackend, c: u64| -> SubtaskHandle {
         let id = CheckpointId(c);
         checkpoints.snapshot(backend, id, Default::default());
+        checkpoints.settle(backend);
         let handle = match acks.blocking_recv().expect("ack") {
             Ack::Subtask {
                 checkpoint, result, ..

@@ -2,17 +2,19 @@
 //!
 //! A subtask's state of 1 M keys with ~100-byte values. One full snapshot, then, for 1 %,
 //! 10 % and 100 % of the keys rewritten, one incremental snapshot each: bytes written and
-//! their ratio to the full snapshot, the synchronous pause (taking the dirty keys and pinning
-//! their values), and the end-to-end duration (pause, encoding, writing to `file://`).
+//! their ratio to the full snapshot, the synchronous pause (freezing the dirty keys), and the
+//! end-to-end duration (pause, pinning, encoding, writing to `file://`).
 //! Last, the restore of the full artifact into an empty backend, as a job restores
 //! (`restore_chain`: ranged reads through `object_store`, a window at a time, decoded and
 //! applied on every core): its throughput, and its peak memory over the memory of the state
 //! it rebuilt (allocator-counted).
 //!
 //! Between the two, the synchronous pause at a quarter of a state four times as large dirty
-//! (`sync_pause_ms_1m_dirty` at the default size: 1 M dirty keys of 4 M), and the rate of
-//! writes to that state while a checkpoint of every two million writes (one million keys) is
-//! taken, encoded and written beside them, against the same writes without checkpoints (issue 32, point 3).
+//! (`sync_pause_ms_1m_dirty` at the default size: 1 M dirty keys of 4 M) and the pinning it
+//! leaves to be done beside processing (`pin_ms_1m_dirty`), and the rate of writes to that
+//! state while a checkpoint of every two million writes (one million keys) is frozen, pinned
+//! between batches of writes, encoded and written beside them, against the same writes
+//! without checkpoints (issue 32, point 3).
 //!
 //! `cargo bench -p weir-host --bench checkpoint [-- KEYS [restore]]` (`restore`: only the
 //! full snapshot, then its restore five times, for profiling it)
@@ -26,7 +28,7 @@ use profiles::{VALUE_LEN, write};
 use weir_host::checkpoint::storage::{open_store, put_increment, restore_chain};
 use weir_host::ids::SubtaskIndex;
 use weir_host::partition::KeyGroups;
-use weir_host::state::{KeyedStateBackend, StateId, StateKind};
+use weir_host::state::{KeyedStateBackend, PIN_STEP, StateId, StateKind};
 
 fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1e3
@@ -78,8 +80,9 @@ fn main() {
             write(&mut backend, state, (n * stride) % keys, 1);
         }
         let started = Instant::now();
-        let increment = backend.snapshot();
+        backend.freeze(backend.epoch());
         let pause = started.elapsed();
+        let increment = backend.pin_frozen(usize::MAX).expect("pinned");
         let path = prefix.clone().join(format!("inc-{label}"));
         let bytes = runtime
             .block_on(put_increment(store.as_ref(), &path, &increment))
@@ -187,6 +190,32 @@ fn rewrite_spread(
     }
 }
 
+/// Writes as [`rewrite_spread`] does, in batches of [`BATCH`] writes; between two, as a
+/// subtask does between batches, pins up to [`PIN_STEP`] frozen entries, handing the
+/// increment to `pinned` once every one is.
+fn rewrite_spread_pinning(
+    backend: &mut KeyedStateBackend,
+    state: StateId,
+    keys: u64,
+    dirty: u64,
+    round: u64,
+    mut pinned: impl FnMut(weir_host::state::Increment),
+) {
+    let stride = (keys / dirty.max(1)).max(1);
+    for n in 0..dirty {
+        write(backend, state, (n * stride + round) % keys, round);
+        if (n + 1).is_multiple_of(BATCH)
+            && backend.is_pinning()
+            && let Some(increment) = backend.pin_frozen(PIN_STEP)
+        {
+            pinned(increment);
+        }
+    }
+}
+
+/// Writes per batch, in [`rewrite_spread_pinning`].
+const BATCH: u64 = 1024;
+
 /// The pause of a snapshot with `keys` dirty keys in a state of 4 × `keys`, then the write
 /// rate with and without a checkpoint every 2 × `keys` writes (each of `keys` keys written
 /// twice: at one write per dirty key, encoding and writing an increment take longer than the
@@ -202,12 +231,15 @@ fn pause_at_scale(
     drop(backend.snapshot());
     rewrite_spread(&mut backend, state, total, keys, 1);
     let started = Instant::now();
-    let increment = backend.snapshot();
+    backend.freeze(backend.epoch());
     let pause = started.elapsed();
+    let increment = backend.pin_frozen(usize::MAX).expect("pinned");
+    let pinned = started.elapsed() - pause;
     eprintln!(
-        "{} dirty keys of {total}: pause {:.2} ms",
+        "{} dirty keys of {total}: pause {:.2} ms, then pinned in {:.1} ms beside processing",
         increment.changes(),
-        ms(pause)
+        ms(pause),
+        ms(pinned)
     );
     drop(increment);
     let label = if keys == 1_000_000 {
@@ -216,6 +248,7 @@ fn pause_at_scale(
         format!("{keys}_of_{total}")
     };
     println!("bench: sync_pause_ms_{label} = {:.2} ms", ms(pause));
+    println!("bench: pin_ms_{label} = {:.1} ms", ms(pinned));
 
     let rounds = 4;
     let mut rate = |checkpoints: bool, first_round: u64| {
@@ -223,24 +256,41 @@ fn pause_at_scale(
         let mut upload: Option<tokio::task::JoinHandle<()>> = None;
         for round in first_round..first_round + rounds {
             for _ in 0..2 {
-                rewrite_spread(&mut backend, state, total, keys, round);
+                rewrite_spread_pinning(&mut backend, state, total, keys, round, |increment| {
+                    // Pinned: its encoding and writing run beside the next writes.
+                    let path = prefix.clone().join(format!("r{round}"));
+                    let store = store.clone();
+                    upload = Some(runtime.spawn(async move {
+                        put_increment(store.as_ref(), &path, &increment)
+                            .await
+                            .expect("put increment");
+                    }));
+                });
             }
             if checkpoints {
-                // As a subtask does: the previous checkpoint's upload must have ended; this
-                // one's encoding and writing run beside the next writes.
+                // As a subtask does at a barrier: the previous snapshot's pinning ends (here it
+                // always has), and its upload must have ended; then this one is frozen, to be
+                // pinned between the next writes.
+                if let Some(increment) = backend.pin_frozen(usize::MAX) {
+                    runtime
+                        .block_on(put_increment(
+                            store.as_ref(),
+                            &prefix.clone().join("late"),
+                            &increment,
+                        ))
+                        .expect("put increment");
+                }
                 if let Some(previous) = upload.take() {
                     runtime.block_on(previous).expect("upload");
                 }
-                let increment = backend.snapshot();
-                let (store, path) = (store.clone(), prefix.clone().join(format!("r{round}")));
-                upload = Some(runtime.spawn(async move {
-                    put_increment(store.as_ref(), &path, &increment)
-                        .await
-                        .expect("put increment");
-                }));
+                backend.freeze(backend.epoch());
             }
         }
+        // The last snapshot's pinning counts, as the old synchronous one did; its upload,
+        // like the last upload before, does not.
+        let last = backend.pin_frozen(usize::MAX);
         let elapsed = started.elapsed();
+        drop(last);
         if let Some(last) = upload {
             runtime.block_on(last).expect("upload");
         }

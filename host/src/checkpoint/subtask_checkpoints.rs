@@ -67,6 +67,13 @@ impl Link {
     }
 }
 
+/// A snapshot frozen at a barrier and still being pinned: what its acknowledgement carries.
+struct Pinning {
+    checkpoint: CheckpointId,
+    held: HeldState,
+    report: BarrierReport,
+}
+
 /// Where a subtask is and what it needs to talk to the store and the coordinator.
 pub struct SubtaskCheckpoints {
     store: CheckpointStore,
@@ -86,6 +93,8 @@ pub struct SubtaskCheckpoints {
     since_full: usize,
     /// The next snapshot must be full: the state came from other subtasks' chains (rescale).
     full_next: bool,
+    /// The snapshot frozen and still being pinned beside processing (`state::frozen`).
+    pinning: Option<Pinning>,
     chain: Vec<Link>,
     /// Uploads of artifacts that left the chain (drained, or replaced by a full snapshot)
     /// before they finished: deleting such an artifact waits for its upload, lest it land
@@ -217,6 +226,7 @@ impl SubtaskCheckpoints {
             policy,
             since_full: 0,
             full_next: false,
+            pinning: None,
             chain: Vec::new(),
             superseded: HashMap::new(),
             owned: Owned::default(),
@@ -523,15 +533,18 @@ impl SubtaskCheckpoints {
         Ok(())
     }
 
-    /// The barrier of `checkpoint` passed: takes the snapshot, starts its upload, and
-    /// acknowledges once the whole chain is stored, with `report` and the time the snapshot
-    /// paused the subtask.
+    /// The barrier of `checkpoint` passed: takes the snapshot's synchronous part. A full
+    /// snapshot is taken whole; an incremental one is frozen, then pinned a step at a time
+    /// beside processing ([`Self::pin`]). Once pinned, its upload starts, and it is
+    /// acknowledged with `report` once the whole chain is stored.
     pub fn snapshot(
         &mut self,
         backend: &mut KeyedStateBackend,
         checkpoint: CheckpointId,
         mut report: BarrierReport,
     ) {
+        // The previous snapshot's pinning ends first: its increment comes before this one.
+        self.settle(backend);
         let _span = tracing::info_span!(
             "snapshot",
             operator = %self.operator,
@@ -553,11 +566,11 @@ impl SubtaskCheckpoints {
                 .policy
                 .full_snapshot_every
                 .is_some_and(|every| self.since_full + 1 >= every);
-        let mut increment = if full {
+        let full_snapshot = if full {
             self.leave_chain(|_| true);
             self.full_next = false;
             self.since_full = 0;
-            backend.snapshot_full(checkpoint)
+            Some(backend.snapshot_full(checkpoint))
         } else {
             self.since_full += 1;
             let released = match self.policy.full_snapshot_every {
@@ -568,8 +581,82 @@ impl SubtaskCheckpoints {
                 }
             };
             self.leave_chain(|c| released.contains(&c));
-            backend.snapshot_for(checkpoint)
+            backend.freeze(checkpoint);
+            None
         };
+        // What the snapshot holds, as of its barrier.
+        let timers = backend
+            .timers_pending()
+            .map_or(0, |(event, processing)| (event + processing) as u64);
+        let held = HeldState {
+            live_bytes: backend.live_bytes() as u64,
+            timers,
+            states: backend.states_with_entries(),
+        };
+        report.timing.sync_pause_us = paused.elapsed().as_micros() as u64;
+        self.counters
+            .last_sync_pause_us
+            .store(report.timing.sync_pause_us, Ordering::Relaxed);
+        match full_snapshot {
+            Some(increment) => self.store_snapshot(increment, held, true, report),
+            None => {
+                self.pinning = Some(Pinning {
+                    checkpoint,
+                    held,
+                    report,
+                })
+            }
+        }
+    }
+
+    /// Whether a snapshot is frozen and not yet wholly pinned: the subtask calls
+    /// [`Self::pin`] between batches until it is.
+    pub fn is_pinning(&self) -> bool {
+        self.pinning.is_some()
+    }
+
+    /// Pins up to about `budget` entries of the frozen snapshot; once every one is, stores
+    /// it (upload, then acknowledgement).
+    pub fn pin(&mut self, backend: &mut KeyedStateBackend, budget: usize) {
+        if self.pinning.is_none() {
+            return;
+        }
+        let Some(increment) = backend.pin_frozen(budget) else {
+            return;
+        };
+        if let Some(Pinning {
+            checkpoint,
+            held,
+            report,
+        }) = self.pinning.take()
+        {
+            debug_assert_eq!(increment.checkpoint, checkpoint);
+            self.store_snapshot(increment, held, false, report);
+        }
+    }
+
+    /// Pins the whole frozen snapshot, if any, and stores it.
+    pub fn settle(&mut self, backend: &mut KeyedStateBackend) {
+        self.pin(backend, usize::MAX);
+    }
+
+    /// Stores `increment`, a snapshot taken (`full`, or pinned): increments not stored before
+    /// ride in it, its upload starts, and the acknowledgement waits for the whole chain.
+    fn store_snapshot(
+        &mut self,
+        mut increment: Increment,
+        held: HeldState,
+        full: bool,
+        mut report: BarrierReport,
+    ) {
+        let checkpoint = increment.checkpoint;
+        let _span = tracing::info_span!(
+            "store snapshot",
+            operator = %self.operator,
+            subtask = self.subtask.0,
+            checkpoint = checkpoint.0
+        )
+        .entered();
         let (carried, carried_full) = self.take_unstored();
         if let Some(older) = carried {
             tracing::info!(
@@ -589,7 +676,7 @@ impl SubtaskCheckpoints {
             .fetch_add(entries, Ordering::Relaxed);
         self.counters
             .state_bytes
-            .store(backend.live_bytes() as u64, Ordering::Relaxed);
+            .store(held.live_bytes, Ordering::Relaxed);
         if !increment.is_empty() {
             let path =
                 self.store
@@ -609,18 +696,6 @@ impl SubtaskCheckpoints {
         }
         let own = self.own_paths(self.chain.iter().map(|l| &l.artifact));
         self.owned.referenced.insert(checkpoint, own);
-        report.timing.sync_pause_us = paused.elapsed().as_micros() as u64;
-        self.counters
-            .last_sync_pause_us
-            .store(report.timing.sync_pause_us, Ordering::Relaxed);
-        let timers = backend
-            .timers_pending()
-            .map_or(0, |(event, processing)| (event + processing) as u64);
-        let held = HeldState {
-            live_bytes: backend.live_bytes() as u64,
-            timers,
-            states: backend.states_with_entries(),
-        };
         self.acknowledge(checkpoint, held, report);
     }
 

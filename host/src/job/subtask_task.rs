@@ -27,7 +27,7 @@ use crate::connectors::SourceOrigin;
 use crate::ids::CheckpointId;
 use crate::operator::{FailureKind, OperatorInstance, SubtaskContext};
 use crate::record::RecordBatch;
-use crate::state::TimeDomain;
+use crate::state::{PIN_STEP, TimeDomain};
 
 /// Most timers handed to an operator in one call.
 const TIMERS_PER_CALL: usize = 1024;
@@ -67,6 +67,13 @@ impl SubtaskTask {
                 None
             };
             counters.set_timers_pending(operator.state_mut().timers_pending().ok());
+            // A snapshot being pinned goes on between events, and without waiting for any.
+            let pinning = self.checkpoints.as_ref().is_some_and(|c| c.is_pinning());
+            let deadline = if pinning {
+                Some(Instant::now())
+            } else {
+                deadline
+            };
             match self.gate.recv_until(deadline)? {
                 // Only the sink reads dead letters.
                 Event::Deadline | Event::DeadLetters { .. } => {}
@@ -85,6 +92,9 @@ impl SubtaskTask {
                         break;
                     }
                 }
+            }
+            if let Some(checkpoints) = &mut self.checkpoints {
+                checkpoints.pin(operator.state_mut(), PIN_STEP);
             }
         }
         self.finish(operator.as_ref());

@@ -20,6 +20,7 @@ use std::collections::VecDeque;
 use super::KeyedStateBackend;
 use super::StateBytes;
 use super::backend::Tables;
+use super::frozen::Pin;
 use super::list::ListBody;
 use super::map::MapBody;
 use super::table::KeyedTable;
@@ -55,6 +56,11 @@ impl KeyedStateBackend {
     /// one about to be snapshotted. Returns the increments that no longer hold anything
     /// needed once that snapshot is stored: they leave the chain with it.
     pub fn rewrite_oldest(&mut self, checkpoint: CheckpointId, budget: usize) -> Vec<CheckpointId> {
+        // Its writes belong to the snapshot about to be frozen, after the previous one.
+        assert!(
+            !self.is_pinning(),
+            "the previous snapshot is not pinned yet"
+        );
         self.epoch = checkpoint.max(self.epoch);
         let epoch = self.epoch;
         // Dead keys cost a lookup each; bound those too.
@@ -152,7 +158,7 @@ fn rewrite(
 
 /// Marks `aged`'s entry dirty and applies `then` to its body if `live` says it lives in the
 /// oldest increments (and how many elements re-writing it costs).
-fn rewrite_in<T>(
+fn rewrite_in<T: Pin>(
     table: &mut KeyedTable<T>,
     aged: &AgedKey,
     epoch: CheckpointId,

@@ -6,6 +6,7 @@ use super::aging::Ages;
 use super::list::ListBody;
 use super::map::MapBody;
 use super::table::KeyedTable;
+use super::take::Pinning;
 use super::timers::TimerIndex;
 use super::value::ValueBody;
 use super::{StateBytes, StateEncoding, StateError, StateId, StateKind};
@@ -139,6 +140,9 @@ pub struct KeyedStateBackend {
     by_name: HashMap<String, StateId>,
     /// The checkpoint that the current writes belong to.
     pub(super) epoch: CheckpointId,
+    /// The epoch after the last snapshot or restore: the entries written in it or after (and
+    /// only they) are dirty. Not always `epoch`, since checkpoint ids may skip numbers.
+    pub(super) dirty_since: CheckpointId,
     /// Declaring is allowed only while the operator opens.
     declaring: bool,
     /// The keys of each increment of the chain, for re-writing the oldest ([`super::aging`]).
@@ -148,6 +152,8 @@ pub struct KeyedStateBackend {
     pub(super) live_bytes: usize,
     /// The pending timers by time (`state::timers`).
     pub(super) timers: TimerIndex,
+    /// The snapshot frozen and not yet wholly pinned (`state::frozen`).
+    pub(super) pinning: Option<Pinning>,
 }
 
 impl KeyedStateBackend {
@@ -159,10 +165,12 @@ impl KeyedStateBackend {
             states: Vec::new(),
             by_name: HashMap::new(),
             epoch: CheckpointId(1),
+            dirty_since: CheckpointId(1),
             declaring: true,
             ages: Ages::new(),
             live_bytes: 0,
             timers: TimerIndex::default(),
+            pinning: None,
         }
     }
 
@@ -285,6 +293,10 @@ impl KeyedStateBackend {
     /// only: the caller makes the next checkpoint a full one, so no later restore reads them
     /// from the chain again.
     pub fn drop_state(&mut self, name: &str) {
+        assert!(
+            !self.is_pinning(),
+            "a state dropped while a snapshot is pinned"
+        );
         if let Some(&id) = self.by_name.get(name) {
             let state = &mut self.states[id.0 as usize];
             state.tables = Tables::new(state.tables.kind(), self.range.len());

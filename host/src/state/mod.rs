@@ -30,7 +30,9 @@
 //!   fires them by time.
 //! - [`undo`]: [`undo::UndoLog`], the changes of one call, to take them back.
 //! - [`snapshot`]: [`Increment`], what a snapshot pins, and [`KeyedStateBackend::snapshot`] /
-//!   [`KeyedStateBackend::restore`] in the backend.
+//!   [`KeyedStateBackend::restore`] in the backend; [`take`](mod@take): freezing the dirty
+//!   keys and pinning them; [`frozen`]: a table's frozen keys, pinned beside processing or by
+//!   the first write to one (copy-on-write).
 //! - [`merge`](mod@merge): [`Increment::merge`], two consecutive increments as one (an
 //!   increment whose upload failed rides in the next one).
 //! - [`reencode`](mod@reencode): state an older host stored as JSON text, converted to CBOR.
@@ -42,6 +44,7 @@ pub(crate) mod backend;
 pub(crate) mod bytes;
 mod chunked;
 pub mod encoding;
+mod frozen;
 pub(crate) mod inspect;
 pub(crate) mod list;
 pub(crate) mod map;
@@ -67,6 +70,7 @@ pub use encoding::StateEncoding;
 pub use reencode::ReencodeError;
 pub use restore::Restoring;
 pub use snapshot::{Change, GroupIncrement, Increment, StateChanges};
+pub use take::PIN_STEP;
 pub use timers::{FiredTimer, TIMERS_STATE, TimeDomain, Timer};
 
 use crate::partition::{KeyGroup, KeyGroupRange};

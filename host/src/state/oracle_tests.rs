@@ -1,7 +1,7 @@
 //! Property tests of the backend's snapshots against a `BTreeMap` oracle: random writes,
-//! incremental and full snapshots, restores, and crashes (also between the two phases of a
-//! snapshot) over a tiny key space (to force collisions, overwrites, removals and clears of
-//! the same keys).
+//! incremental and full snapshots (also frozen, with writes between the freeze and the end of
+//! their pinning), restores, and crashes (also between the two phases of a snapshot) over a
+//! tiny key space (to force collisions, overwrites, removals and clears of the same keys).
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -34,6 +34,11 @@ enum Op {
     Snapshot(usize),
     /// A full snapshot: the chain starts again from it.
     FullSnapshot,
+    /// The synchronous phase of a snapshot (after re-writing up to this many entries of the
+    /// oldest increments) without its pinning: the writes that follow run beside it.
+    Freeze(usize),
+    /// Up to this many frozen entries pinned; the snapshot completes once all are.
+    Pin(usize),
     /// Restore the chain of the n-th completed snapshot (modulo their number).
     Restore(usize),
     /// The process dies, after the synchronous phase of a snapshot whose upload never
@@ -73,6 +78,8 @@ fn op() -> impl Strategy<Value = Op> {
         2 => (any::<bool>(), -3..9i64).prop_map(|(p, at)| Op::Advance(p, at)),
         3 => (0..6usize).prop_map(Op::Snapshot),
         1 => Just(Op::FullSnapshot),
+        2 => (0..6usize).prop_map(Op::Freeze),
+        3 => (0..3usize).prop_map(Op::Pin),
         1 => any::<usize>().prop_map(Op::Restore),
         1 => any::<bool>().prop_map(|mid_snapshot| Op::Crash { mid_snapshot }),
         1 => (2..5u32).prop_map(Op::Rescale),
@@ -280,6 +287,38 @@ fn weigh(d: &Dump) -> usize {
     values + maps + lists + timers
 }
 
+/// A snapshot taken: its increment, the increments it lets leave the chain, and the state it
+/// holds (as of its freeze).
+struct Snapshotted {
+    increment: Increment,
+    released: Vec<CheckpointId>,
+    state: Dump,
+}
+
+impl Snapshotted {
+    /// Stores the increment (through the stored format, as a checkpoint does) at the end of
+    /// `chain`, and records the chain and state as a completed snapshot's.
+    fn record(
+        self,
+        backend: &KeyedStateBackend,
+        chain: &mut Vec<Increment>,
+        completed: &mut Vec<(Vec<Increment>, Dump)>,
+    ) -> Result<(), TestCaseError> {
+        chain.retain(|i| !self.released.contains(&i.checkpoint));
+        let bytes = format::encode(&self.increment).expect("encode");
+        let stored = format::decode(&bytes, None).expect("decode");
+        prop_assert_eq!(&stored, &self.increment);
+        if !stored.is_empty() {
+            chain.push(stored);
+        }
+        let ages: Vec<CheckpointId> = backend.chain_checkpoints().collect();
+        let links: Vec<CheckpointId> = chain.iter().map(|i| i.checkpoint).collect();
+        prop_assert_eq!(ages, links, "the backend knows its chain");
+        completed.push((chain.clone(), self.state));
+        Ok(())
+    }
+}
+
 fn run(ops: Vec<Op>) -> Result<(), TestCaseError> {
     // Few key groups, so that several keys share a group and a table.
     let groups = KeyGroups::new(8);
@@ -289,6 +328,8 @@ fn run(ops: Vec<Op>) -> Result<(), TestCaseError> {
     // state.
     let mut chain: Vec<Increment> = Vec::new();
     let mut completed: Vec<(Vec<Increment>, Dump)> = Vec::new();
+    // A snapshot frozen and not yet pinned, with the state at its freeze.
+    let mut frozen: Option<Snapshotted> = None;
     // Checkpoint ids only grow, also across crashes (they are the coordinator's).
     let mut next_id = 1;
     for op in ops {
@@ -391,29 +432,66 @@ fn run(ops: Vec<Op>) -> Result<(), TestCaseError> {
                 prop_assert_eq!(fired, due, "timers fired");
             }
             Op::Snapshot(_) | Op::FullSnapshot => {
+                if let Some(frozen) = frozen.take() {
+                    let increment = backend.pin_frozen(usize::MAX).expect("pinned");
+                    let done = Snapshotted {
+                        increment,
+                        ..frozen
+                    };
+                    done.record(&backend, &mut chain, &mut completed)?;
+                }
                 let id = CheckpointId(next_id);
                 next_id += 1;
-                let increment = if let Op::Snapshot(budget) = op {
+                let (increment, released) = if let Op::Snapshot(budget) = op {
                     let released = backend.rewrite_oldest(id, budget);
-                    chain.retain(|i| !released.contains(&i.checkpoint));
-                    backend.snapshot_for(id)
+                    (backend.snapshot_for(id), released)
                 } else {
                     chain.clear();
-                    backend.snapshot_full(id)
+                    (backend.snapshot_full(id), Vec::new())
                 };
                 prop_assert_eq!(increment.checkpoint, id);
-                // Every increment goes through the stored format, as it would in a checkpoint.
-                let bytes = format::encode(&increment).expect("encode");
-                let stored = format::decode(&bytes, None).expect("decode");
-                prop_assert_eq!(&stored, &increment);
-                if !stored.is_empty() {
-                    chain.push(stored);
-                }
-                let ages: Vec<CheckpointId> = backend.chain_checkpoints().collect();
-                let links: Vec<CheckpointId> = chain.iter().map(|i| i.checkpoint).collect();
-                prop_assert_eq!(ages, links, "the backend knows its chain");
-                completed.push((chain.clone(), oracle.clone()));
+                let done = Snapshotted {
+                    increment,
+                    released,
+                    state: oracle.clone(),
+                };
+                done.record(&backend, &mut chain, &mut completed)?;
                 prop_assert_eq!(backend.stats().dirty_keys, 0);
+            }
+            Op::Freeze(budget) => {
+                if let Some(frozen) = frozen.take() {
+                    let increment = backend.pin_frozen(usize::MAX).expect("pinned");
+                    let done = Snapshotted {
+                        increment,
+                        ..frozen
+                    };
+                    done.record(&backend, &mut chain, &mut completed)?;
+                }
+                let id = CheckpointId(next_id);
+                next_id += 1;
+                let released = backend.rewrite_oldest(id, budget);
+                backend.freeze(id);
+                prop_assert_eq!(backend.stats().dirty_keys, 0);
+                frozen = Some(Snapshotted {
+                    increment: Increment {
+                        checkpoint: id,
+                        groups: Vec::new(),
+                    },
+                    released,
+                    state: oracle.clone(),
+                });
+            }
+            Op::Pin(budget) => {
+                if let Some(increment) = backend.pin_frozen(budget) {
+                    let frozen = frozen.take().expect("a snapshot was frozen");
+                    prop_assert_eq!(increment.checkpoint, frozen.increment.checkpoint);
+                    let done = Snapshotted {
+                        increment,
+                        ..frozen
+                    };
+                    done.record(&backend, &mut chain, &mut completed)?;
+                }
+                prop_assert_eq!(backend.is_pinning(), frozen.is_some());
             }
             Op::Restore(n) if !completed.is_empty() => {
                 let (chain, state) = &completed[n % completed.len()];
@@ -422,7 +500,9 @@ fn run(ops: Vec<Op>) -> Result<(), TestCaseError> {
             }
             Op::Restore(_) => {}
             Op::Crash { mid_snapshot } => {
-                if mid_snapshot {
+                // A snapshot still pinning is lost with the process.
+                frozen = None;
+                if mid_snapshot && !backend.is_pinning() {
                     // The synchronous phase ran; the artifact never reached the store.
                     let _lost = backend.snapshot_for(CheckpointId(next_id));
                     next_id += 1;
@@ -431,6 +511,7 @@ fn run(ops: Vec<Op>) -> Result<(), TestCaseError> {
                 oracle = completed.last().map(|(_, d)| d.clone()).unwrap_or_default();
             }
             Op::Rescale(parallelism) => {
+                frozen = None;
                 let state = completed.last().map(|(_, d)| d.clone()).unwrap_or_default();
                 let id = CheckpointId(next_id);
                 next_id += 1;

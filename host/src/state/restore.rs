@@ -37,10 +37,11 @@ impl KeyedStateBackend {
     /// Starts a restore, to which a reader hands an increment's key groups batch by batch
     /// ([`Restoring::apply`]); the restore ends when the guard is dropped.
     ///
-    /// Only a backend without unsnapshotted writes can be restored into: restoring removes
-    /// entries, which would move the entries its dirty lists point at.
+    /// Only a backend without unsnapshotted writes (nor a snapshot being pinned) can be
+    /// restored into: restoring removes entries, which would move the entries its dirty
+    /// lists point at.
     pub fn restoring(&mut self) -> Result<Restoring<'_>, StateError> {
-        if self.stats().dirty_keys > 0 {
+        if self.stats().dirty_keys > 0 || self.is_pinning() {
             return Err(StateError::RestoreOverWrites);
         }
         Ok(Restoring {
@@ -130,6 +131,8 @@ impl Restoring<'_> {
             // Saturating: the id is as read from the artifact.
             backend.epoch = CheckpointId(checkpoint.0.saturating_add(1));
         }
+        // Restored entries are not dirty: written in `checkpoint` or before.
+        backend.dirty_since = backend.dirty_since.max(backend.epoch);
         Ok(())
     }
 

@@ -1,10 +1,13 @@
 //! [`KeyedTable`]: the hash table of one (state, key group) pair, with its dirty list.
 
+use std::collections::HashMap;
+
 use hashbrown::HashTable;
 
 use super::StateBytes;
 use super::bytes::bytes_eq;
 use super::chunked::ChunkedVec;
+use super::frozen::{Frozen, Pin};
 
 use crate::ids::CheckpointId;
 use crate::partition::{KeyHash, hash_key};
@@ -37,9 +40,11 @@ pub(crate) struct KeyedTable<T> {
     /// Positions of the entries written since the last snapshot, each once (squashing): an
     /// entry is pushed only when its `written_in` moves to the current epoch. Positions, not
     /// keys: nothing is copied per write, and a snapshot visits the entries in memory order.
-    /// Entries move only when one is removed, which happens only while a snapshot or a
-    /// restore runs, when this list has been taken or is empty.
+    /// Entries move only when one is removed: by a restore, or when a snapshot's walk of
+    /// this table ends ([`KeyedTable::unfreeze`], which fixes this list up).
     dirty: Vec<u32>,
+    /// The entries of the snapshot being pinned, if it wrote any here (`state::frozen`).
+    frozen: Option<Box<Frozen>>,
 }
 
 /// An index bucket: where an entry is, and its table hash.
@@ -62,6 +67,7 @@ impl<T> Default for KeyedTable<T> {
             entries: ChunkedVec::default(),
             index: HashTable::new(),
             dirty: Vec::new(),
+            frozen: None,
         }
     }
 }
@@ -120,7 +126,10 @@ impl<T> KeyedTable<T> {
         hash: KeyHash,
         epoch: CheckpointId,
         make: impl FnOnce() -> T,
-    ) -> &mut Entry<T> {
+    ) -> &mut Entry<T>
+    where
+        T: Pin,
+    {
         // A new entry is older than any epoch, so the mark always records a new key.
         let position = self.position_or_insert(key, hash, CheckpointId(0), make);
         self.mark(position, epoch)
@@ -185,7 +194,10 @@ impl<T> KeyedTable<T> {
         hash: KeyHash,
         epoch: CheckpointId,
         make: impl FnOnce() -> T,
-    ) -> &mut Entry<T> {
+    ) -> &mut Entry<T>
+    where
+        T: Pin,
+    {
         let hit = hint.filter(|&p| self.entries.get(p).is_some_and(|e| bytes_eq(&e.key, key)));
         let Some(position) = hit else {
             return self.write(key, hash, epoch, make);
@@ -200,7 +212,10 @@ impl<T> KeyedTable<T> {
         key: &[u8],
         hash: KeyHash,
         epoch: CheckpointId,
-    ) -> Option<&mut Entry<T>> {
+    ) -> Option<&mut Entry<T>>
+    where
+        T: Pin,
+    {
         let position = self.position(key, hash)?;
         Some(self.mark(position, epoch))
     }
@@ -208,16 +223,28 @@ impl<T> KeyedTable<T> {
     /// The entry at `position` (from [`KeyedTable::position`]) for writing, marked dirty in
     /// `epoch`.
     #[inline]
-    pub(crate) fn write_at(&mut self, position: usize, epoch: CheckpointId) -> &mut Entry<T> {
+    pub(crate) fn write_at(&mut self, position: usize, epoch: CheckpointId) -> &mut Entry<T>
+    where
+        T: Pin,
+    {
         self.mark(position, epoch)
     }
 
     /// The entry at `position`, marked dirty in `epoch`: its key joins the dirty list the
-    /// first time it is written in an epoch.
+    /// first time it is written in an epoch. A frozen entry the snapshot's walk has not
+    /// reached is pinned first, so that its increment holds it as it was at the freeze.
     #[inline]
-    fn mark(&mut self, position: usize, epoch: CheckpointId) -> &mut Entry<T> {
+    fn mark(&mut self, position: usize, epoch: CheckpointId) -> &mut Entry<T>
+    where
+        T: Pin,
+    {
         let entry = &mut self.entries[position];
         if entry.written_in != epoch {
+            if let Some(frozen) = &mut self.frozen
+                && frozen.awaits(position, entry.written_in)
+            {
+                frozen.pin(entry);
+            }
             entry.written_in = epoch;
             // Positions fit in u32: see `insert_new`.
             self.dirty.push(position as u32);
@@ -225,12 +252,65 @@ impl<T> KeyedTable<T> {
         entry
     }
 
-    /// Takes the positions of the entries written since the last snapshot, in ascending
-    /// order (the synchronous phase of a snapshot).
-    pub(crate) fn take_dirty(&mut self) -> Vec<u32> {
-        let mut dirty = std::mem::take(&mut self.dirty);
-        dirty.sort_unstable();
-        dirty
+    /// Freezes the entries written since the last snapshot (in `since..=checkpoint`) as
+    /// `checkpoint`'s: writes from now on are a later epoch's (the synchronous phase of a
+    /// snapshot, O(1)).
+    pub(crate) fn freeze(&mut self, since: CheckpointId, checkpoint: CheckpointId) {
+        debug_assert!(self.frozen.is_none(), "the previous snapshot is pinned");
+        if !self.dirty.is_empty() {
+            let dirty = std::mem::take(&mut self.dirty);
+            self.frozen = Some(Box::new(Frozen::new(since, checkpoint, dirty)));
+        }
+    }
+
+    /// Pins up to `budget` frozen entries; returns how many it visited (`state::frozen`).
+    pub(crate) fn walk_frozen(&mut self, budget: usize, kept: &mut impl FnMut(StateBytes)) -> usize
+    where
+        T: Pin,
+    {
+        match &mut self.frozen {
+            Some(frozen) => frozen.walk(&mut self.entries, budget, kept),
+            None => 0,
+        }
+    }
+
+    /// Whether every frozen entry is pinned (or nothing is frozen).
+    pub(crate) fn walked(&self) -> bool {
+        self.frozen.as_ref().is_none_or(|f| f.walked())
+    }
+
+    /// Ends the walk of this table: removes the entries pinned empty that were not written
+    /// again since, and returns what pinning gave (`None` if nothing was frozen here).
+    pub(crate) fn unfreeze(&mut self) -> Option<Box<Frozen>> {
+        let mut frozen = self.frozen.take()?;
+        debug_assert!(frozen.walked());
+        // Where each entry of the dirty list is in it: built only if a removal moves a dirty
+        // entry.
+        let mut in_dirty: Option<HashMap<u32, usize>> = None;
+        for key in std::mem::take(&mut frozen.emptied) {
+            let hash = hash_key(&key);
+            let Some(position) = self.position(&key, hash) else {
+                continue;
+            };
+            if !frozen.holds(self.entries[position].written_in) {
+                continue;
+            }
+            let last = self.entries.len() - 1;
+            self.remove(&key, hash);
+            // The last entry moved into `position`. Entries written since the freeze (and
+            // only they) are in the dirty list: their `written_in` is past the frozen one.
+            if position != last && self.entries[position].written_in > frozen.checkpoint {
+                let dirty = &self.dirty;
+                let in_dirty = in_dirty.get_or_insert_with(|| {
+                    dirty.iter().enumerate().map(|(i, &p)| (p, i)).collect()
+                });
+                if let Some(i) = in_dirty.remove(&(last as u32)) {
+                    self.dirty[i] = position as u32;
+                    in_dirty.insert(position as u32, i);
+                }
+            }
+        }
+        Some(frozen)
     }
 
     /// The entry at `position`, for changes that must not mark it dirty (snapshots, restore).
@@ -320,6 +400,14 @@ impl<T> KeyedTable<T> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::state::snapshot::Change;
+
+    impl Pin for u32 {
+        fn pin(&mut self, key: StateBytes, _: CheckpointId) -> (Change, bool) {
+            let value = Some(StateBytes::copy_from_slice(&self.to_le_bytes()));
+            (Change::Value { key, value }, false)
+        }
+    }
 
     #[test]
     fn repeated_writes_mark_a_key_dirty_once_per_epoch() {

@@ -1,55 +1,143 @@
-//! The synchronous phase of a snapshot: [`KeyedStateBackend::snapshot`].
+//! Taking a snapshot: [`KeyedStateBackend::freeze`] (its synchronous phase), then
+//! [`KeyedStateBackend::pin_frozen`]; [`KeyedStateBackend::snapshot`] does both at once.
 
 use super::aging::AgedKey;
 use super::backend::Tables;
+use super::frozen::Pin;
 use super::list::ListBody;
 use super::map::MapBody;
 use super::snapshot::{Change, GroupIncrement, Increment, StateChanges};
 use super::table::KeyedTable;
 use super::value::ValueBody;
-use super::{KeyedStateBackend, StateBytes, StateKind};
+use super::{KeyedStateBackend, StateKind};
 use crate::ids::CheckpointId;
-use crate::partition::{KeyGroupRange, hash_key};
+use crate::partition::KeyGroupRange;
+
+/// Frozen entries a subtask pins between two batches ([`KeyedStateBackend::pin_frozen`]):
+/// about half a millisecond of work, so that pinning a million dirty keys delays no batch by
+/// more.
+pub const PIN_STEP: usize = 8192;
+
+/// A snapshot frozen and not yet wholly pinned: where the walk is, and what it gathered.
+#[derive(Debug)]
+pub(super) struct Pinning {
+    checkpoint: CheckpointId,
+    /// The next table to walk: its state, and its key group's offset in the range.
+    state: usize,
+    offset: usize,
+    /// Per state, per key group: the changes of the tables walked.
+    per_state: Vec<Vec<Vec<Change>>>,
+    /// The keys pinned with content: the increment's aged keys.
+    aged: Vec<AgedKey>,
+    /// Keys frozen: `aged` is sized once, by the first pin (at a million dirty keys, growing
+    /// it by doubling cost more than filling it: copies and fresh pages).
+    dirty: usize,
+}
 
 impl KeyedStateBackend {
     /// Takes the changes since the previous snapshot as the increment of the current epoch's
-    /// checkpoint, and starts the next epoch.
-    ///
-    /// Costs O(dirty keys): only the dirty lists are walked, and values are pinned by
-    /// reference. Removed values and emptied maps and lists leave the tables here, once the
-    /// increment records their removal.
+    /// checkpoint, and starts the next epoch: [`Self::freeze`], then every frozen entry
+    /// pinned at once.
     pub fn snapshot(&mut self) -> Increment {
-        let checkpoint = self.epoch;
-        let range = self.range();
-        // One vector sized once: at a million dirty keys, growing it by doubling cost more
-        // than filling it (copies and fresh pages).
-        let mut aged = Vec::with_capacity(self.stats().dirty_keys);
-        let per_state: Vec<_> = self
-            .states
-            .iter_mut()
-            .enumerate()
-            .map(|(index, state)| {
-                let aged = &mut aged;
-                let per_group: Vec<Vec<Change>> = match &mut state.tables {
-                    Tables::Value(tables) => (tables.iter_mut().enumerate())
-                        .map(|(offset, t)| take_values(t, Aged::at(aged, index, offset)))
-                        .collect(),
-                    Tables::Map(tables) => (tables.iter_mut().enumerate())
-                        .map(|(offset, t)| take_maps(t, Aged::at(aged, index, offset)))
-                        .collect(),
-                    Tables::List(tables) => (tables.iter_mut().enumerate())
-                        .map(|(offset, t)| take_lists(t, Aged::at(aged, index, offset), checkpoint))
-                        .collect(),
-                };
-                (state.name.clone(), state.tables.kind(), per_group)
-            })
-            .collect();
-        let groups = by_group(range, per_state);
-        self.epoch = CheckpointId(checkpoint.0 + 1);
-        if !groups.is_empty() {
-            self.age(checkpoint, aged);
+        self.freeze(self.epoch);
+        self.pin_frozen(usize::MAX)
+            .expect("an unbounded walk pins every frozen entry")
+    }
+
+    /// The synchronous phase of a snapshot as `checkpoint`, which must come after every
+    /// checkpoint this backend has snapshotted or restored: freezes the changes since the
+    /// previous snapshot as its increment and starts the next epoch. Costs O(states × key
+    /// groups), whatever the number of dirty keys; [`Self::pin_frozen`] then pins them, a
+    /// step at a time, and a write to a frozen entry not pinned yet pins it first
+    /// (`state::frozen`).
+    ///
+    /// Panics if the previous snapshot is not wholly pinned yet.
+    pub fn freeze(&mut self, checkpoint: CheckpointId) {
+        assert!(
+            self.pinning.is_none(),
+            "a snapshot was frozen before the previous one was pinned"
+        );
+        debug_assert!(checkpoint >= self.epoch, "checkpoint ids only grow");
+        let checkpoint = checkpoint.max(self.epoch);
+        let since = self.dirty_since;
+        let dirty = self.stats().dirty_keys;
+        let groups = self.range().len();
+        for state in &mut self.states {
+            match &mut state.tables {
+                Tables::Value(t) => t.iter_mut().for_each(|t| t.freeze(since, checkpoint)),
+                Tables::Map(t) => t.iter_mut().for_each(|t| t.freeze(since, checkpoint)),
+                Tables::List(t) => t.iter_mut().for_each(|t| t.freeze(since, checkpoint)),
+            }
         }
-        Increment { checkpoint, groups }
+        self.pinning = Some(Pinning {
+            checkpoint,
+            state: 0,
+            offset: 0,
+            per_state: vec![vec![Vec::new(); groups]; self.states.len()],
+            aged: Vec::new(),
+            dirty,
+        });
+        self.epoch = CheckpointId(checkpoint.0 + 1);
+        self.dirty_since = self.epoch;
+    }
+
+    /// Whether a frozen snapshot awaits [`Self::pin_frozen`].
+    pub fn is_pinning(&self) -> bool {
+        self.pinning.is_some()
+    }
+
+    /// Pins up to about `budget` frozen entries, in memory order table by table; returns the
+    /// increment once every frozen entry is pinned, `None` while some are left (or nothing is
+    /// frozen). Values are pinned by reference; the entries pinned empty (tombstones, emptied
+    /// maps and lists) leave their table as its walk ends, unless written again since.
+    pub fn pin_frozen(&mut self, budget: usize) -> Option<Increment> {
+        let pinning = self.pinning.as_mut()?;
+        if pinning.aged.capacity() == 0 {
+            pinning.aged.reserve_exact(pinning.dirty);
+        }
+        let mut spent = 0;
+        while let Some(state) = self.states.get_mut(pinning.state) {
+            let (index, offset) = (pinning.state as u32, pinning.offset);
+            let aged = Aged {
+                keys: &mut pinning.aged,
+                state: index,
+                offset: offset as u32,
+            };
+            let left = budget - spent;
+            let walk = match &mut state.tables {
+                Tables::Value(t) => t.get_mut(offset).map(|t| walk(t, left, aged)),
+                Tables::Map(t) => t.get_mut(offset).map(|t| walk(t, left, aged)),
+                Tables::List(t) => t.get_mut(offset).map(|t| walk(t, left, aged)),
+            };
+            match walk {
+                None => {
+                    pinning.state += 1;
+                    pinning.offset = 0;
+                }
+                Some((visited, Some(changes))) => {
+                    spent += visited;
+                    // A state declared since the freeze (the timers' state, at the first
+                    // timer) has nothing frozen.
+                    if !changes.is_empty() {
+                        pinning.per_state[index as usize][offset] = changes;
+                    }
+                    pinning.offset += 1;
+                }
+                Some((_, None)) => return None,
+            }
+        }
+        let pinning = self.pinning.take()?;
+        let per_state: Vec<_> = (self.states.iter().zip(pinning.per_state))
+            .map(|(state, per_group)| (state.name.clone(), state.tables.kind(), per_group))
+            .collect();
+        let groups = by_group(self.range(), per_state);
+        if !groups.is_empty() {
+            self.age(pinning.checkpoint, pinning.aged);
+        }
+        Some(Increment {
+            checkpoint: pinning.checkpoint,
+            groups,
+        })
     }
 
     /// [`Self::snapshot`] as the increment of `checkpoint`, which must come after every
@@ -168,131 +256,26 @@ struct Aged<'a> {
     offset: u32,
 }
 
-impl<'a> Aged<'a> {
-    fn at(keys: &'a mut Vec<AgedKey>, state: usize, offset: usize) -> Self {
-        Self {
-            keys,
-            state: state as u32,
-            offset: offset as u32,
-        }
-    }
-}
-
-/// Dirty entries whose out-of-line contents are loaded into cache at once, ahead of pinning
-/// them.
-const TOUCH_AHEAD: usize = 32;
-
-/// Walks the dirty entries of `table` in memory order, turning each into a [`Change`] with
-/// `change`, which also says whether the entry can leave the table (a tombstone, an emptied
-/// map or list). Removals happen after the walk, since a removal moves another entry.
-///
-/// Pinning a long value bumps its reference count, which lies in the value's own allocation,
-/// somewhere in memory: one cache miss per key, one after the other. Every [`TOUCH_AHEAD`]
-/// keys, `touch` first reads what the next ones hold out of line, so that those misses
-/// overlap (as [`KeyedStateBackend::warm`] does for a batch's lookups).
-fn take_changes<T>(
+/// Walks `table`'s frozen entries for up to `budget` of them; once the walk of the table is
+/// over, also returns its changes (empty if nothing was frozen there).
+fn walk<T: Pin>(
     table: &mut KeyedTable<T>,
+    budget: usize,
     aged: Aged<'_>,
-    touch: impl Fn(&T) -> u64,
-    mut change: impl FnMut(StateBytes, &mut T) -> (Change, bool),
-) -> Vec<Change> {
-    let dirty = table.take_dirty();
-    let mut changes = Vec::with_capacity(dirty.len());
-    let mut removed = Vec::new();
-    for (i, &position) in dirty.iter().enumerate() {
-        if i % TOUCH_AHEAD == 0 {
-            let touched = dirty[i..]
-                .iter()
-                .take(TOUCH_AHEAD)
-                .filter_map(|&p| table.entry_at(p as usize))
-                .fold(0, |acc, e| acc ^ touch(&e.body));
-            std::hint::black_box(touched);
-        }
-        let Some(entry) = table.entry_at_mut(position as usize) else {
-            continue;
-        };
-        let key = entry.key.clone();
-        let (c, remove) = change(key.clone(), &mut entry.body);
-        if remove {
-            removed.push(key);
-        } else {
-            aged.keys.push(AgedKey {
-                state: aged.state,
-                offset: aged.offset,
-                key,
-            });
-        }
-        changes.push(c);
+) -> (usize, Option<Vec<Change>>) {
+    let (state, offset) = (aged.state, aged.offset);
+    let keys = aged.keys;
+    let age = |key| AgedKey { state, offset, key };
+    let visited = table.walk_frozen(budget, &mut |key| keys.push(age(key)));
+    if !table.walked() {
+        return (visited, None);
     }
-    for key in removed {
-        table.remove(&key, hash_key(&key));
-    }
-    changes
-}
-
-fn take_values(table: &mut KeyedTable<ValueBody>, aged: Aged<'_>) -> Vec<Change> {
-    let touch = |value: &ValueBody| value.as_ref().map_or(0, StateBytes::touch);
-    take_changes(table, aged, touch, |key, value| {
-        let value = value.clone();
-        // A tombstone goes into the increment; the table no longer needs it.
-        let remove = value.is_none();
-        (Change::Value { key, value }, remove)
-    })
-}
-
-fn take_maps(table: &mut KeyedTable<MapBody>, aged: Aged<'_>) -> Vec<Change> {
-    take_changes(
-        table,
-        aged,
-        |map| map.entries.touch(),
-        |key, map| {
-            // A changed key that is gone was put and removed since the last snapshot: the
-            // chain never held it (`MapValue::persisted`).
-            let entries = std::mem::take(&mut map.changed)
-                .into_iter()
-                .filter_map(|map_key| {
-                    let slot = map.entries.get_mut(&map_key[..])?;
-                    slot.persisted = slot.value.is_some();
-                    let value = slot.value.clone();
-                    Some((map_key, value))
-                })
-                .collect();
-            let cleared = std::mem::take(&mut map.cleared);
-            map.entries.retain(|_, v| v.value.is_some());
-            let change = Change::Map {
-                key,
-                cleared,
-                entries,
-            };
-            (change, map.entries.is_empty())
-        },
-    )
-}
-
-fn take_lists(
-    table: &mut KeyedTable<ListBody>,
-    aged: Aged<'_>,
-    checkpoint: CheckpointId,
-) -> Vec<Change> {
-    take_changes(
-        table,
-        aged,
-        |_| 0,
-        |key, list| {
-            let appended = list.items[list.persisted..].to_vec();
-            if list.persisted == 0 && !appended.is_empty() {
-                list.oldest = checkpoint;
-            }
-            list.persisted = list.items.len();
-            let cleared = std::mem::take(&mut list.cleared);
-            let change = Change::List {
-                key,
-                cleared,
-                appended,
-            };
-            (change, list.items.is_empty())
-        },
-    )
+    let Some(frozen) = table.unfreeze() else {
+        return (visited, Some(Vec::new()));
+    };
+    // Keys a write pinned before the walk reached them.
+    keys.extend(frozen.kept.into_iter().map(age));
+    (visited, Some(frozen.changes))
 }
 
 impl KeyedStateBackend {
