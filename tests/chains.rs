@@ -101,6 +101,10 @@ fn cold_keys_drain_from_old_increments_and_every_retained_checkpoint_restores() 
                 write(&mut backend, &mut oracle, rng % KEYS);
             }
         }
+        // As a subtask does between batches: part of the next checkpoint's re-writing.
+        for _ in 0..3 {
+            checkpoints.pin(&mut backend, 1_000);
+        }
         let id = CheckpointId(c);
         checkpoints.snapshot(&mut backend, id, Default::default());
         // As a subtask does between batches, until the snapshot is pinned and uploading.

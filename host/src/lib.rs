@@ -78,7 +78,8 @@
 //!   travels with it; the state tables reuse it.
 //! - **Dirty keys, not values.** Each state entry remembers the checkpoint in which it was last
 //!   written; a write marks the key dirty once per checkpoint, so the next snapshot costs
-//!   O(dirty keys) and squashes repeated writes.
+//!   O(dirty keys) and squashes repeated writes. Its pause does not: the dirty keys are
+//!   frozen, and pinned between batches (copy-on-write, `state::frozen`).
 //! - **Failures name their place.** An operator error says which operator and subtask failed
 //!   and why (an error it returned, a trap, the CPU or memory limit); a failed run never
 //!   publishes output that no completed checkpoint covers.

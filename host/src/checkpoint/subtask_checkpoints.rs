@@ -1,15 +1,16 @@
 //! [`SubtaskCheckpoints`]: a subtask's side of checkpointing: snapshots, uploads, its chain,
 //! cleanup of the artifacts it owns, and restore with an orphan sweep.
 //!
-//! The subtask's thread only runs the synchronous phase of a snapshot (taking the dirty sets,
-//! pinning values); encoding and upload run on the tokio runtime while records keep flowing,
-//! and the acknowledgement goes to the coordinator once every artifact of the chain is in the
-//! store. A failed upload fails that checkpoint only: the increment stays in memory and is
+//! The subtask's thread runs the synchronous phase of a snapshot (freezing the dirty sets),
+//! then pins the frozen values between batches ([`SubtaskCheckpoints::pin`]); encoding and
+//! upload run on the tokio runtime while records keep flowing, and the acknowledgement goes to
+//! the coordinator once every artifact of the chain is in the store. A failed upload fails that checkpoint only: the increment stays in memory and is
 //! uploaded again at the next barrier, since later increments build on it.
 //!
 //! The chain stays bounded ([`ChainPolicy`]): before each snapshot the backend re-writes a
-//! slice of the entries still living in the oldest increments, and the increments it drains
-//! leave the chain with that snapshot (`state::aging`).
+//! slice of the entries still living in the oldest increments (between batches, and what is
+//! left at the barrier), and the increments it drains leave the chain with that snapshot
+//! (`state::aging`).
 //!
 //! Cleanup follows DESIGN.md §5: the subtask remembers, per checkpoint it snapshotted or
 //! restored, which of the artifacts it owns ([`Ownership`]) that checkpoint references. On
@@ -95,6 +96,11 @@ pub struct SubtaskCheckpoints {
     full_next: bool,
     /// The snapshot frozen and still being pinned beside processing (`state::frozen`).
     pinning: Option<Pinning>,
+    /// Keys visited and elements re-written since the last snapshot, between batches, of
+    /// the next checkpoint's re-writing budget ([`Self::pin`]).
+    rewritten: (usize, usize),
+    /// The re-writing budget of the next checkpoint, once a step between batches needed it.
+    rewrite_budget: Option<usize>,
     chain: Vec<Link>,
     /// Uploads of artifacts that left the chain (drained, or replaced by a full snapshot)
     /// before they finished: deleting such an artifact waits for its upload, lest it land
@@ -227,6 +233,8 @@ impl SubtaskCheckpoints {
             since_full: 0,
             full_next: false,
             pinning: None,
+            rewritten: (0, 0),
+            rewrite_budget: None,
             chain: Vec::new(),
             superseded: HashMap::new(),
             owned: Owned::default(),
@@ -576,8 +584,9 @@ impl SubtaskCheckpoints {
             let released = match self.policy.full_snapshot_every {
                 Some(_) => Vec::new(),
                 None => {
+                    // What the re-writing between batches left of the budget.
                     let budget = self.policy.budget(backend.stats().entries);
-                    backend.rewrite_oldest(checkpoint, budget)
+                    backend.rewrite_oldest(checkpoint, self.rewrite_left(budget))
                 }
             };
             self.leave_chain(|c| released.contains(&c));
@@ -593,6 +602,8 @@ impl SubtaskCheckpoints {
             timers,
             states: backend.states_with_entries(),
         };
+        self.rewritten = (0, 0);
+        self.rewrite_budget = None;
         report.timing.sync_pause_us = paused.elapsed().as_micros() as u64;
         self.counters
             .last_sync_pause_us
@@ -615,10 +626,13 @@ impl SubtaskCheckpoints {
         self.pinning.is_some()
     }
 
-    /// Pins up to about `budget` entries of the frozen snapshot; once every one is, stores
-    /// it (upload, then acknowledgement).
+    /// The work a subtask does between batches, up to about `budget` entries: pins the
+    /// frozen snapshot, and stores it (upload, then acknowledgement) once every entry is
+    /// pinned; between snapshots, re-writes part of the next checkpoint's budget of old
+    /// entries (`state::aging`), so that the snapshot's synchronous part has little left.
     pub fn pin(&mut self, backend: &mut KeyedStateBackend, budget: usize) {
         if self.pinning.is_none() {
+            self.rewrite_ahead(backend, budget);
             return;
         }
         let Some(increment) = backend.pin_frozen(budget) else {
@@ -633,6 +647,39 @@ impl SubtaskCheckpoints {
             debug_assert_eq!(increment.checkpoint, checkpoint);
             self.store_snapshot(increment, held, false, report);
         }
+    }
+
+    /// Re-writes up to `step` of the next checkpoint's re-writing budget, unless the budget
+    /// is spent: its elements re-written, or four times as many keys (and 1 024) looked up,
+    /// as `KeyedStateBackend::rewrite_oldest` bounds them.
+    fn rewrite_ahead(&mut self, backend: &mut KeyedStateBackend, step: usize) {
+        if self.policy.full_snapshot_every.is_some() {
+            return;
+        }
+        // The budget as of the first step after a snapshot: the state's size moves little
+        // between two, and counting its entries visits every table.
+        let budget = *self
+            .rewrite_budget
+            .get_or_insert_with(|| self.policy.budget(backend.stats().entries));
+        let left = self.rewrite_left(budget);
+        if left == 0 || backend.aged_keys() == 0 {
+            return;
+        }
+        let (visited, spent) = backend.rewrite_some(step.min(left));
+        self.rewritten.0 += visited;
+        self.rewritten.1 += spent;
+    }
+
+    /// What is left of `budget` after the re-writing since the last snapshot: of the
+    /// elements to re-write, and of the keys to look up (four per element), whichever is
+    /// less. Dead keys cost a lookup and re-write nothing: a state whose keys are all written
+    /// again between two checkpoints spends the lookups, not the elements.
+    fn rewrite_left(&self, budget: usize) -> usize {
+        let (visited, spent) = self.rewritten;
+        let lookups = budget.saturating_mul(4).saturating_add(1024);
+        budget
+            .saturating_sub(spent)
+            .min(lookups.saturating_sub(visited) / 4)
     }
 
     /// Pins the whole frozen snapshot, if any, and stores it.

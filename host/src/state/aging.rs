@@ -62,15 +62,37 @@ impl KeyedStateBackend {
             "the previous snapshot is not pinned yet"
         );
         self.epoch = checkpoint.max(self.epoch);
-        let epoch = self.epoch;
-        // Dead keys cost a lookup each; bound those too.
-        let mut lookups = budget.saturating_mul(4).saturating_add(1024);
-        let mut spent = 0;
+        self.rewrite_some(budget);
         let mut released = Vec::new();
-        while let Some(front) = self.ages.front_mut() {
-            while front.cursor < front.keys.len() && spent < budget && lookups > 0 {
+        while let Some(front) = self.ages.front()
+            && front.cursor >= front.keys.len()
+        {
+            released.push(front.checkpoint);
+            self.ages.pop_front();
+        }
+        released
+    }
+
+    /// Re-writes up to `budget` entries of the oldest increments, as [`Self::rewrite_oldest`]
+    /// does, as writes of the current epoch: a subtask does part of a checkpoint's re-writing
+    /// between batches, before the checkpoint, so that its synchronous part has little left
+    /// to do. The increments drained stay in the chain until the next
+    /// [`Self::rewrite_oldest`] releases them with the snapshot that holds their keys.
+    ///
+    /// Returns the keys it visited, live or dead (dead keys cost a lookup each; at most four
+    /// times the budget and 1 024 are looked up), and the elements it re-wrote.
+    pub fn rewrite_some(&mut self, budget: usize) -> (usize, usize) {
+        assert!(
+            !self.is_pinning(),
+            "the previous snapshot is not pinned yet"
+        );
+        let epoch = self.epoch;
+        let lookups = budget.saturating_mul(4).saturating_add(1024);
+        let (mut visited, mut spent) = (0, 0);
+        for front in self.ages.iter_mut() {
+            while front.cursor < front.keys.len() && spent < budget && visited < lookups {
                 let aged = &front.keys[front.cursor];
-                lookups -= 1;
+                visited += 1;
                 spent += rewrite(
                     &mut self.states[aged.state as usize].tables,
                     aged,
@@ -82,10 +104,8 @@ impl KeyedStateBackend {
             if front.cursor < front.keys.len() {
                 break;
             }
-            released.push(front.checkpoint);
-            self.ages.pop_front();
         }
-        released
+        (visited, spent)
     }
 
     /// Keys the chain's increments still hold for re-writing, dead ones included: the work

@@ -37,7 +37,9 @@ enum Op {
     /// The synchronous phase of a snapshot (after re-writing up to this many entries of the
     /// oldest increments) without its pinning: the writes that follow run beside it.
     Freeze(usize),
-    /// Up to this many frozen entries pinned; the snapshot completes once all are.
+    /// Up to this many frozen entries pinned; the snapshot completes once all are. With no
+    /// snapshot frozen, up to this many entries of the oldest increments re-written ahead of
+    /// the next snapshot, as a subtask does between batches.
     Pin(usize),
     /// Restore the chain of the n-th completed snapshot (modulo their number).
     Restore(usize),
@@ -480,6 +482,9 @@ fn run(ops: Vec<Op>) -> Result<(), TestCaseError> {
                     released,
                     state: oracle.clone(),
                 });
+            }
+            Op::Pin(budget) if !backend.is_pinning() => {
+                backend.rewrite_some(budget);
             }
             Op::Pin(budget) => {
                 if let Some(increment) = backend.pin_frozen(budget) {

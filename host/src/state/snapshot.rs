@@ -1,11 +1,12 @@
 //! [`Increment`]: what one snapshot of a subtask's keyed state holds.
 //!
-//! The synchronous phase of a snapshot ([`super::KeyedStateBackend::snapshot`]) takes each
-//! table's dirty keys and pins their current contents: for every dirty key one [`Change`]
-//! (squashed: however often the key was written, its latest state), a tombstone for a
-//! removed value, and for maps and lists a `cleared` flag instead of one tombstone per
-//! element. It costs O(dirty keys) and copies no long value: [`StateBytes`] share them.
-//! Encoding and upload happen afterwards, off the processing path.
+//! A snapshot freezes each table's dirty keys ([`super::KeyedStateBackend::freeze`]), then
+//! pins their contents as of the freeze, a step at a time beside processing
+//! ([`super::KeyedStateBackend::pin_frozen`]): for every dirty key one [`Change`] (squashed:
+//! however often the key was written, its latest state), a tombstone for a removed value,
+//! and for maps and lists a `cleared` flag instead of one tombstone per element. Pinning
+//! costs O(dirty keys) and copies no long value: [`StateBytes`] share them. Encoding and
+//! upload happen afterwards, off the processing path.
 //!
 //! Increments are grouped by key group so that a subtask restoring a range of key groups
 //! takes only the groups it owns.
