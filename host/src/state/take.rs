@@ -14,8 +14,8 @@ use crate::ids::CheckpointId;
 use crate::partition::KeyGroupRange;
 
 /// Frozen entries a subtask pins between two batches ([`KeyedStateBackend::pin_frozen`]):
-/// about half a millisecond of work, so that pinning a million dirty keys delays no batch by
-/// more.
+/// under a millisecond of work (a million keys pin in 70 – 90 ms on a 2-core VM), so that
+/// pinning a million dirty keys delays no batch by more.
 pub const PIN_STEP: usize = 8192;
 
 /// A snapshot frozen and not yet wholly pinned: where the walk is, and what it gathered.
