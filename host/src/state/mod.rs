@@ -10,8 +10,9 @@
 //!
 //! Dirty tracking records *keys*, not values: every entry remembers the checkpoint in which it
 //! was last written (`written_in`), and a write to an entry whose `written_in` is older than the
-//! current epoch pushes the key onto its group's dirty list once. Ten writes to one key before
-//! a checkpoint leave one dirty key (squashing). A removal keeps the entry as a tombstone
+//! current epoch pushes the key onto its group's dirty list once (a key new since the last
+//! snapshot is dirty by its place at the end of the table instead). Ten writes to one key
+//! before a checkpoint leave one dirty key (squashing). A removal keeps the entry as a tombstone
 //! (`None`) until a snapshot has recorded it; clearing a key's map or list is one `cleared`
 //! flag, not one tombstone per element. A map entry that no snapshot has taken needs no
 //! tombstone: removing it removes it ([`map::MapValue::persisted`]).

@@ -42,7 +42,14 @@ pub(crate) struct KeyedTable<T> {
     /// keys: nothing is copied per write, and a snapshot visits the entries in memory order.
     /// Entries move only when one is removed: by a restore, or when a snapshot's walk of
     /// this table ends ([`KeyedTable::unfreeze`], which fixes this list up).
+    ///
+    /// Entries appended since the last freeze (from `fresh` on) are not in it: they are
+    /// dirty by their position, which spares a table filling with new keys a list as long
+    /// as itself.
     dirty: Vec<u32>,
+    /// The number of entries at the last freeze (or restore): those after it were appended
+    /// since, and are dirty.
+    fresh: u32,
     /// The entries of the snapshot being pinned, if it wrote any here (`state::frozen`).
     frozen: Option<Box<Frozen>>,
 }
@@ -67,6 +74,7 @@ impl<T> Default for KeyedTable<T> {
             entries: ChunkedVec::default(),
             index: HashTable::new(),
             dirty: Vec::new(),
+            fresh: 0,
             frozen: None,
         }
     }
@@ -247,7 +255,9 @@ impl<T> KeyedTable<T> {
             }
             entry.written_in = epoch;
             // Positions fit in u32: see `insert_new`.
-            self.dirty.push(position as u32);
+            if position < self.fresh as usize {
+                self.dirty.push(position as u32);
+            }
         }
         entry
     }
@@ -257,10 +267,13 @@ impl<T> KeyedTable<T> {
     /// snapshot, O(1)).
     pub(crate) fn freeze(&mut self, since: CheckpointId, checkpoint: CheckpointId) {
         debug_assert!(self.frozen.is_none(), "the previous snapshot is pinned");
-        if !self.dirty.is_empty() {
+        let len = self.entries.len() as u32;
+        let appended = self.fresh..len;
+        if !self.dirty.is_empty() || !appended.is_empty() {
             let dirty = std::mem::take(&mut self.dirty);
-            self.frozen = Some(Box::new(Frozen::new(since, checkpoint, dirty)));
+            self.frozen = Some(Box::new(Frozen::new(since, checkpoint, dirty, appended)));
         }
+        self.fresh = len;
     }
 
     /// Pins up to `budget` frozen entries; returns how many it visited (`state::frozen`).
@@ -296,17 +309,29 @@ impl<T> KeyedTable<T> {
                 continue;
             }
             let last = self.entries.len() - 1;
+            let fresh = self.fresh as usize;
             self.remove(&key, hash);
-            // The last entry moved into `position`. Entries written since the freeze (and
-            // only they) are in the dirty list: their `written_in` is past the frozen one.
-            if position != last && self.entries[position].written_in > frozen.checkpoint {
+            if position == last {
+                continue;
+            }
+            // The last entry moved into `position` (a frozen one's, so before `fresh`). One
+            // appended since the freeze leaves the entries dirty by position: it joins the
+            // dirty list. One written since the freeze (only those have a `written_in` past
+            // the frozen one) is in the dirty list already, at its old position.
+            let moved = position as u32;
+            if last >= fresh {
+                self.dirty.push(moved);
+                if let Some(in_dirty) = &mut in_dirty {
+                    in_dirty.insert(moved, self.dirty.len() - 1);
+                }
+            } else if self.entries[position].written_in > frozen.checkpoint {
                 let dirty = &self.dirty;
                 let in_dirty = in_dirty.get_or_insert_with(|| {
                     dirty.iter().enumerate().map(|(i, &p)| (p, i)).collect()
                 });
                 if let Some(i) = in_dirty.remove(&(last as u32)) {
-                    self.dirty[i] = position as u32;
-                    in_dirty.insert(position as u32, i);
+                    self.dirty[i] = moved;
+                    in_dirty.insert(moved, i);
                 }
             }
         }
@@ -342,6 +367,8 @@ impl<T> KeyedTable<T> {
                 hash,
             ),
         };
+        // Restored entries are not dirty (a restore starts from a table without dirty ones).
+        self.fresh = self.entries.len() as u32;
         let entry = &mut self.entries[position];
         entry.written_in = written_in;
         entry
@@ -359,6 +386,9 @@ impl<T> KeyedTable<T> {
             slot.remove();
         }
         let removed = self.entries.swap_remove(position);
+        // The entries dirty by position stay those from `fresh` on: the last one, if it was
+        // one of them, is the caller's to list (`unfreeze`).
+        self.fresh = self.fresh.min(self.entries.len() as u32);
         if let Some(moved) = self.entries.get(position) {
             let moved32 = hash_key(&moved.key).table_hash() as u32;
             let last = self.entries.len() as u32;
@@ -389,7 +419,7 @@ impl<T> KeyedTable<T> {
 
     /// Number of entries written since the last snapshot.
     pub(crate) fn dirty_len(&self) -> usize {
-        self.dirty.len()
+        self.dirty.len() + (self.entries.len() - self.fresh as usize)
     }
 
     pub(crate) fn iter(&self) -> impl Iterator<Item = &Entry<T>> {
@@ -419,8 +449,10 @@ mod tests {
         table.write(b"b", hash_key(b"b"), e1, || 0);
         assert_eq!(table.dirty_len(), 2);
         assert_eq!(table.get(b"a", hash_key(b"a")).map(|e| e.body), Some(10));
+        table.freeze(e1, e1);
+        assert_eq!(table.dirty_len(), 0, "frozen");
         table.write(b"a", hash_key(b"a"), e2, || 0);
-        assert_eq!(table.dirty_len(), 3, "a new epoch marks the key again");
+        assert_eq!(table.dirty_len(), 1, "a new epoch marks the key again");
         assert!(table.write_existing(b"zz", hash_key(b"zz"), e2).is_none());
     }
 
