@@ -321,6 +321,25 @@ impl Snapshotted {
     }
 }
 
+/// Pins the rest of the frozen snapshot, if any, and records it, as a subtask does at the
+/// next barrier.
+fn settle(
+    frozen: &mut Option<Snapshotted>,
+    backend: &mut KeyedStateBackend,
+    chain: &mut Vec<Increment>,
+    completed: &mut Vec<(Vec<Increment>, Dump)>,
+) -> Result<(), TestCaseError> {
+    if let Some(frozen) = frozen.take() {
+        let increment = backend.pin_frozen(usize::MAX).expect("pinned");
+        let done = Snapshotted {
+            increment,
+            ..frozen
+        };
+        done.record(backend, chain, completed)?;
+    }
+    Ok(())
+}
+
 fn run(ops: Vec<Op>) -> Result<(), TestCaseError> {
     // Few key groups, so that several keys share a group and a table.
     let groups = KeyGroups::new(8);
@@ -434,14 +453,7 @@ fn run(ops: Vec<Op>) -> Result<(), TestCaseError> {
                 prop_assert_eq!(fired, due, "timers fired");
             }
             Op::Snapshot(_) | Op::FullSnapshot => {
-                if let Some(frozen) = frozen.take() {
-                    let increment = backend.pin_frozen(usize::MAX).expect("pinned");
-                    let done = Snapshotted {
-                        increment,
-                        ..frozen
-                    };
-                    done.record(&backend, &mut chain, &mut completed)?;
-                }
+                settle(&mut frozen, &mut backend, &mut chain, &mut completed)?;
                 let id = CheckpointId(next_id);
                 next_id += 1;
                 let (increment, released) = if let Op::Snapshot(budget) = op {
@@ -461,14 +473,7 @@ fn run(ops: Vec<Op>) -> Result<(), TestCaseError> {
                 prop_assert_eq!(backend.stats().dirty_keys, 0);
             }
             Op::Freeze(budget) => {
-                if let Some(frozen) = frozen.take() {
-                    let increment = backend.pin_frozen(usize::MAX).expect("pinned");
-                    let done = Snapshotted {
-                        increment,
-                        ..frozen
-                    };
-                    done.record(&backend, &mut chain, &mut completed)?;
-                }
+                settle(&mut frozen, &mut backend, &mut chain, &mut completed)?;
                 let id = CheckpointId(next_id);
                 next_id += 1;
                 let released = backend.rewrite_oldest(id, budget);
