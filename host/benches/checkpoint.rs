@@ -175,25 +175,11 @@ fn profiles(keys: u64) -> (KeyedStateBackend, StateId) {
     (backend, state)
 }
 
-/// Writes `dirty` keys spread over the whole key space of `keys`, marked with `round`.
+/// Writes `dirty` keys spread over the whole key space of `keys`, marked with `round`, in
+/// batches of [`BATCH`] writes; between two, as a subtask does between batches, pins up to
+/// [`PIN_STEP`] entries of a frozen snapshot if there is one, handing the increment to
+/// `pinned` once every entry is.
 fn rewrite_spread(
-    backend: &mut KeyedStateBackend,
-    state: StateId,
-    keys: u64,
-    dirty: u64,
-    round: u64,
-) {
-    let stride = (keys / dirty.max(1)).max(1);
-    for n in 0..dirty {
-        // Shifted by the round, so that successive rounds dirty other keys.
-        write(backend, state, (n * stride + round) % keys, round);
-    }
-}
-
-/// Writes as [`rewrite_spread`] does, in batches of [`BATCH`] writes; between two, as a
-/// subtask does between batches, pins up to [`PIN_STEP`] frozen entries, handing the
-/// increment to `pinned` once every one is.
-fn rewrite_spread_pinning(
     backend: &mut KeyedStateBackend,
     state: StateId,
     keys: u64,
@@ -203,6 +189,7 @@ fn rewrite_spread_pinning(
 ) {
     let stride = (keys / dirty.max(1)).max(1);
     for n in 0..dirty {
+        // Shifted by the round, so that successive rounds dirty other keys.
         write(backend, state, (n * stride + round) % keys, round);
         if (n + 1).is_multiple_of(BATCH)
             && backend.is_pinning()
@@ -213,7 +200,7 @@ fn rewrite_spread_pinning(
     }
 }
 
-/// Writes per batch, in [`rewrite_spread_pinning`].
+/// Writes per batch, in [`rewrite_spread`].
 const BATCH: u64 = 1024;
 
 /// The pause of a snapshot with `keys` dirty keys in a state of 4 × `keys`, then the write
@@ -229,7 +216,7 @@ fn pause_at_scale(
     let total = 4 * keys;
     let (mut backend, state) = profiles(total);
     drop(backend.snapshot());
-    rewrite_spread(&mut backend, state, total, keys, 1);
+    rewrite_spread(&mut backend, state, total, keys, 1, drop);
     let started = Instant::now();
     backend.freeze(backend.epoch());
     let pause = started.elapsed();
@@ -256,7 +243,7 @@ fn pause_at_scale(
         let mut upload: Option<tokio::task::JoinHandle<()>> = None;
         for round in first_round..first_round + rounds {
             for _ in 0..2 {
-                rewrite_spread_pinning(&mut backend, state, total, keys, round, |increment| {
+                rewrite_spread(&mut backend, state, total, keys, round, |increment| {
                     // Pinned: its encoding and writing run beside the next writes.
                     let path = prefix.clone().join(format!("r{round}"));
                     let store = store.clone();

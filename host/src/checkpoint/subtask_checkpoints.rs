@@ -4,7 +4,8 @@
 //! The subtask's thread runs the synchronous phase of a snapshot (freezing the dirty sets),
 //! then pins the frozen values between batches ([`SubtaskCheckpoints::pin`]); encoding and
 //! upload run on the tokio runtime while records keep flowing, and the acknowledgement goes to
-//! the coordinator once every artifact of the chain is in the store. A failed upload fails that checkpoint only: the increment stays in memory and is
+//! the coordinator once every artifact of the chain is in the store. A failed upload fails
+//! that checkpoint only: the increment stays in memory and is
 //! uploaded again at the next barrier, since later increments build on it.
 //!
 //! The chain stays bounded ([`ChainPolicy`]): before each snapshot the backend re-writes a
@@ -551,7 +552,9 @@ impl SubtaskCheckpoints {
         checkpoint: CheckpointId,
         mut report: BarrierReport,
     ) {
+        let paused = std::time::Instant::now();
         // The previous snapshot's pinning ends first: its increment comes before this one.
+        // What is left of it pauses the subtask at this barrier, and counts as its pause.
         self.settle(backend);
         let _span = tracing::info_span!(
             "snapshot",
@@ -560,7 +563,6 @@ impl SubtaskCheckpoints {
             checkpoint = checkpoint.0
         )
         .entered();
-        let paused = std::time::Instant::now();
         // Increments not stored, or whose checkpoint did not complete, ride in this one; one
         // that is no longer at hand cannot, and a full snapshot stands in for it.
         let unmergeable = self
@@ -631,10 +633,16 @@ impl SubtaskCheckpoints {
     /// pinned; between snapshots, re-writes part of the next checkpoint's budget of old
     /// entries (`state::aging`), so that the snapshot's synchronous part has little left.
     pub fn pin(&mut self, backend: &mut KeyedStateBackend, budget: usize) {
-        if self.pinning.is_none() {
+        if self.pinning.is_some() {
+            self.pin_frozen(backend, budget);
+        } else {
             self.rewrite_ahead(backend, budget);
-            return;
         }
+    }
+
+    /// Pins up to about `budget` entries of the frozen snapshot; once every one is, stores
+    /// it.
+    fn pin_frozen(&mut self, backend: &mut KeyedStateBackend, budget: usize) {
         let Some(increment) = backend.pin_frozen(budget) else {
             return;
         };
@@ -682,9 +690,12 @@ impl SubtaskCheckpoints {
             .min(lookups.saturating_sub(visited) / 4)
     }
 
-    /// Pins the whole frozen snapshot, if any, and stores it.
+    /// Pins the whole frozen snapshot, if any, and stores it (nothing else: the re-writing
+    /// ahead is left to the steps between batches, and to the next barrier).
     pub fn settle(&mut self, backend: &mut KeyedStateBackend) {
-        self.pin(backend, usize::MAX);
+        if self.pinning.is_some() {
+            self.pin_frozen(backend, usize::MAX);
+        }
     }
 
     /// Stores `increment`, a snapshot taken (`full`, or pinned): increments not stored before
