@@ -2,65 +2,215 @@
 //!
 //! Most keys and many values are short (words, ids, counters). A short one is stored inline
 //! in its table entry: no allocation when it is written, no pointer to chase when it is
-//! compared or read, and copying it is as cheap as bumping a reference count. A longer one
-//! is a shared, immutable `Arc<[u8]>`, so that a snapshot pins it by reference instead of
-//! copying it.
+//! compared or read, and copying it is a copy of 12 bytes. A longer one is a shared,
+//! immutable buffer with a reference count, so that a snapshot pins it by reference instead
+//! of copying it.
 //!
-//! Every entry holds two of these (key and value), so their size is most of an entry's: 24
-//! bytes, where a [`Bytes`] alone takes 32. An `Arc<[u8]>` is two words (a [`Bytes`] four),
-//! which leaves 22 bytes inline beside the tag and the length.
+//! Every value-state entry holds two of these (key and value) beside its 8-byte epoch, so
+//! their size is most of an entry's: 12 bytes each makes an entry 32 (`state/table.rs`).
+//! That is why this is not an `Arc<[u8]>` (16 bytes, 24 with a tag beside it): a long one is
+//! a thin pointer to a block that holds its reference count and its length before the bytes,
+//! and the pointer is stored unaligned behind the tag, which leaves 11 bytes inline (a u64
+//! and its CBOR head, an 8-byte id, most words).
 
+use std::alloc::{Layout, alloc, dealloc, handle_alloc_error};
 use std::fmt;
 use std::ops::Deref;
-use std::sync::Arc;
+use std::ptr::{self, NonNull};
+use std::sync::atomic::{AtomicU32, Ordering, fence};
 
 use bytes::Bytes;
 
 /// Longest byte string stored inline.
-pub(crate) const INLINE_CAPACITY: usize = 22;
+pub(crate) const INLINE_CAPACITY: usize = 11;
 
 /// A key or value: inline if short, shared if long. Immutable once made.
-#[derive(Clone)]
-pub enum StateBytes {
-    Inline {
-        len: u8,
-        data: [u8; INLINE_CAPACITY],
-    },
-    Shared(Arc<[u8]>),
+///
+/// Twelve bytes, aligned to four: the tag, then either the inline bytes or (three bytes on)
+/// the address of the shared block.
+#[repr(C, align(4))]
+pub struct StateBytes {
+    tag: Tag,
+    data: [u8; INLINE_CAPACITY],
 }
 
+/// What a [`StateBytes`] holds: an inline byte string's length, or [`Tag::Shared`]. An enum
+/// rather than a `u8` so that `Option<StateBytes>` uses the values left over and a tombstone
+/// costs nothing more than a value.
+#[derive(Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+enum Tag {
+    L0,
+    L1,
+    L2,
+    L3,
+    L4,
+    L5,
+    L6,
+    L7,
+    L8,
+    L9,
+    L10,
+    L11,
+    Shared,
+}
+
+/// The tag of each inline length.
+const INLINE_TAGS: [Tag; INLINE_CAPACITY + 1] = [
+    Tag::L0,
+    Tag::L1,
+    Tag::L2,
+    Tag::L3,
+    Tag::L4,
+    Tag::L5,
+    Tag::L6,
+    Tag::L7,
+    Tag::L8,
+    Tag::L9,
+    Tag::L10,
+    Tag::L11,
+];
+
+/// Where in `data` a shared block's address is (the bytes after it are unused).
+const ADDRESS_AT: usize = INLINE_CAPACITY - size_of::<*const Header>();
+
+/// The start of a shared block; its bytes follow.
+#[repr(C)]
+struct Header {
+    count: AtomicU32,
+    len: u32,
+}
+
+/// The layout of a shared block of `len` bytes.
+fn block_layout(len: usize) -> Layout {
+    Layout::from_size_align(size_of::<Header>() + len, align_of::<Header>())
+        .expect("a state key or value fits in memory")
+}
+
+// SAFETY: the bytes never change once made, and the shared block's reference count is
+// atomic, as an `Arc<[u8]>`'s is.
+unsafe impl Send for StateBytes {}
+// SAFETY: as above.
+unsafe impl Sync for StateBytes {}
+
 impl StateBytes {
-    /// Copies `bytes` (inline if short enough, else into a new shared buffer).
+    /// Copies `bytes` (inline if short enough, else into a new shared block).
     #[inline]
     pub fn copy_from_slice(bytes: &[u8]) -> Self {
-        if bytes.len() <= INLINE_CAPACITY {
-            let mut data = [0; INLINE_CAPACITY];
+        let mut data = [0; INLINE_CAPACITY];
+        if let Some(&tag) = INLINE_TAGS.get(bytes.len()) {
             data[..bytes.len()].copy_from_slice(bytes);
-            Self::Inline {
-                len: bytes.len() as u8,
-                data,
-            }
-        } else {
-            Self::Shared(Arc::from(bytes))
+            return Self { tag, data };
+        }
+        let len = u32::try_from(bytes.len()).expect("a state key or value is at most 4 GiB");
+        let layout = block_layout(bytes.len());
+        // SAFETY: the layout is not zero-sized (it holds a header); the header and the
+        // bytes are written before the block is read.
+        let block = unsafe {
+            let block = alloc(layout).cast::<Header>();
+            let Some(block) = NonNull::new(block) else {
+                handle_alloc_error(layout)
+            };
+            block.write(Header {
+                count: AtomicU32::new(1),
+                len,
+            });
+            ptr::copy_nonoverlapping(
+                bytes.as_ptr(),
+                block.as_ptr().add(1).cast::<u8>(),
+                bytes.len(),
+            );
+            block
+        };
+        // SAFETY: `ADDRESS_AT` leaves room for a pointer in `data`; written unaligned, as
+        // `data` is only aligned to four.
+        unsafe {
+            data.as_mut_ptr()
+                .add(ADDRESS_AT)
+                .cast::<NonNull<Header>>()
+                .write_unaligned(block);
+        }
+        Self {
+            tag: Tag::Shared,
+            data,
         }
     }
 
-    /// Reads a long value's first byte, which starts loading its allocation (and the
-    /// reference count beside it) into cache; an inline value is already where its entry is.
+    /// The shared block, if this is a long byte string.
+    #[inline]
+    fn block(&self) -> Option<NonNull<Header>> {
+        if self.tag != Tag::Shared {
+            return None;
+        }
+        // SAFETY: a shared one's `data` holds the block's address at `ADDRESS_AT`
+        // (`copy_from_slice`).
+        Some(unsafe {
+            self.data
+                .as_ptr()
+                .add(ADDRESS_AT)
+                .cast::<NonNull<Header>>()
+                .read_unaligned()
+        })
+    }
+
+    /// Reads a long value's first byte, which starts loading its block (and the reference
+    /// count beside it) into cache; an inline value is already where its entry is.
     /// Returns what it read, for the caller to pass to [`std::hint::black_box`].
     #[inline]
     pub(crate) fn touch(&self) -> u64 {
-        match self {
-            Self::Inline { .. } => 0,
-            Self::Shared(bytes) => bytes.first().map_or(0, |&b| u64::from(b)),
+        match self.block() {
+            None => 0,
+            Some(_) => self.first().map_or(0, |&b| u64::from(b)),
         }
     }
 
     /// The bytes as a shared buffer (copies an inline value; shares a long one).
     pub fn to_bytes(&self) -> Bytes {
-        match self {
-            Self::Inline { .. } => Bytes::copy_from_slice(self),
-            Self::Shared(bytes) => Bytes::from_owner(bytes.clone()),
+        match self.block() {
+            None => Bytes::copy_from_slice(self),
+            Some(_) => Bytes::from_owner(self.clone()),
+        }
+    }
+}
+
+impl Clone for StateBytes {
+    #[inline]
+    fn clone(&self) -> Self {
+        if let Some(block) = self.block() {
+            // SAFETY: the block lives while this handle does.
+            let count = unsafe { &block.as_ref().count };
+            // Relaxed, as `Arc::clone`: a new handle is made from an existing one, which
+            // keeps the block alive meanwhile.
+            let before = count.fetch_add(1, Ordering::Relaxed);
+            if before > i32::MAX as u32 {
+                // Billions of handles to one value: a leak somewhere. As `Arc`, abort
+                // rather than let the count wrap.
+                std::process::abort();
+            }
+        }
+        Self {
+            tag: self.tag,
+            data: self.data,
+        }
+    }
+}
+
+impl Drop for StateBytes {
+    #[inline]
+    fn drop(&mut self) {
+        let Some(block) = self.block() else {
+            return;
+        };
+        // SAFETY: the block lives while this handle does; the last handle frees it, after
+        // every other handle's use of it (the release and acquire, as in `Arc::drop`).
+        unsafe {
+            let header = block.as_ref();
+            if header.count.fetch_sub(1, Ordering::Release) != 1 {
+                return;
+            }
+            fence(Ordering::Acquire);
+            let layout = block_layout(header.len as usize);
+            dealloc(block.as_ptr().cast::<u8>(), layout);
         }
     }
 }
@@ -70,13 +220,17 @@ impl Deref for StateBytes {
 
     #[inline]
     fn deref(&self) -> &[u8] {
-        match self {
-            Self::Inline { len, data } => &data[..*len as usize],
-            Self::Shared(bytes) => bytes,
+        match self.block() {
+            None => &self.data[..self.tag as usize],
+            // SAFETY: the block lives while this handle does, and holds `len` bytes after
+            // its header, never changed once written.
+            Some(block) => unsafe {
+                let len = block.as_ref().len as usize;
+                std::slice::from_raw_parts(block.as_ptr().add(1).cast::<u8>(), len)
+            },
         }
     }
 }
-
 impl AsRef<[u8]> for StateBytes {
     fn as_ref(&self) -> &[u8] {
         self
@@ -194,21 +348,50 @@ mod tests {
     #[test]
     fn short_bytes_are_inline_and_long_ones_shared() {
         let short = StateBytes::copy_from_slice(b"word");
-        assert!(matches!(short, StateBytes::Inline { .. }));
+        assert!(short.block().is_none());
         assert_eq!(&*short, b"word");
+        let full = StateBytes::copy_from_slice(&[3; INLINE_CAPACITY]);
+        assert!(full.block().is_none());
+        assert_eq!(&*full, &[3; INLINE_CAPACITY]);
         let long = vec![7u8; INLINE_CAPACITY + 1];
         let shared = StateBytes::copy_from_slice(&long);
-        assert!(matches!(shared, StateBytes::Shared(_)));
+        assert!(shared.block().is_some());
         assert_eq!(&*shared, &long[..]);
         assert_eq!(StateBytes::from(Bytes::from_static(b"")).len(), 0);
-        assert_eq!(std::mem::size_of::<StateBytes>(), 24, "three words");
+        assert_eq!(size_of::<StateBytes>(), 12, "three 32-bit words");
         assert_eq!(
-            std::mem::size_of::<Option<StateBytes>>(),
-            24,
+            size_of::<Option<StateBytes>>(),
+            12,
             "a tombstone costs nothing"
         );
         assert_eq!(&*shared.to_bytes(), &long[..]);
         assert!(StateBytes::copy_from_slice(b"a") < StateBytes::copy_from_slice(&[b'b'; 40]));
+    }
+
+    #[test]
+    fn a_shared_block_lives_while_any_handle_does() {
+        let count = |b: &StateBytes| {
+            let block = b.block().expect("shared");
+            // SAFETY: `b` keeps the block alive.
+            unsafe { block.as_ref().count.load(Ordering::Relaxed) }
+        };
+        let long: Vec<u8> = (0..100).collect();
+        let first = StateBytes::copy_from_slice(&long);
+        let second = first.clone();
+        assert_eq!(count(&first), 2);
+        let bytes = second.to_bytes();
+        assert_eq!(count(&first), 3, "the buffer holds a handle");
+        drop(first);
+        drop(second);
+        assert_eq!(&bytes[..], &long[..], "the buffer's handle keeps the bytes");
+        let copies: Vec<StateBytes> = (0..10).map(|_| StateBytes::from(bytes.clone())).collect();
+        drop(bytes);
+        for c in &copies {
+            assert_eq!(&c[..], &long[..]);
+            assert_eq!(count(c), 1, "a copy from a buffer is a block of its own");
+        }
+        let empty_tail = StateBytes::copy_from_slice(&long[..INLINE_CAPACITY + 1]);
+        assert_eq!(empty_tail.len(), INLINE_CAPACITY + 1);
     }
 
     #[test]

@@ -347,7 +347,7 @@ impl<T> KeyedTable<T> {
     /// Puts an entry restored from a snapshot: not dirty, written in `written_in`.
     ///
     /// The key is the decoded one: a new entry takes a copy of its handle (a long key's
-    /// reference count, a short one's 24 bytes), not of its bytes.
+    /// reference count, a short one's 12 bytes), not of its bytes.
     #[inline]
     pub(crate) fn restore(
         &mut self,
@@ -437,6 +437,13 @@ mod tests {
             let value = Some(StateBytes::copy_from_slice(&self.to_le_bytes()));
             (Change::Value { key, value }, false)
         }
+    }
+
+    #[test]
+    fn a_value_entry_is_four_words() {
+        // The key and the value (12 bytes each, `state/bytes.rs`) beside the epoch: the
+        // memory per key of docs/performance.md counts on it.
+        assert_eq!(size_of::<Entry<crate::state::value::ValueBody>>(), 32);
     }
 
     #[test]
