@@ -27,16 +27,19 @@ pub(crate) struct Entry<T> {
 /// The entries of one state in one key group, and the keys written since the last snapshot.
 ///
 /// Entries live densely in a chunked vector (no more than one chunk of unused room); the hash
-/// table holds only their positions and hashes (8 bytes a bucket). With many keys, a lookup
-/// then costs one cache miss (the entry) instead of two (a bucket far away in a half-empty
-/// table of large buckets, then the entry's data), and the index of a large state stays small
-/// enough to sit in cache.
+/// table holds only their positions (4 bytes a bucket, and hashbrown's control byte). With
+/// many keys, a lookup then costs one cache miss (the entry) instead of two (a bucket far away
+/// in a half-empty table of large buckets, then the entry's data), and the index of a large
+/// state stays small enough to sit in cache.
+///
+/// The index keeps no hashes: a probe compares keys only where hashbrown's 7-bit tag matches
+/// (the entry it reads is almost always the one sought), and growing the index hashes the
+/// keys again, in the entries' order ([`KeyedTable::grow_index`]).
 #[derive(Debug)]
 pub(crate) struct KeyedTable<T> {
     entries: ChunkedVec<Entry<T>>,
-    /// Positions in `entries`, with the entry's hash, so that growing the index never
-    /// reads the entries.
-    index: HashTable<Slot>,
+    /// Positions in `entries`.
+    index: HashTable<u32>,
     /// Positions of the entries written since the last snapshot, each once (squashing): an
     /// entry is pushed only when its `written_in` moves to the current epoch. Positions, not
     /// keys: nothing is copied per write, and a snapshot visits the entries in memory order.
@@ -54,18 +57,16 @@ pub(crate) struct KeyedTable<T> {
     frozen: Option<Box<Frozen>>,
 }
 
-/// An index bucket: where an entry is, and its table hash.
-#[derive(Clone, Copy, Debug)]
-struct Slot {
-    position: u32,
-    hash: u32,
+/// The hash the index uses for a key of hash `hash`.
+#[inline]
+fn index_hash(hash: KeyHash) -> u64 {
+    hash.table_hash()
 }
 
-/// The hash the index uses: 32 bits of the key's table hash, spread over 64 so that
-/// hashbrown's bucket bits and tag bits both come from them.
+/// [`index_hash`] of an entry's key, hashed again.
 #[inline]
-fn index_hash(hash32: u32) -> u64 {
-    u64::from(hash32).wrapping_mul(0x9e37_79b9_7f4a_7c15)
+fn rehash<T>(entry: &Entry<T>) -> u64 {
+    index_hash(hash_key(&entry.key))
 }
 
 impl<T> Default for KeyedTable<T> {
@@ -85,17 +86,15 @@ impl<T> KeyedTable<T> {
     #[inline(always)]
     pub(crate) fn position(&self, key: &[u8], hash: KeyHash) -> Option<usize> {
         let entries = &self.entries;
-        let hash32 = hash.table_hash() as u32;
         self.index
-            .find(index_hash(hash32), |slot| {
-                let e = &entries[slot.position as usize];
-                slot.hash == hash32 && bytes_eq(&e.key, key)
+            .find(index_hash(hash), |&p| {
+                bytes_eq(&entries[p as usize].key, key)
             })
-            .map(|slot| slot.position as usize)
+            .map(|&p| p as usize)
     }
 
-    /// Starts loading the entry `hash` most likely names into cache, without waiting for it
-    /// and without comparing keys. Called for a whole batch of keys before looking them up,
+    /// Starts loading the entry `hash` most likely names (the first whose tag matches) into
+    /// cache, without waiting for it and without comparing keys. Called for a whole batch of keys before looking them up,
     /// it lets the processor fetch many entries from memory at once instead of one after the
     /// other. Returns a value derived from the load, for the caller to pass to
     /// [`std::hint::black_box`] so that the load is not optimised away.
@@ -108,10 +107,9 @@ impl<T> KeyedTable<T> {
     /// which lies elsewhere in memory, say).
     #[inline(always)]
     pub(crate) fn touch_with(&self, hash: KeyHash, read: impl Fn(&Entry<T>) -> u64) -> u64 {
-        let hash32 = hash.table_hash() as u32;
         self.index
-            .find(index_hash(hash32), |slot| slot.hash == hash32)
-            .map_or(0, |slot| read(&self.entries[slot.position as usize]))
+            .find(index_hash(hash), |_| true)
+            .map_or(0, |&p| read(&self.entries[p as usize]))
     }
 
     /// The entry at `position` (from [`KeyedTable::position`]).
@@ -178,16 +176,32 @@ impl<T> KeyedTable<T> {
     /// returns its position.
     #[inline]
     fn insert_entry(&mut self, entry: Entry<T>, hash: KeyHash) -> usize {
+        if self.index.len() == self.index.capacity() {
+            self.grow_index(self.index.len() + 1);
+        }
         let position = self.entries.push(entry);
-        let hash32 = hash.table_hash() as u32;
         // More than 4 G keys in one key group of one subtask is beyond any memory.
-        let slot = Slot {
-            position: position as u32,
-            hash: hash32,
-        };
+        let entries = &self.entries;
         self.index
-            .insert_unique(index_hash(hash32), slot, |s| index_hash(s.hash));
+            .insert_unique(index_hash(hash), position as u32, |&p| {
+                rehash(&entries[p as usize])
+            });
         position
+    }
+
+    /// Makes the index room for at least `capacity` entries, built again from the entries
+    /// in their order: each key is hashed again (the index keeps no hashes), reading the
+    /// entries one after the other rather than in the order of the old index's buckets.
+    #[cold]
+    fn grow_index(&mut self, capacity: usize) {
+        let capacity = capacity.max(self.index.capacity() * 2);
+        let mut index = HashTable::with_capacity(capacity);
+        for (position, entry) in self.entries.iter().enumerate() {
+            index.insert_unique(rehash(entry), position as u32, |_| {
+                unreachable!("the index was made with room for every entry")
+            });
+        }
+        self.index = index;
     }
 
     /// Like [`KeyedTable::write`], first trying `hint`, a position that a lookup earlier in
@@ -378,10 +392,9 @@ impl<T> KeyedTable<T> {
     /// updated), so positions handed out before are no longer valid.
     pub(crate) fn remove(&mut self, key: &[u8], hash: KeyHash) -> Option<Entry<T>> {
         let position = self.position(key, hash)?;
-        let hash32 = hash.table_hash() as u32;
         if let Ok(slot) = self
             .index
-            .find_entry(index_hash(hash32), |s| s.position as usize == position)
+            .find_entry(index_hash(hash), |&p| p as usize == position)
         {
             slot.remove();
         }
@@ -390,13 +403,9 @@ impl<T> KeyedTable<T> {
         // one of them, is the caller's to list (`unfreeze`).
         self.fresh = self.fresh.min(self.entries.len() as u32);
         if let Some(moved) = self.entries.get(position) {
-            let moved32 = hash_key(&moved.key).table_hash() as u32;
             let last = self.entries.len() as u32;
-            if let Some(slot) = self
-                .index
-                .find_mut(index_hash(moved32), |s| s.position == last)
-            {
-                slot.position = position as u32;
+            if let Some(slot) = self.index.find_mut(rehash(moved), |&p| p == last) {
+                *slot = position as u32;
             }
         }
         Some(removed)
@@ -408,7 +417,7 @@ impl<T> KeyedTable<T> {
     pub(crate) fn presize(&mut self, entries: usize) {
         if self.entries.len() == 0 {
             self.entries.reserve(entries);
-            self.index.reserve(entries, |s| index_hash(s.hash));
+            self.grow_index(entries);
         }
     }
 
@@ -444,6 +453,29 @@ mod tests {
         // The key and the value (12 bytes each, `state/bytes.rs`) beside the epoch: the
         // memory per key of docs/performance.md counts on it.
         assert_eq!(size_of::<Entry<crate::state::value::ValueBody>>(), 32);
+    }
+
+    #[test]
+    fn the_index_finds_every_key_as_it_grows_and_shrinks() {
+        let key = |i: u32| format!("key-{i}").into_bytes();
+        let e = CheckpointId(1);
+        let mut presized = KeyedTable::<u32>::default();
+        presized.presize(1000);
+        for mut table in [KeyedTable::<u32>::default(), presized] {
+            for i in 0..5000 {
+                table.write(&key(i), hash_key(&key(i)), e, || i);
+            }
+            for i in (0..5000).step_by(3) {
+                let removed = table.remove(&key(i), hash_key(&key(i)));
+                assert_eq!(removed.map(|e| e.body), Some(i));
+            }
+            for i in 0..6000 {
+                let body = table.get(&key(i), hash_key(&key(i))).map(|e| e.body);
+                let expected = (i < 5000 && i % 3 != 0).then_some(i);
+                assert_eq!(body, expected, "key {i}");
+            }
+            assert_eq!(table.len(), 5000 - 5000usize.div_ceil(3));
+        }
     }
 
     #[test]
