@@ -8,8 +8,8 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use super::file::{
-    CheckpointsFile, JobFile, KeyByFile, LimitsFile, OperatorFile, RepartitionFile, SinkSpec,
-    SourceSpec,
+    CheckpointsFile, JobFile, KeyByFile, LimitsFile, OperatorFile, PointerFile, RepartitionFile,
+    SinkSpec, SourceSpec,
 };
 use super::{
     CheckpointSpec, DEFAULT_BATCH_SIZE, JobSpec, KeyBy, OperatorSpec, SpecError, source_policy,
@@ -684,9 +684,28 @@ impl Checker<'_> {
                     ),
                 ));
             }
-            Some(KeyByFile::Pointer { json_pointer }) => {
+            Some(KeyByFile::Pointer(PointerFile { json_pointer })) => {
                 self.check_json_pointer(&format!("{at} key_by.json_pointer"), &json_pointer)?;
                 Some(KeyBy::JsonPointer(json_pointer))
+            }
+            Some(KeyByFile::Other(other)) => {
+                let found = match &other {
+                    toml::Value::Table(table) => format!(
+                        "a table of {}",
+                        table
+                            .keys()
+                            .map(|k| format!("{k:?}"))
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    ),
+                    other => format!("a value of type {}", other.type_str()),
+                };
+                return Err(self.invalid(
+                    format!("{at} key_by"),
+                    format!(
+                        "{found} is not a key_by: use \"key\" or {{ json_pointer = \"/field\" }}"
+                    ),
+                ));
             }
         })
     }

@@ -157,7 +157,18 @@ pub enum KeyByFile {
     /// `key_by = "key"`: the key the upstream operator (or source) set.
     Named(String),
     /// `key_by = { json_pointer = "/user" }`: a field of the JSON value.
-    Pointer { json_pointer: String },
+    Pointer(PointerFile),
+    /// Anything else (a typo in the table, a number): kept so that the check can say which
+    /// operator it is and what the accepted forms are, which serde's "did not match any
+    /// variant" does not.
+    Other(toml::Value),
+}
+
+/// `key_by = { json_pointer = "..." }`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PointerFile {
+    pub json_pointer: String,
 }
 
 #[derive(Debug, Default, Deserialize)]

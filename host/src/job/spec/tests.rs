@@ -222,6 +222,21 @@ fn semantic_errors_say_where() {
         ("parallelism = 3", "parallelism = 0", "parallelism"),
         ("key_by = \"key\"", "key_by = \"value\"", "unknown key_by"),
         (
+            "key_by = \"key\"",
+            "key_by = { json_pointr = \"/user\" }",
+            "operators[0] (`count`) key_by: a table of \"json_pointr\" is not a key_by: use",
+        ),
+        (
+            "key_by = \"key\"",
+            "key_by = { json_pointer = \"/user\", also = 1 }",
+            "a table of \"also\", \"json_pointer\" is not a key_by",
+        ),
+        (
+            "key_by = \"key\"",
+            "key_by = 7",
+            "a value of type integer is not a key_by",
+        ),
+        (
             "path = \"in.txt\"",
             "path = \"missing.txt\"",
             "[source] path",
