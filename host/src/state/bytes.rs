@@ -77,8 +77,14 @@ const INLINE_TAGS: [Tag; INLINE_CAPACITY + 1] = [
     Tag::L11,
 ];
 
-/// Where in `data` a shared block's address is (the bytes after it are unused).
+/// Where in `data` a shared block's address is. The bytes before it hold the length
+/// (little-endian), or [`LEN_IN_BLOCK`] if it needs more than those bytes: the length is then
+/// read from the block. So a length, and the slice a shared one derefs to, need no read of
+/// the block (counting a restored state's bytes reads no value).
 const ADDRESS_AT: usize = INLINE_CAPACITY - size_of::<*const Header>();
+
+/// The length a shared handle holds when the block's length does not fit beside the address.
+const LEN_IN_BLOCK: u32 = (1 << (8 * ADDRESS_AT)) - 1;
 
 /// The start of a shared block; its bytes follow.
 #[repr(C)]
@@ -130,6 +136,10 @@ impl StateBytes {
             );
             block
         };
+        let short_len = len.min(LEN_IN_BLOCK).to_le_bytes();
+        for (d, &b) in data[..ADDRESS_AT].iter_mut().zip(&short_len) {
+            *d = MaybeUninit::new(b);
+        }
         // SAFETY: `ADDRESS_AT` leaves room for a pointer in `data`; written unaligned, as
         // `data` is only aligned to four.
         unsafe {
@@ -234,11 +244,18 @@ impl Deref for StateBytes {
             None => unsafe {
                 std::slice::from_raw_parts(self.data.as_ptr().cast::<u8>(), self.tag as usize)
             },
-            // SAFETY: the block lives while this handle does, and holds `len` bytes after
-            // its header, never changed once written.
+            // SAFETY: every byte of `data` is initialised; the block lives while this handle
+            // does, and holds `len` bytes after its header, never changed once written.
             Some(block) => unsafe {
-                let len = block.as_ref().len as usize;
-                std::slice::from_raw_parts(block.as_ptr().add(1).cast::<u8>(), len)
+                let mut short_len = [0; 4];
+                for (l, d) in short_len.iter_mut().zip(&self.data[..ADDRESS_AT]) {
+                    *l = d.assume_init();
+                }
+                let len = match u32::from_le_bytes(short_len) {
+                    LEN_IN_BLOCK => block.as_ref().len,
+                    len => len,
+                };
+                std::slice::from_raw_parts(block.as_ptr().add(1).cast::<u8>(), len as usize)
             },
         }
     }
@@ -402,8 +419,16 @@ mod tests {
             assert_eq!(&c[..], &long[..]);
             assert_eq!(count(c), 1, "a copy from a buffer is a block of its own");
         }
-        let empty_tail = StateBytes::copy_from_slice(&long[..INLINE_CAPACITY + 1]);
-        assert_eq!(empty_tail.len(), INLINE_CAPACITY + 1);
+        let just_long = StateBytes::copy_from_slice(&long[..INLINE_CAPACITY + 1]);
+        assert_eq!(&just_long[..], &long[..INLINE_CAPACITY + 1]);
+        // Lengths that do not fit beside the address are read from the block.
+        for len in [LEN_IN_BLOCK as usize - 1, LEN_IN_BLOCK as usize, 1 << 24] {
+            let mut huge = vec![9u8; len];
+            huge[len - 1] = 1;
+            let shared = StateBytes::copy_from_slice(&huge);
+            assert_eq!(shared.len(), len);
+            assert!(shared[..] == huge[..]);
+        }
     }
 
     #[test]
