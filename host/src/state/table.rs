@@ -94,10 +94,10 @@ impl<T> KeyedTable<T> {
     }
 
     /// Starts loading the entry `hash` most likely names (the first whose tag matches) into
-    /// cache, without waiting for it and without comparing keys. Called for a whole batch of keys before looking them up,
-    /// it lets the processor fetch many entries from memory at once instead of one after the
-    /// other. Returns a value derived from the load, for the caller to pass to
-    /// [`std::hint::black_box`] so that the load is not optimised away.
+    /// cache, without waiting for it and without comparing keys. Called for a whole batch of
+    /// keys before looking them up, it lets the processor fetch many entries from memory at
+    /// once instead of one after the other. Returns a value derived from the load, for the
+    /// caller to pass to [`std::hint::black_box`] so that the load is not optimised away.
     #[inline(always)]
     pub(crate) fn touch(&self, hash: KeyHash) -> u64 {
         self.touch_with(hash, |e| e.written_in.0)
