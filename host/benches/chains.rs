@@ -154,6 +154,7 @@ fn run(keys: u64, label: &str, policy: ChainPolicy) -> Figures {
 }
 
 fn main() {
+    weir_host::disable_huge_pages();
     let keys: u64 = std::env::args()
         .skip(1)
         .find_map(|a| a.parse().ok())

@@ -35,6 +35,7 @@ fn ms(d: Duration) -> f64 {
 }
 
 fn main() {
+    weir_host::disable_huge_pages();
     let keys: u64 = std::env::args()
         .skip(1)
         .find_map(|a| a.parse().ok())

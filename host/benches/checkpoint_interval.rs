@@ -180,6 +180,7 @@ fn report(prefix: &str, runs: &[Run]) -> f64 {
 }
 
 fn main() {
+    weir_host::disable_huge_pages();
     let lines: usize = std::env::args()
         .skip(1)
         .find_map(|a| a.parse().ok())

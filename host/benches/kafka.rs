@@ -178,6 +178,7 @@ fn median(mut values: Vec<f64>) -> f64 {
 }
 
 fn main() {
+    weir_host::disable_huge_pages();
     // `RUST_LOG=weir_host=info` shows the group's rebalances and the pipelines' restores.
     if let Ok(filter) = tracing_subscriber::EnvFilter::try_from_default_env() {
         tracing_subscriber::fmt()

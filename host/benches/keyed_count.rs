@@ -191,6 +191,7 @@ impl OperatorFactory for PassthroughFactory {
 }
 
 fn main() {
+    weir_host::disable_huge_pages();
     let args: Vec<u64> = std::env::args()
         .skip(1)
         .filter_map(|a| a.parse().ok())

@@ -68,6 +68,7 @@ fn start_ms(component: &Path, cache: &Path) -> f64 {
 }
 
 fn main() {
+    weir_host::disable_huge_pages();
     let examples = support::repo().join("examples/languages");
     let languages = [
         Language {

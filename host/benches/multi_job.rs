@@ -238,6 +238,7 @@ fn median(mut values: Vec<f64>) -> f64 {
 }
 
 fn main() {
+    weir_host::disable_huge_pages();
     let data = tempfile::tempdir().expect("tempdir");
     let cache = tempfile::tempdir().expect("tempdir");
     let jobs = tempfile::tempdir().expect("tempdir");

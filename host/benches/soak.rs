@@ -39,6 +39,7 @@ struct Tally {
 }
 
 fn main() {
+    weir_host::disable_huge_pages();
     let minutes: f64 = std::env::args()
         .skip(1)
         .find_map(|a| a.parse().ok())

@@ -347,6 +347,7 @@ fn weigh(
 }
 
 fn main() {
+    weir_host::disable_huge_pages();
     // Cargo passes `--bench`; the rest are ours.
     let args: Vec<String> = std::env::args()
         .skip(1)

@@ -148,3 +148,18 @@ pub use job::{JobError, JobSpec, RunOptions, RunSummary, SpecError, run_job};
 /// a tenth to a quarter faster, for about 7 % more peak memory (docs/performance.md, "The
 /// allocator").
 pub use mimalloc::MiMalloc as HostAllocator;
+
+/// Turns transparent huge pages off for this process (on Linux; elsewhere it does nothing).
+/// Called first by `weir`, and by the benches that run the host in their own process.
+///
+/// [`HostAllocator`] asks the kernel for huge pages on its regions, and the kernel then zeroes
+/// 2 MiB at the first touch of each, and again whenever the allocator has returned part of
+/// one and touches it anew. A whole job counting 1 M keys with checkpoints every second spent
+/// half its CPU time in the kernel zeroing pages; without huge pages it ran about a third
+/// faster in less memory, and state access did not slow (docs/performance.md, "Huge pages").
+pub fn disable_huge_pages() {
+    #[cfg(target_os = "linux")]
+    if let Err(error) = rustix::thread::disable_transparent_huge_pages(true) {
+        tracing::debug!(%error, "transparent huge pages stay on");
+    }
+}

@@ -127,6 +127,7 @@ impl Failure {
 
 /// Entry point of the `weir` binary.
 pub fn main() -> ExitCode {
+    crate::disable_huge_pages();
     let cli = Cli::parse();
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
