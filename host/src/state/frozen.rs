@@ -99,8 +99,8 @@ impl Pin for ListBody {
 }
 
 /// Frozen entries whose out-of-line contents are loaded into cache at once, ahead of pinning
-/// them: pinning a long value bumps its reference count, in the value's own allocation, one
-/// cache miss per key; loading the next ones first lets those misses overlap.
+/// them: pinning a long key or value bumps its reference count, in its own block, one cache
+/// miss each; loading the next ones first lets those misses overlap.
 const TOUCH_AHEAD: usize = 32;
 
 /// One table's entries written in the frozen checkpoint, and what pinning them gave so far.
@@ -226,7 +226,7 @@ impl Frozen {
             if (i - start).is_multiple_of(TOUCH_AHEAD) {
                 let touched = (i..end.min(i + TOUCH_AHEAD))
                     .filter_map(|j| entries.get(self.at(j)?))
-                    .fold(0, |acc, e| acc ^ e.body.touch());
+                    .fold(0, |acc, e| acc ^ e.key.touch() ^ e.body.touch());
                 std::hint::black_box(touched);
             }
             let Some(position) = self.at(i) else {
