@@ -5,8 +5,8 @@
 //! then pins the frozen values between batches ([`SubtaskCheckpoints::pin`]); encoding and
 //! upload run on the tokio runtime while records keep flowing, and the acknowledgement goes to
 //! the coordinator once every artifact of the chain is in the store. A failed upload fails
-//! that checkpoint only: the increment stays in memory and is
-//! uploaded again at the next barrier, since later increments build on it.
+//! that checkpoint only: the increment stays in memory and is uploaded again at the next
+//! barrier, since later increments build on it.
 //!
 //! The chain stays bounded ([`ChainPolicy`]): before each snapshot the backend re-writes a
 //! slice of the entries still living in the oldest increments (between batches, and what is

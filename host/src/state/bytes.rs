@@ -86,6 +86,14 @@ const ADDRESS_AT: usize = INLINE_CAPACITY - size_of::<*const Header>();
 /// The length a shared handle holds when the block's length does not fit beside the address.
 const LEN_IN_BLOCK: u32 = (1 << (8 * ADDRESS_AT)) - 1;
 
+/// Writes `bytes` at the start of `data`.
+#[inline]
+fn put(data: &mut [MaybeUninit<u8>], bytes: &[u8]) {
+    for (d, &b) in data.iter_mut().zip(bytes) {
+        *d = MaybeUninit::new(b);
+    }
+}
+
 /// The start of a shared block; its bytes follow.
 #[repr(C)]
 struct Header {
@@ -111,9 +119,7 @@ impl StateBytes {
     pub fn copy_from_slice(bytes: &[u8]) -> Self {
         let mut data = [MaybeUninit::new(0); INLINE_CAPACITY];
         if let Some(&tag) = INLINE_TAGS.get(bytes.len()) {
-            for (d, &b) in data.iter_mut().zip(bytes) {
-                *d = MaybeUninit::new(b);
-            }
+            put(&mut data, bytes);
             return Self { tag, data };
         }
         let len = u32::try_from(bytes.len()).expect("a state key or value is at most 4 GiB");
@@ -136,10 +142,10 @@ impl StateBytes {
             );
             block
         };
-        let short_len = len.min(LEN_IN_BLOCK).to_le_bytes();
-        for (d, &b) in data[..ADDRESS_AT].iter_mut().zip(&short_len) {
-            *d = MaybeUninit::new(b);
-        }
+        put(
+            &mut data,
+            &len.min(LEN_IN_BLOCK).to_le_bytes()[..ADDRESS_AT],
+        );
         // SAFETY: `ADDRESS_AT` leaves room for a pointer in `data`; written unaligned, as
         // `data` is only aligned to four.
         unsafe {
