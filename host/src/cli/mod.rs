@@ -62,10 +62,11 @@ impl Cli {
 enum Command {
     /// Run a job file to the end of its input.
     Run(run::RunArgs),
-    /// Check that a component implements Weir's operator world.
+    /// Check that a component implements Weir's operator world, or that a job file is valid
+    /// and its operators' components implement it (then print its stages, as `plan` does).
     Validate {
-        /// The component (.wasm) to check.
-        component: PathBuf,
+        /// The component (.wasm) or job file (.toml) to check.
+        path: PathBuf,
     },
     /// Print a job's stages: where a Kafka job re-keys, and the topics between its stages.
     Plan {
@@ -139,7 +140,7 @@ pub fn main() -> ExitCode {
         .init();
     let result = match cli.command {
         Command::Run(args) => run::run(args, cli.quiet),
-        Command::Validate { component } => validate::validate(&component),
+        Command::Validate { path } => validate::validate(&path),
         Command::Plan { job } => plan::plan(&job),
         Command::Build(args) => build::build(args),
         Command::New(args) => new::new(args),

@@ -8,8 +8,14 @@ use crate::job::stages::StagePlan;
 
 pub(super) fn plan(job: &Path) -> Result<(), Failure> {
     let spec = JobSpec::load(job).map_err(Failure::input)?;
-    let plan = StagePlan::of(&spec);
-    out!("{}", plan.describe(&spec));
+    plan_of(&spec);
+    Ok(())
+}
+
+/// Prints the stages of a job already loaded (also `weir validate JOB.toml`'s last part).
+pub(super) fn plan_of(spec: &JobSpec) {
+    let plan = StagePlan::of(spec);
+    out!("{}", plan.describe(spec));
     if plan.rekeys() {
         outln!(
             "  each stage k > 0 runs as a consumer group of its own (`<group>.stage-<k>`), \
@@ -17,5 +23,4 @@ pub(super) fn plan(job: &Path) -> Result<(), Failure> {
              a missing topic, and runs the job whole when every stage would have one partition"
         );
     }
-    Ok(())
 }

@@ -1,23 +1,45 @@
-//! `weir validate COMPONENT.wasm`
+//! `weir validate COMPONENT.wasm` and `weir validate JOB.toml`
 
 use std::path::Path;
 
 use super::Failure;
 use crate::bindings::PACKAGE;
+use crate::job::JobSpec;
+use crate::job::pipeline::PrepareError;
 
-pub(super) fn validate(component: &Path) -> Result<(), Failure> {
-    if component.extension().is_some_and(|e| e == "toml") {
-        return Err(Failure::input(anyhow::anyhow!(
-            "{} looks like a job file: `weir validate` checks a component; `weir plan {0}` \
-             checks a job file (and prints its stages)",
-            component.display()
-        )));
+/// Checks a component against Weir's world, or a job file (its fields, then every operator's
+/// component) before anything runs: what `weir run` would refuse at its start, refused here
+/// with the same message and exit code (2, the input).
+pub(super) fn validate(path: &Path) -> Result<(), Failure> {
+    if path.extension().is_some_and(|e| e == "toml") {
+        return validate_job(path);
     }
     let engine = super::engine()?;
-    engine.load(component).map_err(Failure::failed)?;
+    engine.load(path).map_err(Failure::failed)?;
     outln!(
         "{}: implements weir:operator/operator ({PACKAGE})",
-        component.display()
+        path.display()
     );
+    Ok(())
+}
+
+fn validate_job(job: &Path) -> Result<(), Failure> {
+    let spec = JobSpec::load(job).map_err(Failure::input)?;
+    let engine = super::engine()?;
+    for operator in &spec.operators {
+        engine.load(&operator.component).map_err(|source| {
+            Failure::input(PrepareError::Load {
+                operator: operator.name.clone(),
+                source,
+            })
+        })?;
+    }
+    outln!(
+        "{}: job `{}` is valid; every operator's component implements \
+         weir:operator/operator ({PACKAGE})",
+        job.display(),
+        spec.name
+    );
+    super::plan::plan_of(&spec);
     Ok(())
 }
