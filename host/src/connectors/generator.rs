@@ -2,7 +2,6 @@
 //! fast as it can or paced (`records_per_second`, for demos and tests that need a job to run
 //! for a while).
 
-use std::io::Write;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
@@ -50,6 +49,8 @@ pub struct GeneratorSource {
     records: u64,
     keys: u64,
     key: Vec<u8>,
+    /// Formats a key's number: `core::fmt` cost a tenth of a keyed count's time.
+    digits: itoa::Buffer,
     progress: Arc<SourceProgress>,
     clock: GeneratorClock,
     pace: Option<Pace>,
@@ -64,6 +65,7 @@ impl GeneratorSource {
             records,
             keys: keys.max(1),
             key: Vec::with_capacity(24),
+            digits: itoa::Buffer::new(),
             progress,
             clock: GeneratorClock::default(),
             pace: None,
@@ -95,9 +97,14 @@ impl GeneratorSource {
     pub fn timestamp(&self, n: u64) -> i64 {
         let clock = &self.clock;
         let eps = clock.events_per_second.max(1);
-        let on_time = clock.start_ms.saturating_add(
-            i64::try_from(u128::from(n) * 1000 / u128::from(eps)).unwrap_or(i64::MAX),
-        );
+        // In u64 while `n * 1000` fits (a 128-bit division per record showed in profiles).
+        let since_start = match n.checked_mul(1000) {
+            Some(ms) => ms / eps,
+            None => u64::try_from(u128::from(n) * 1000 / u128::from(eps)).unwrap_or(u64::MAX),
+        };
+        let on_time = clock
+            .start_ms
+            .saturating_add(i64::try_from(since_start).unwrap_or(i64::MAX));
         // Two independent scrambles of n: whether the record is late, and by how much.
         let pick = n
             .wrapping_add(1)
@@ -122,9 +129,11 @@ impl Source for GeneratorSource {
     fn read_batch(&mut self, max: usize, out: &mut RecordBatch) -> Result<bool, ConnectorError> {
         let end = self.records.min(self.next + self.due(max));
         for n in self.next..end {
+            let index = self.key_index(n);
             self.key.clear();
-            // Writing into a Vec cannot fail.
-            let _ = write!(self.key, "k{}", self.key_index(n));
+            self.key.push(b'k');
+            self.key
+                .extend_from_slice(self.digits.format(index).as_bytes());
             let record = RecordRef {
                 timestamp: Some(self.timestamp(n)),
                 ..RecordRef::keyed(&self.key, &self.key)
