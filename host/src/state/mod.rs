@@ -21,7 +21,8 @@
 //! - [`backend`]: [`KeyedStateBackend`], the per-subtask registry of states and the only entry
 //!   point; it refuses keys outside the subtask's key groups.
 //! - [`table`]: [`table::KeyedTable`], one (state, key group) hash table with its dirty list;
-//!   [`chunked`]: the vector its entries live in, in chunks (at most one chunk of slack).
+//!   [`chunked`]: the vector its entries live in, in chunks (at most one chunk of slack);
+//!   [`position_index`]: its hash index, a tag and a position in one `u32` a bucket.
 //! - [`value`], [`map`], [`list`]: what an entry holds for each kind of state;
 //!   [`map_entries`]: a map's entries, small ones in a sorted vector.
 //! - [`bytes`]: [`StateBytes`], how keys and values are held.
@@ -54,6 +55,7 @@ pub(crate) mod list;
 pub(crate) mod map;
 pub(crate) mod map_entries;
 mod merge;
+mod position_index;
 mod reencode;
 mod restore;
 pub(crate) mod snapshot;

@@ -2,12 +2,11 @@
 
 use std::collections::HashMap;
 
-use hashbrown::HashTable;
-
 use super::StateBytes;
 use super::bytes::bytes_eq;
 use super::chunked::ChunkedVec;
 use super::frozen::{Frozen, Pin};
+use super::position_index::PositionIndex;
 
 use crate::ids::CheckpointId;
 use crate::partition::{KeyHash, hash_key};
@@ -27,19 +26,18 @@ pub(crate) struct Entry<T> {
 /// The entries of one state in one key group, and the keys written since the last snapshot.
 ///
 /// Entries live densely in a chunked vector (no more than one chunk of unused room); the hash
-/// table holds only their positions (4 bytes a bucket, and hashbrown's control byte). With
-/// many keys, a lookup then costs one cache miss (the entry) instead of two (a bucket far away
-/// in a half-empty table of large buckets, then the entry's data), and the index of a large
-/// state stays small enough to sit in cache.
+/// index holds only their positions, with a tag from the hash beside each in one `u32`
+/// ([`PositionIndex`]). With many keys, a lookup then costs two cache misses (the bucket,
+/// then the entry), and the index of a large state stays small.
 ///
-/// The index keeps no hashes: a probe compares keys only where hashbrown's 7-bit tag matches
-/// (the entry it reads is almost always the one sought), and growing the index hashes the
-/// keys again, in the entries' order ([`KeyedTable::grow_index`]).
+/// The index keeps no hashes: a probe compares keys only where the tag matches (the entry it
+/// reads is almost always the one sought), and growing the index, or shifting buckets back
+/// after a removal, hashes the keys again ([`KeyedTable::grow_index`]).
 #[derive(Debug)]
 pub(crate) struct KeyedTable<T> {
     entries: ChunkedVec<Entry<T>>,
     /// Positions in `entries`.
-    index: HashTable<u32>,
+    index: PositionIndex,
     /// Positions of the entries written since the last snapshot, each once (squashing): an
     /// entry is pushed only when its `written_in` moves to the current epoch. Positions, not
     /// keys: nothing is copied per write, and a snapshot visits the entries in memory order.
@@ -73,7 +71,7 @@ impl<T> Default for KeyedTable<T> {
     fn default() -> Self {
         Self {
             entries: ChunkedVec::default(),
-            index: HashTable::new(),
+            index: PositionIndex::default(),
             dirty: Vec::new(),
             fresh: 0,
             frozen: None,
@@ -87,10 +85,10 @@ impl<T> KeyedTable<T> {
     pub(crate) fn position(&self, key: &[u8], hash: KeyHash) -> Option<usize> {
         let entries = &self.entries;
         self.index
-            .find(index_hash(hash), |&p| {
+            .find(index_hash(hash), |p| {
                 bytes_eq(&entries[p as usize].key, key)
             })
-            .map(|&p| p as usize)
+            .map(|p| p as usize)
     }
 
     /// Starts loading the entry `hash` most likely names (the first whose tag matches) into
@@ -109,7 +107,7 @@ impl<T> KeyedTable<T> {
     pub(crate) fn touch_with(&self, hash: KeyHash, read: impl Fn(&Entry<T>) -> u64) -> u64 {
         self.index
             .find(index_hash(hash), |_| true)
-            .map_or(0, |&p| read(&self.entries[p as usize]))
+            .map_or(0, |p| read(&self.entries[p as usize]))
     }
 
     /// The entry at `position` (from [`KeyedTable::position`]).
@@ -181,11 +179,7 @@ impl<T> KeyedTable<T> {
         }
         let position = self.entries.push(entry);
         // More than 4 G keys in one key group of one subtask is beyond any memory.
-        let entries = &self.entries;
-        self.index
-            .insert_unique(index_hash(hash), position as u32, |&p| {
-                rehash(&entries[p as usize])
-            });
+        self.index.insert_unique(index_hash(hash), position as u32);
         position
     }
 
@@ -195,11 +189,9 @@ impl<T> KeyedTable<T> {
     #[cold]
     fn grow_index(&mut self, capacity: usize) {
         let capacity = capacity.max(self.index.capacity() * 2);
-        let mut index = HashTable::with_capacity(capacity);
+        let mut index = PositionIndex::with_capacity(capacity);
         for (position, entry) in self.entries.iter().enumerate() {
-            index.insert_unique(rehash(entry), position as u32, |_| {
-                unreachable!("the index was made with room for every entry")
-            });
+            index.insert_unique(rehash(entry), position as u32);
         }
         self.index = index;
     }
@@ -392,21 +384,17 @@ impl<T> KeyedTable<T> {
     /// updated), so positions handed out before are no longer valid.
     pub(crate) fn remove(&mut self, key: &[u8], hash: KeyHash) -> Option<Entry<T>> {
         let position = self.position(key, hash)?;
-        if let Ok(slot) = self
-            .index
-            .find_entry(index_hash(hash), |&p| p as usize == position)
-        {
-            slot.remove();
-        }
+        let entries = &self.entries;
+        self.index.remove(index_hash(hash), position as u32, |p| {
+            rehash(&entries[p as usize])
+        });
         let removed = self.entries.swap_remove(position);
         // The entries dirty by position stay those from `fresh` on: the last one, if it was
         // one of them, is the caller's to list (`unfreeze`).
         self.fresh = self.fresh.min(self.entries.len() as u32);
         if let Some(moved) = self.entries.get(position) {
             let last = self.entries.len() as u32;
-            if let Some(slot) = self.index.find_mut(rehash(moved), |&p| p == last) {
-                *slot = position as u32;
-            }
+            self.index.replace(rehash(moved), last, position as u32);
         }
         Some(removed)
     }
