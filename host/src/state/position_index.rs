@@ -142,17 +142,17 @@ impl PositionIndex {
         }
     }
 
-    /// Removes `position` (under `hash`); false if it is not indexed. `hash_at` gives the
-    /// hash of the key at a position, for the buckets after it that shift back.
+    /// Removes the first position along `hash`'s probe sequence for which `eq` holds, and
+    /// returns it. `hash_at` gives the hash of the key at a position, for the buckets after
+    /// it that shift back.
     pub(crate) fn remove(
         &mut self,
         hash: u64,
-        position: u32,
+        eq: impl FnMut(u32) -> bool,
         hash_at: impl Fn(u32) -> u64,
-    ) -> bool {
-        let Some(mut hole) = self.find_bucket(hash, |p| p == position) else {
-            return false;
-        };
+    ) -> Option<u32> {
+        let mut hole = self.find_bucket(hash, eq)?;
+        let removed = self.buckets[hole] & self.position_mask();
         let mask = self.buckets.len() - 1;
         let position_mask = self.position_mask();
         let mut i = hole;
@@ -172,7 +172,7 @@ impl PositionIndex {
         }
         self.buckets[hole] = EMPTY;
         self.len -= 1;
-        true
+        Some(removed)
     }
 }
 
@@ -214,7 +214,10 @@ mod tests {
                         // Remove, then move the last key into its place, as `KeyedTable` does.
                         let position = found.expect("found");
                         let keys_now = keys.clone();
-                        assert!(index.remove(hash(key), position, |p| hash(keys_now[p as usize])));
+                        let removed = index.remove(hash(key), |p| keys_now[p as usize] == key, |p| {
+                            hash(keys_now[p as usize])
+                        });
+                        prop_assert_eq!(removed, Some(position));
                         keys.swap_remove(position as usize);
                         if let Some(&moved) = keys.get(position as usize) {
                             assert!(index.replace(hash(moved), keys.len() as u32, position));
@@ -240,7 +243,7 @@ mod tests {
         let index = PositionIndex::with_capacity(78_125);
         assert_eq!(index.buckets.len(), 131_072);
         assert!(index.capacity() >= 78_125);
-        assert!(!PositionIndex::default().remove(1, 0, |_| 0));
+        assert_eq!(PositionIndex::default().remove(1, |_| true, |_| 0), None);
         assert_eq!(PositionIndex::default().find(1, |_| true), None);
     }
 }

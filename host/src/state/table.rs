@@ -383,11 +383,12 @@ impl<T> KeyedTable<T> {
     /// Removes `key`'s entry, if any. The last entry moves into its place (its index slot is
     /// updated), so positions handed out before are no longer valid.
     pub(crate) fn remove(&mut self, key: &[u8], hash: KeyHash) -> Option<Entry<T>> {
-        let position = self.position(key, hash)?;
         let entries = &self.entries;
-        self.index.remove(index_hash(hash), position as u32, |p| {
-            rehash(&entries[p as usize])
-        });
+        let position = self.index.remove(
+            index_hash(hash),
+            |p| bytes_eq(&entries[p as usize].key, key),
+            |p| rehash(&entries[p as usize]),
+        )? as usize;
         let removed = self.entries.swap_remove(position);
         // The entries dirty by position stay those from `fresh` on: the last one, if it was
         // one of them, is the caller's to list (`unfreeze`).
