@@ -155,8 +155,9 @@ pub use mimalloc::MiMalloc as HostAllocator;
 /// [`HostAllocator`] asks the kernel for huge pages on its regions, and the kernel then zeroes
 /// 2 MiB at the first touch of each, and again whenever the allocator has returned part of
 /// one and touches it anew. A whole job counting 1 M keys with checkpoints every second spent
-/// half its CPU time in the kernel zeroing pages; without huge pages it ran about a third
-/// faster in less memory, and state access did not slow (docs/performance.md, "Huge pages").
+/// 44 % of its CPU time in the kernel zeroing pages; without huge pages it ran about a third
+/// faster in less memory. Random access over a large state pays longer page walks instead
+/// (docs/performance.md, "Huge pages", has both sides).
 pub fn disable_huge_pages() {
     #[cfg(target_os = "linux")]
     if let Err(error) = rustix::thread::disable_transparent_huge_pages(true) {

@@ -5,7 +5,7 @@ use std::path::Path;
 use super::Failure;
 use crate::bindings::PACKAGE;
 use crate::job::JobSpec;
-use crate::job::pipeline::PrepareError;
+use crate::job::pipeline::load_operator;
 
 /// Checks a component against Weir's world, or a job file (its fields, then every operator's
 /// component) before anything runs: what `weir run` would refuse at its start, refused here
@@ -27,12 +27,7 @@ fn validate_job(job: &Path) -> Result<(), Failure> {
     let spec = JobSpec::load(job).map_err(Failure::input)?;
     let engine = super::engine()?;
     for operator in &spec.operators {
-        engine.load(&operator.component).map_err(|source| {
-            Failure::input(PrepareError::Load {
-                operator: operator.name.clone(),
-                source,
-            })
-        })?;
+        load_operator(operator, &engine).map_err(Failure::input)?;
     }
     outln!(
         "{}: job `{}` is valid; every operator's component implements \

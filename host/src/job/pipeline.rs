@@ -16,7 +16,7 @@ use crate::connectors::{
     Source, StdoutSink, TextLinesSource,
 };
 use crate::engine::component_digest::component_digest;
-use crate::engine::{Engine, LoadError};
+use crate::engine::{Engine, LoadError, OperatorComponent};
 use crate::guest::WasmOperatorFactory;
 use crate::operator::{GuestLimits, OperatorFactory};
 use crate::partition::KeyGroups;
@@ -153,14 +153,23 @@ pub(crate) fn file_outputs(spec: &JobSpec) -> Vec<std::path::PathBuf> {
     sink.into_iter().chain(spec.dead_letter_files()).collect()
 }
 
-/// An operator of the job file as a stage: its component loaded (compiled or from the cache).
-fn stage(op: &OperatorSpec, engine: &Engine) -> Result<Stage, PrepareError> {
-    let component = engine
+/// The component of an operator of the job file, loaded (compiled or from the cache) and
+/// checked against Weir's world; a failure names the operator.
+pub(crate) fn load_operator(
+    op: &OperatorSpec,
+    engine: &Engine,
+) -> Result<OperatorComponent, PrepareError> {
+    engine
         .load(&op.component)
         .map_err(|source| PrepareError::Load {
             operator: op.name.clone(),
             source,
-        })?;
+        })
+}
+
+/// An operator of the job file as a stage: its component loaded (compiled or from the cache).
+fn stage(op: &OperatorSpec, engine: &Engine) -> Result<Stage, PrepareError> {
+    let component = load_operator(op, engine)?;
     let digest = component_digest(&op.component).map_err(|e| PrepareError::Load {
         operator: op.name.clone(),
         source: LoadError::Read {

@@ -31,9 +31,9 @@ pub(crate) const INLINE_CAPACITY: usize = 11;
 /// A key or value: inline if short, shared if long. Immutable once made.
 ///
 /// Twelve bytes, aligned to four: the tag, then either the inline bytes or the length (three
-/// bytes, `ADDRESS_AT`) and the address of the shared block. The bytes are `MaybeUninit` only so that copying them
-/// copies the address as an address (with its provenance), not as integers; every one of
-/// them is initialised.
+/// bytes, `ADDRESS_AT`) and the address of the shared block. The bytes are `MaybeUninit`
+/// only so that copying them copies the address as an address (with its provenance), not as
+/// integers; every one of them is initialised.
 #[repr(C, align(4))]
 pub struct StateBytes {
     tag: Tag,
